@@ -1,0 +1,5 @@
+import sys
+
+from trainlint.cli import main
+
+sys.exit(main())

@@ -1,0 +1,400 @@
+"""FileModel: one per file, built once, shared by every rule.
+
+The base layer (this module) indexes the tree in a single pass: parent links,
+scopes and import aliases, calls by name, functions, classes and loops, and the
+same-file call graph. Higher layers (:mod:`roles`, :mod:`steps`, :mod:`flow`) are
+computed lazily on first use and cached on the model, so a rule pays only for
+what some enabled rule asked for.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from collections.abc import Iterator
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from trainlint.analysis.imports import FUNCTION_NODES, SCOPE_NODES, ImportTable
+from trainlint.source import Source
+
+if TYPE_CHECKING:
+    from trainlint.analysis.roles import Roles
+    from trainlint.analysis.steps import StepModel
+
+LOOP_NODES = (ast.For, ast.AsyncFor, ast.While)
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def call_name(call: ast.Call) -> str | None:
+    """The last component of the called expression: ``a.b.step()`` -> ``step``."""
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return None
+
+
+def dotted(node: ast.AST) -> str | None:
+    """``self.opt.step`` -> "self.opt.step" for plain name/attribute chains, else None."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def keyword(call: ast.Call, name: str) -> ast.expr | None:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    return None
+
+
+def has_star_kwargs(call: ast.Call) -> bool:
+    return any(kw.arg is None for kw in call.keywords)
+
+
+def is_true(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
+
+
+def is_false(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is False
+
+
+class FileModel:
+    """Everything rules know about one file."""
+
+    def __init__(self, tree: ast.Module, source: Source, path: str = "<string>") -> None:
+        self.tree = tree
+        self.source = source
+        self.path = path
+        self.imports = ImportTable()
+        self.parent: dict[int, ast.AST] = {}
+        self.calls: dict[str, list[ast.Call]] = defaultdict(list)
+        self.functions: list[FunctionNode] = []
+        self.classes: list[ast.ClassDef] = []
+        self.loops: list[ast.For | ast.AsyncFor | ast.While] = []
+        self.attributes: dict[str, list[ast.Attribute]] = defaultdict(list)
+        self.assignments: list[ast.Assign | ast.AugAssign | ast.AnnAssign] = []
+        self.withs: list[ast.With | ast.AsyncWith] = []
+        self._scope_of: dict[int, ast.AST] = {}
+        self._index()
+
+    # -- the single indexing pass ------------------------------------------------------
+    def _index(self) -> None:
+        parent = self.parent
+        scope_of = self._scope_of
+        imports = self.imports
+        calls = self.calls
+        attributes = self.attributes
+        stack: list[tuple[ast.AST, ast.AST]] = [(self.tree, self.tree)]
+        while stack:
+            node, scope = stack.pop()
+            scope_of[id(node)] = scope
+            inner = scope
+            if isinstance(node, SCOPE_NODES) and node is not self.tree:
+                inner = node
+                if isinstance(node, ast.ClassDef):
+                    self.classes.append(node)
+                    imports.add_binding(scope, node.name)
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    self.functions.append(node)
+                    imports.add_binding(scope, node.name)
+                if isinstance(node, FUNCTION_NODES):
+                    a = node.args
+                    for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
+                        if arg is not None:
+                            imports.add_binding(node, arg.arg)
+                # decorators, defaults and bases belong to the enclosing scope
+                outer_children: list[ast.AST] = []
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    outer_children.extend(node.decorator_list)
+                if isinstance(node, FUNCTION_NODES):
+                    outer_children.extend(node.args.defaults)
+                    outer_children.extend(d for d in node.args.kw_defaults if d is not None)
+                if isinstance(node, ast.ClassDef):
+                    outer_children.extend(node.bases)
+                    outer_children.extend(k.value for k in node.keywords)
+                outer_ids = {id(c) for c in outer_children}
+                for child in ast.iter_child_nodes(node):
+                    parent[id(child)] = node
+                    stack.append((child, scope if id(child) in outer_ids else inner))
+                continue
+            if isinstance(node, ast.Call):
+                name = call_name(node)
+                if name is not None:
+                    calls[name].append(node)
+            elif isinstance(node, ast.Attribute):
+                attributes[node.attr].append(node)
+            elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                self.assignments.append(node)
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        imports.add_targets(scope, target, node.value)
+                else:
+                    imports.add_targets(scope, node.target, node.value)
+            elif isinstance(node, LOOP_NODES):
+                self.loops.append(node)
+                if not isinstance(node, ast.While):
+                    imports.add_targets(scope, node.target)
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                self.withs.append(node)
+                for item in node.items:
+                    if item.optional_vars is not None:
+                        imports.add_targets(scope, item.optional_vars)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                imports.add_import(scope, node)
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                imports.add_global(scope, node.names)
+            elif isinstance(node, ast.NamedExpr):
+                imports.add_targets(scope, node.target)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                imports.add_binding(scope, node.name)
+            for child in ast.iter_child_nodes(node):
+                parent[id(child)] = node
+                stack.append((child, scope))
+        # Source order makes every later query deterministic.
+        for lst in calls.values():
+            lst.sort(key=_pos)
+        self.functions.sort(key=_pos)
+        self.loops.sort(key=_pos)
+
+    # -- structure ---------------------------------------------------------------------
+    def parent_of(self, node: ast.AST) -> ast.AST | None:
+        return self.parent.get(id(node))
+
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        cur = self.parent.get(id(node))
+        while cur is not None:
+            yield cur
+            cur = self.parent.get(id(cur))
+
+    def scope_of(self, node: ast.AST) -> ast.AST:
+        return self._scope_of.get(id(node), self.tree)
+
+    def scopes_of(self, node: ast.AST) -> list[ast.AST]:
+        """Enclosing scopes, innermost first, ending with the module."""
+        scopes = [self.scope_of(node)]
+        while scopes[-1] is not self.tree:
+            scopes.append(self.scope_of(scopes[-1]))
+        return scopes
+
+    def function_of(self, node: ast.AST) -> FunctionNode | None:
+        """The innermost def enclosing ``node`` (lambdas and classes are skipped over)."""
+        for scope in self.scopes_of(node):
+            if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return scope
+            if isinstance(scope, ast.ClassDef):
+                return None
+        return None
+
+    def class_of(self, func: ast.AST) -> ast.ClassDef | None:
+        scope = self.scope_of(func)
+        return scope if isinstance(scope, ast.ClassDef) else None
+
+    def statement_of(self, node: ast.AST) -> ast.stmt:
+        cur: ast.AST | None = node
+        while cur is not None and not isinstance(cur, ast.stmt):
+            cur = self.parent.get(id(cur))
+        return cur if cur is not None else self.tree.body[0]
+
+    # -- names -------------------------------------------------------------------------
+    def qualname(self, node: ast.AST) -> str | None:
+        """Resolve a name/attribute chain to a qualified name, or None if undecidable."""
+        parts: list[str] = []
+        cur = node
+        while isinstance(cur, ast.Attribute):
+            parts.append(cur.attr)
+            cur = cur.value
+        if not isinstance(cur, ast.Name):
+            return None
+        base = self.imports.resolve_name(cur.id, self.scopes_of(cur))
+        if base is None:
+            return None
+        if parts:
+            if base.startswith("builtins."):
+                return None
+            from trainlint.analysis.imports import canonical
+
+            return canonical(base + "." + ".".join(reversed(parts)))
+        return base
+
+    def call_qualname(self, call: ast.Call) -> str | None:
+        return self.qualname(call.func)
+
+    def calls_to(self, *qualnames: str) -> list[ast.Call]:
+        """Calls that resolve to any of ``qualnames``, however the function was imported."""
+        wanted = set(qualnames)
+        names = {q.rsplit(".", 1)[-1] for q in wanted}
+        for b in self.imports._scopes.values():
+            for local, q in b.imports.items():
+                if q in wanted:
+                    names.add(local)
+        out = [
+            c for n in names for c in self.calls.get(n, ()) if self.qualname(c.func) in wanted
+        ]
+        out.sort(key=_pos)
+        return out
+
+    def imports_module(self, prefix: str) -> bool:
+        """Does the file import anything under ``prefix`` (e.g. "torch")?"""
+        for b in self.imports._scopes.values():
+            for q in b.imports.values():
+                if q == prefix or q.startswith(prefix + "."):
+                    return True
+        return False
+
+    # -- loops -------------------------------------------------------------------------
+    def enclosing_loops(self, node: ast.AST) -> list[ast.For | ast.AsyncFor | ast.While]:
+        """Loops whose *body* contains ``node``, innermost first, within one function."""
+        loops: list[ast.For | ast.AsyncFor | ast.While] = []
+        child = node
+        for anc in self.ancestors(node):
+            if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+                break
+            if isinstance(anc, LOOP_NODES) and any(s is child for s in anc.body):
+                loops.append(anc)
+            child = anc
+        return loops
+
+    @cached_property
+    def _local_defs(self) -> dict[int, dict[str, FunctionNode]]:
+        """Per scope: function names defined directly in it."""
+        out: dict[int, dict[str, FunctionNode]] = defaultdict(dict)
+        for fn in self.functions:
+            out[id(self.scope_of(fn))][fn.name] = fn
+        return out
+
+    def methods(self, cls: ast.ClassDef) -> dict[str, FunctionNode]:
+        return self._local_defs.get(id(cls), {})
+
+    def class_named(self, name: str) -> ast.ClassDef | None:
+        for cls in self.classes:
+            if cls.name == name and self.scope_of(cls) is self.tree:
+                return cls
+        return None
+
+    def resolve_call(self, call: ast.Call) -> FunctionNode | None:
+        """The same-file function a call invokes, when that is certain enough."""
+        func = call.func
+        if isinstance(func, ast.Name):
+            for scope in self.scopes_of(call):
+                if isinstance(scope, ast.ClassDef):
+                    continue
+                defs = self._local_defs.get(id(scope))
+                if defs and func.id in defs:
+                    return defs[func.id]
+                b = self.imports._scopes.get(id(scope))
+                if b is not None and (func.id in b.others or func.id in b.imports):
+                    return None
+            return None
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id in ("self", "cls")
+        ):
+            fn = self.function_of(call)
+            while fn is not None and self.class_of(fn) is None:
+                fn = self.function_of(self.parent[id(fn)]) if id(fn) in self.parent else None
+            cls = self.class_of(fn) if fn is not None else None
+            seen: set[int] = set()
+            while cls is not None and id(cls) not in seen:
+                seen.add(id(cls))
+                m = self.methods(cls).get(func.attr)
+                if m is not None:
+                    return m
+                cls = self._local_base(cls)
+        return None
+
+    def _local_base(self, cls: ast.ClassDef) -> ast.ClassDef | None:
+        for base in cls.bases:
+            if isinstance(base, ast.Name):
+                found = self.class_named(base.id)
+                if found is not None:
+                    return found
+        return None
+
+    @cached_property
+    def call_sites(self) -> dict[int, list[ast.Call]]:
+        """Same-file function (by id) -> the calls that invoke it."""
+        sites: dict[int, list[ast.Call]] = defaultdict(list)
+        names = {fn.name for fn in self.functions}
+        for name in names:
+            for call in self.calls.get(name, ()):
+                target = self.resolve_call(call)
+                if target is not None:
+                    sites[id(target)].append(call)
+        return sites
+
+    def callees(self, node: ast.AST) -> Iterator[tuple[ast.Call, FunctionNode]]:
+        """Same-file functions called anywhere inside ``node`` (not inside nested defs)."""
+        for sub in walk_local(node):
+            if isinstance(sub, ast.Call):
+                target = self.resolve_call(sub)
+                if target is not None:
+                    yield sub, target
+
+    def loop_contexts(self, node: ast.AST, depth: int = 4) -> list[list[ast.AST]]:
+        """Every way ``node`` runs inside a loop: chains of (loop | call site), innermost first.
+
+        A node directly in a loop body gives ``[loop, ...]``; a node in a function
+        called from a loop gives ``[call_site, loop, ...]``.
+        """
+        out: list[list[ast.AST]] = []
+        self._loop_contexts(node, depth, [], out, set())
+        return out
+
+    def _loop_contexts(
+        self, node: ast.AST, depth: int, prefix: list[ast.AST], out: list[list[ast.AST]],
+        seen: set[int],
+    ) -> None:
+        loops = self.enclosing_loops(node)
+        if loops:
+            out.append([*prefix, *loops])
+        if depth <= 0:
+            return
+        fn = self.function_of(node)
+        if fn is None or id(fn) in seen:
+            return
+        seen = seen | {id(fn)}
+        for site in self.call_sites.get(id(fn), ()):
+            self._loop_contexts(site, depth - 1, [*prefix, *loops, site], out, seen)
+
+    def in_loop(self, node: ast.AST) -> bool:
+        return bool(self.loop_contexts(node))
+
+    # -- lazily built higher layers ------------------------------------------------------
+    @cached_property
+    def roles(self) -> Roles:
+        from trainlint.analysis.roles import Roles
+
+        return Roles(self)
+
+    @cached_property
+    def steps(self) -> StepModel:
+        from trainlint.analysis.steps import StepModel
+
+        return StepModel(self)
+
+
+def walk_local(node: ast.AST) -> Iterator[ast.AST]:
+    """Like ast.walk, in source order, but does not descend into nested defs/classes/lambdas."""
+    stack = [node]
+    first = True
+    while stack:
+        cur = stack.pop()
+        yield cur
+        if not first and isinstance(cur, (*FUNCTION_NODES, ast.ClassDef)):
+            continue
+        first = False
+        stack.extend(reversed(list(ast.iter_child_nodes(cur))))
+
+
+def _pos(node: ast.AST) -> tuple[int, int]:
+    return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))

@@ -1,0 +1,62 @@
+"""The programmatic API: lint a string or paths, get :class:`Finding` objects back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from trainlint.config import Settings, find_config, load_config, select_rules
+from trainlint.engine import Linter
+from trainlint.findings import Finding
+from trainlint.rules.base import Rule
+
+
+def all_rules(settings: Settings | None = None) -> list[type[Rule]]:
+    from trainlint.plugins.manager import load_rules
+
+    return load_rules(settings.plugins if settings else [])
+
+
+def lint_source(
+    source: str | bytes,
+    *,
+    path: str = "<string>",
+    select: Sequence[str] | None = None,
+    ignore: Sequence[str] = (),
+    options: dict[str, dict[str, Any]] | None = None,
+) -> list[Finding]:
+    """Lint one module's source. ``select``/``ignore`` take codes or prefixes."""
+    settings = Settings(rule_options=dict(options or {}))
+    selection = select_rules(
+        all_rules(settings), settings,
+        cli_select=list(select) if select is not None else None, cli_ignore=list(ignore),
+    )
+    data = source.encode("utf-8") if isinstance(source, str) else source
+    result = Linter(selection).lint_bytes(data, path)
+    if result.errors:
+        raise RuntimeError("; ".join(str(e) for e in result.errors))
+    return result.findings
+
+
+def lint_paths(
+    paths: Iterable[str | Path],
+    *,
+    select: Sequence[str] | None = None,
+    ignore: Sequence[str] = (),
+    config: str | Path | None = None,
+    jobs: int = 1,
+) -> list[Finding]:
+    """Lint files and directories with the project's configuration, like ``trainlint check``."""
+    from trainlint.discovery import discover
+    from trainlint.runner import run
+
+    path_list = [Path(p) for p in paths]
+    cfg = Path(config) if config else find_config(path_list[0] if path_list else Path.cwd())
+    settings = load_config(cfg) if cfg else Settings()
+    selection = select_rules(
+        all_rules(settings), settings,
+        cli_select=list(select) if select is not None else None, cli_ignore=list(ignore),
+    )
+    files = list(discover(path_list, settings))
+    return run(files, selection, settings, jobs=jobs).findings

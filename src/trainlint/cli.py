@@ -1,0 +1,187 @@
+"""The command line: ``trainlint check | rule | rules`` and ``--version``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from trainlint import __version__
+from trainlint.config import ConfigError, Settings, find_config, load_config, select_rules
+from trainlint.rules.base import Rule
+
+FORMATS = ("concise", "full", "json", "sarif", "github")
+
+
+def _selectors(values: list[str] | None) -> list[str] | None:
+    if values is None:
+        return None
+    out: list[str] = []
+    for v in values:
+        out.extend(s.strip().upper() for s in v.split(",") if s.strip())
+    return out
+
+
+def _patterns(values: list[str] | None) -> list[str] | None:
+    if values is None:
+        return None
+    return [p.strip() for v in values for p in v.split(",") if p.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainlint",
+        description="Find the bugs that make PyTorch training fail silently.",
+    )
+    parser.add_argument("--version", action="version", version=f"trainlint {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    check = sub.add_parser("check", help="lint files, directories and notebooks")
+    check.add_argument("paths", nargs="*", default=None, help='files or directories (default ".")')
+    sel = check.add_argument_group("rule selection")
+    sel.add_argument("--select", action="append", metavar="CODES",
+                     help="codes or prefixes to enable (replaces the default set), e.g. TL1,TL301")
+    sel.add_argument("--ignore", action="append", metavar="CODES", help="codes or prefixes to disable")
+    sel.add_argument("--extend-select", action="append", metavar="CODES",
+                     help="codes or prefixes to enable in addition to the selection")
+    out = check.add_argument_group("output")
+    out.add_argument("--output-format", choices=FORMATS, default=None,
+                     help="how findings are printed (default: concise)")
+    out.add_argument("--show-source", action="store_true",
+                     help="show the offending source lines (same as --output-format full)")
+    out.add_argument("--statistics", action="store_true", help="print counts per rule instead")
+    out.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")
+    out.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
+    out.add_argument("--timings", action="store_true",
+                     help="print the time spent in each rule (to stderr)")
+    files = check.add_argument_group("files")
+    files.add_argument("--config", metavar="PATH", help="config file (pyproject.toml or trainlint.toml)")
+    files.add_argument("--exclude", action="append", metavar="PATTERNS",
+                       help="glob patterns to skip (replaces the configured `exclude`)")
+    files.add_argument("--extend-exclude", action="append", metavar="PATTERNS",
+                       help="glob patterns to skip in addition")
+    files.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                       help="worker processes (default: all cores)")
+
+    rule = sub.add_parser("rule", help="explain one rule")
+    rule.add_argument("code", help="rule code, e.g. TL301, or its name")
+    sub.add_parser("rules", help="list all rules")
+    return parser
+
+
+def _load_settings(args: argparse.Namespace, paths: list[Path]) -> Settings:
+    if getattr(args, "config", None):
+        cfg = Path(args.config)
+        if not cfg.is_file():
+            raise ConfigError(f"{cfg}: config file not found")
+        return load_config(cfg)
+    found = find_config(paths[0] if paths else Path.cwd())
+    return load_config(found) if found else Settings()
+
+
+def cmd_rules(rules: Sequence[type[Rule]]) -> int:
+    rows = [("CODE", "NAME", "DEFAULT", "FIX", "SEVERITY")]
+    for r in rules:
+        rows.append((r.code, r.name, "on" if r.default_enabled else "off",
+                     r.fix_safety or "-", r.severity))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def cmd_rule(rules: Sequence[type[Rule]], code: str) -> int:
+    wanted = code.strip()
+    for r in rules:
+        if r.code == wanted.upper() or r.name == wanted.lower():
+            print(r.documentation(), end="")
+            return 0
+    print(f"trainlint: error: unknown rule `{code}` (see `trainlint rules`)", file=sys.stderr)
+    return 2
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from trainlint.api import all_rules
+    from trainlint.discovery import DiscoveryError, discover
+    from trainlint.reporting import builtin_formats
+    from trainlint.runner import run
+
+    paths = [Path(p) for p in (args.paths or ["."])]
+    settings = _load_settings(args, paths)
+    if args.exclude is not None:
+        settings.exclude = _patterns(args.exclude) or []
+    if args.extend_exclude is not None:
+        settings.extend_exclude += _patterns(args.extend_exclude) or []
+    rules = all_rules(settings)
+    selection = select_rules(
+        rules, settings,
+        cli_select=_selectors(args.select),
+        cli_ignore=_selectors(args.ignore),
+        cli_extend_select=_selectors(args.extend_select),
+    )
+    if args.jobs is not None and args.jobs < 0:
+        raise ConfigError("--jobs must be >= 0")
+    try:
+        files = list(discover(paths, settings))
+    except DiscoveryError as exc:
+        raise ConfigError(str(exc)) from None
+    result = run(files, selection, settings, jobs=args.jobs or settings.jobs, timings=args.timings)
+    fmt = args.output_format or ("full" if args.show_source else "concise")
+    formats = builtin_formats()
+    from trainlint.plugins.manager import load_formats
+
+    formats.update(load_formats(settings.plugins))
+    if args.statistics:
+        counts = Counter((f.code, f.name) for f in result.findings)
+        for (code, name), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            print(f"{n:>5}  {code}  {name}")
+    else:
+        sys.stdout.write(formats[fmt](result.findings, rules))
+        if fmt in ("concise", "full") and not args.quiet:
+            n = len(result.findings)
+            if n:
+                print(f"Found {n} finding{'s' if n != 1 else ''} in {result.files} "
+                      f"file{'s' if result.files != 1 else ''}.")
+            else:
+                print(f"All checks passed ({result.files} file{'s' if result.files != 1 else ''}).")
+    for err in result.errors:
+        print(f"trainlint: error: {err}", file=sys.stderr)
+    if args.timings:
+        for code, secs in sorted(result.timings.items(), key=lambda kv: -kv[1]):
+            print(f"{secs * 1000:10.1f} ms  {code}", file=sys.stderr)
+    if result.errors:
+        return 2
+    if args.exit_zero:
+        return 0
+    return result.exit_code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        if args.command == "check":
+            if args.output_format is None and args.show_source:
+                args.output_format = "full"
+            return cmd_check(args)
+        from trainlint.api import all_rules
+
+        settings = _load_settings(args, [Path.cwd()])
+        rules = all_rules(settings)
+        if args.command == "rules":
+            return cmd_rules(rules)
+        return cmd_rule(rules, args.code)
+    except ConfigError as exc:
+        print(f"trainlint: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # pragma: no cover
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

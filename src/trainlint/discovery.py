@@ -1,0 +1,110 @@
+"""Which files to lint: explicit files always; directories walked with sensible skips.
+
+Inside a git work tree, ``.gitignore`` is honoured by asking git itself
+(``git ls-files --cached --others --exclude-standard``), so every gitignore
+subtlety is right. Without git, the walk still skips VCS folders, virtualenvs,
+build output and caches.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from trainlint.config import Settings, path_matches, relative_posix
+
+EXTENSIONS = (".py", ".pyi", ".ipynb")
+SKIP_DIRS = frozenset(
+    {
+        ".git", ".hg", ".svn", ".bzr", "__pycache__", "node_modules", "build", "dist",
+        ".tox", ".nox", ".venv", "venv", ".mypy_cache", ".pytest_cache", ".ruff_cache",
+        ".eggs", "site-packages", ".ipynb_checkpoints", ".trainlint_cache",
+    }
+)
+
+
+class DiscoveryError(Exception):
+    """A named path does not exist."""
+
+
+def _skip_dir(path: Path) -> bool:
+    name = path.name
+    if name in SKIP_DIRS or name.endswith(".egg-info"):
+        return True
+    return (path / "pyvenv.cfg").is_file()  # any virtualenv, whatever its name
+
+
+def _excluded(path: Path, settings: Settings) -> bool:
+    patterns = [*settings.exclude, *settings.extend_exclude]
+    if not patterns:
+        return False
+    rel = relative_posix(path, settings.root)
+    return any(path_matches(rel, p) for p in patterns)
+
+
+def _git_files(directory: Path) -> set[Path] | None:
+    """Files git does not ignore under ``directory``, or None when git can't tell."""
+    if shutil.which("git") is None:
+        return None
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(directory), "ls-files", "-z", "--cached", "--others",
+             "--exclude-standard", "--", "."],
+            capture_output=True, timeout=60, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    base = directory.resolve()
+    out = set()
+    for raw in proc.stdout.split(b"\0"):
+        if raw:
+            out.add(base / os.fsdecode(raw))
+    return out
+
+
+def discover(paths: Iterable[str | Path], settings: Settings) -> Iterator[Path]:
+    """Yield files to lint, each once, in a deterministic order."""
+    seen: set[Path] = set()
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists() and not path.is_symlink():
+            raise DiscoveryError(f"{raw}: no such file or directory")
+        if path.is_dir():
+            for f in sorted(_walk(path, settings)):
+                key = f.resolve() if not f.is_symlink() else f
+                if key not in seen:
+                    seen.add(key)
+                    yield f
+        else:
+            key = path.resolve() if path.exists() else path
+            if key not in seen:
+                seen.add(key)
+                yield path  # explicitly named files are always linted
+
+
+def _walk(directory: Path, settings: Settings) -> Iterator[Path]:
+    tracked = _git_files(directory)
+    base = directory.resolve()
+    for root, dirs, files in os.walk(directory, followlinks=False):
+        root_path = Path(root)
+        keep = []
+        for d in dirs:
+            dpath = root_path / d
+            if _skip_dir(dpath) or _excluded(dpath, settings):
+                continue
+            keep.append(d)
+        dirs[:] = sorted(keep)
+        for name in files:
+            if not name.endswith(EXTENSIONS):
+                continue
+            fpath = root_path / name
+            if tracked is not None and base / fpath.relative_to(directory) not in tracked:
+                continue  # ignored by .gitignore (git said so)
+            if _excluded(fpath, settings):
+                continue
+            yield fpath

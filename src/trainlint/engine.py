@@ -1,0 +1,239 @@
+"""Lint one file: decode, parse once, pre-filter, build the shared model, run rules, suppress.
+
+Every file is parsed with CPython's parser (cheap), so TL001 is exact: a file is a
+syntax error precisely when ``ast.parse`` rejects it. The semantic model is built,
+and rules run, only when the file contains a trigger word of some selected rule.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+import tokenize
+import traceback
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainlint.analysis.model import FileModel
+from trainlint.config import RuleSelection
+from trainlint.findings import Finding, InternalError
+from trainlint.rules.base import Report, Rule
+from trainlint.source import Source, SourceError, decode, parse
+
+NOQA_RE = re.compile(
+    r"#\s*noqa(?![\w-])(?:\s*:\s*(?P<codes>[A-Z]+[0-9]+(?:\s*[,\s]\s*[A-Z]+[0-9]+)*))?",
+    re.IGNORECASE,
+)
+FILE_NOQA_RE = re.compile(
+    r"^\s*#\s*trainlint\s*:\s*noqa(?:\s*:\s*(?P<codes>[A-Z]+[0-9]*(?:\s*[,\s]\s*[A-Z]+[0-9]*)*))?\s*$",
+    re.IGNORECASE | re.MULTILINE,
+)
+_CODE_SPLIT = re.compile(r"[,\s]+")
+
+SYNTAX_ERROR = "TL001"
+UNUSED_NOQA = "TL002"
+ENGINE_RULES = (SYNTAX_ERROR, UNUSED_NOQA)
+#: Files larger than this are reported and skipped rather than analysed.
+MAX_FILE_BYTES = 10 * 1024 * 1024
+
+
+@dataclass
+class FileResult:
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[InternalError] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    parsed: bool = False
+
+
+def _codes(text: str | None) -> list[str]:
+    if not text:
+        return []
+    return [c.upper() for c in _CODE_SPLIT.split(text.strip()) if c]
+
+
+class Linter:
+    """Holds the instantiated rules of one run; lints files one at a time."""
+
+    def __init__(self, selection: RuleSelection, *, timings: bool = False) -> None:
+        self.selection = selection
+        self.enabled = selection.codes
+        self.rules: list[Rule] = [
+            cls(selection.options.get(cls.code))
+            for cls in selection.rules
+            if cls.code not in ENGINE_RULES
+        ]
+        self.rule_classes = {cls.code: cls for cls in selection.rules}
+        self._triggers = [
+            (rule, tuple(t.encode() for t in rule.triggers)) for rule in self.rules
+        ]
+        self.collect_timings = timings
+
+    # -- public ---------------------------------------------------------------------------
+    def lint_bytes(
+        self, data: bytes, path: str, *, ignored: Iterable[str] = (), text: str | None = None
+    ) -> FileResult:
+        """Lint one file's bytes. ``ignored``: selectors off for this file (per-file-ignores).
+
+        ``text`` may carry an already-decoded module (notebooks); then ``data`` is only
+        used for the trigger pre-filter.
+        """
+        result = FileResult(path)
+        ignored = tuple(ignored)
+
+        def on(code: str) -> bool:
+            return code in self.enabled and not any(code.startswith(i) for i in ignored)
+
+        if len(data) > MAX_FILE_BYTES:
+            if on(SYNTAX_ERROR):
+                result.findings.append(
+                    self._meta_finding(
+                        SYNTAX_ERROR, path, 1, 1,
+                        f"file too large to analyse ({len(data) // 1024 // 1024} MiB > "
+                        f"{MAX_FILE_BYTES // 1024 // 1024} MiB); skipped",
+                    )
+                )
+            return result
+        active = [
+            rule for rule, trig in self._triggers
+            if on(rule.code) and (not trig or any(t in data for t in trig))
+        ]
+        check_noqa = on(UNUSED_NOQA) and b"noqa" in data.lower()
+        if not active and not check_noqa and not on(SYNTAX_ERROR):
+            return result
+        try:
+            if text is None:
+                text, _ = decode(data)
+            file_noqa = self._file_noqa(text)
+            if file_noqa is not None and not file_noqa:
+                return result  # `# trainlint: noqa` skips the whole file
+            tree = parse(text, path)
+        except SourceError as exc:
+            if on(SYNTAX_ERROR):
+                result.findings.append(
+                    self._meta_finding(SYNTAX_ERROR, path, exc.line, exc.column, exc.message)
+                )
+            return result
+        result.parsed = True
+        if file_noqa:
+            active = [r for r in active if not any(r.code.startswith(c) for c in file_noqa)]
+        if not active and not check_noqa:
+            return result
+        source = Source(text)
+        try:
+            model = FileModel(tree, source, path)
+        except Exception as exc:  # pragma: no cover - a bug in the model, not in the input
+            result.errors.append(InternalError(path, "analysis", _describe(exc)))
+            return result
+        raw: list[Finding] = []
+        for rule in active:
+            start = time.perf_counter() if self.collect_timings else 0.0
+            try:
+                reports = list(rule.check(model))
+            except Exception as exc:
+                result.errors.append(InternalError(path, f"{rule.code} {rule.name}", _describe(exc)))
+                continue
+            finally:
+                if self.collect_timings:
+                    result.timings[rule.code] = time.perf_counter() - start
+            for report in reports:
+                raw.append(self._finding(rule, report, source, path))
+        result.findings.extend(self._suppress(raw, source, on(UNUSED_NOQA), path))
+        result.findings.sort(key=Finding.sort_key)
+        return result
+
+    # -- internals ------------------------------------------------------------------------
+    def _meta_finding(
+        self, code: str, path: str, line: int, column: int, message: str, end: Any = None
+    ) -> Finding:
+        cls = self.rule_classes.get(code)
+        name = cls.name if cls is not None else code
+        end_line, end_col = end if end else (line, column)
+        return Finding(code, name, path, line, column, end_line, end_col, message, "error")
+
+    def _finding(self, rule: Rule, report: Report, source: Source, path: str) -> Finding:
+        if report.span is not None:
+            line, col, end_line, end_col = report.span
+        else:
+            assert report.node is not None
+            line, col, end_line, end_col = source.span(report.node)
+        return Finding(
+            rule.code, rule.name, path, line, col, end_line, end_col,
+            report.message, report.severity, report.fix,
+        )
+
+    @staticmethod
+    def _file_noqa(text: str) -> list[str] | None:
+        """None: no file-level directive; []: skip file; [codes]: skip those rules."""
+        if "trainlint" not in text:
+            return None
+        found: list[str] | None = None
+        for m in FILE_NOQA_RE.finditer(text):
+            codes = _codes(m.group("codes"))
+            if not codes:
+                return []
+            found = (found or []) + codes
+        return found
+
+    def _suppress(
+        self, findings: list[Finding], source: Source, report_unused: bool, path: str
+    ) -> list[Finding]:
+        if "noqa" not in source.text.lower():
+            return findings
+        directives = _noqa_comments(source)
+        used: dict[int, set[str]] = defaultdict(set)
+        kept: list[Finding] = []
+        for f in findings:
+            suppressed = False
+            for line in {f.line, f.end_line}:
+                codes = directives.get(line)
+                if codes is None:
+                    continue
+                if not codes or f.code in codes:
+                    suppressed = True
+                    used[line].add(f.code)
+                    break
+            if not suppressed:
+                kept.append(f)
+        if report_unused:
+            for line, codes in sorted(directives.items()):
+                for code in codes:
+                    # Codes of other tools, and of rules not enabled now, are not ours to judge.
+                    if code in self.enabled and code not in used[line]:
+                        col = source.lines[line - 1].find("#") + 1
+                        kept.append(
+                            self._meta_finding(
+                                UNUSED_NOQA, path, line, max(col, 1),
+                                f"unused `noqa` directive: {code} is not reported on this line",
+                            )
+                        )
+        return kept
+
+
+def _noqa_comments(source: Source) -> dict[int, list[str]]:
+    """line -> codes ([] for a bare noqa), from real comments only (not strings)."""
+    out: dict[int, list[str]] = {}
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source.text).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        tokens = []
+        for i, line in enumerate(source.lines, 1):
+            m = NOQA_RE.search(line)
+            if m:
+                out[i] = _codes(m.group("codes"))
+        return out
+    for tok in tokens:
+        if tok.type == tokenize.COMMENT:
+            m = NOQA_RE.search(tok.string)
+            if m and not FILE_NOQA_RE.match(tok.string):
+                out[tok.start[0]] = _codes(m.group("codes"))
+    return out
+
+
+def _describe(exc: BaseException) -> str:
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" ({tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
+    return f"{type(exc).__name__}: {exc}{where}"

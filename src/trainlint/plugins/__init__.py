@@ -1,0 +1,1 @@
+"""Third-party rule packs and output formats, through pluggy."""

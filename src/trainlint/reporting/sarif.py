@@ -1,0 +1,80 @@
+"""``sarif``: SARIF 2.1.0, with rule metadata and help URIs, for GitHub code scanning."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from trainlint import __version__
+from trainlint.findings import Finding
+
+SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+DOCS_URL = "https://github.com/trainlint/trainlint/blob/main/docs/rules/{code}.md"
+
+
+def format_sarif(findings: Sequence[Finding], rules: Sequence[Any] = ()) -> str:
+    rule_list = sorted(rules, key=lambda r: r.code)
+    index = {r.code: i for i, r in enumerate(rule_list)}
+    descriptors = []
+    for r in rule_list:
+        sections = r.doc_sections()
+        descriptors.append(
+            {
+                "id": r.code,
+                "name": r.name,
+                "shortDescription": {"text": r.message},
+                "fullDescription": {"text": sections.get("What it does", r.message)},
+                "help": {"text": r.documentation(), "markdown": r.documentation()},
+                "helpUri": DOCS_URL.format(code=r.code),
+                "defaultConfiguration": {
+                    "level": "error" if r.severity == "error" else "warning",
+                    "enabled": bool(r.default_enabled),
+                },
+                "properties": {"tags": ["training", r.code[:3]]},
+            }
+        )
+    results = []
+    for f in findings:
+        region: dict[str, Any] = {
+            "startLine": f.line,
+            "startColumn": f.column,
+            "endLine": f.end_line,
+            "endColumn": f.end_column,
+        }
+        if f.cell is not None:
+            region["properties"] = {"cell": f.cell}
+        result: dict[str, Any] = {
+            "ruleId": f.code,
+            "level": "error" if f.severity == "error" else "warning",
+            "message": {"text": f.message},
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": {"uri": f.path, "uriBaseId": "%SRCROOT%"},
+                        "region": region,
+                    }
+                }
+            ],
+        }
+        if f.code in index:
+            result["ruleIndex"] = index[f.code]
+        results.append(result)
+    doc = {
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "trainlint",
+                        "version": __version__,
+                        "informationUri": "https://github.com/trainlint/trainlint",
+                        "rules": descriptors,
+                    }
+                },
+                "results": results,
+            }
+        ],
+    }
+    return json.dumps(doc, indent=2) + "\n"

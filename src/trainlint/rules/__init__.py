@@ -1,0 +1,16 @@
+"""Built-in rules, one module per family; :func:`builtin_rules` is the registry."""
+
+from __future__ import annotations
+
+from trainlint.rules.base import Invalid, Report, Rule, Valid
+
+__all__ = ["Invalid", "Report", "Rule", "Valid", "builtin_rules"]
+
+
+def builtin_rules() -> list[type[Rule]]:
+    from trainlint.rules import memory, meta, state, throughput
+
+    rules: list[type[Rule]] = []
+    for module in (meta, memory, throughput, state):
+        rules.extend(module.RULES)
+    return sorted(rules, key=lambda r: r.code)

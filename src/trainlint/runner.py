@@ -1,0 +1,112 @@
+"""Many files: read, lint (in a process pool when asked), order results, count exit status."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainlint.config import RuleSelection, Settings, per_file_ignored
+from trainlint.engine import SYNTAX_ERROR, FileResult, Linter
+from trainlint.findings import Finding, InternalError
+
+
+@dataclass
+class RunResult:
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[InternalError] = field(default_factory=list)
+    files: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        if self.errors:
+            return 2
+        return 1 if self.findings else 0
+
+
+def display_path(path: Path) -> str:
+    """Relative to the working directory when under it, else as given."""
+    try:
+        return path.absolute().relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def read_file(path: Path) -> bytes | str:
+    """The file's bytes, or an error message when it cannot be read."""
+    try:
+        return path.read_bytes()
+    except IsADirectoryError:
+        return "is a directory"
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+
+
+def lint_file(linter: Linter, settings: Settings, path: Path) -> FileResult:
+    shown = display_path(path)
+    ignored = per_file_ignored(settings, path)
+    data = read_file(path)
+    if isinstance(data, str):
+        result = FileResult(shown)
+        if SYNTAX_ERROR in linter.enabled:
+            result.findings.append(
+                linter._meta_finding(SYNTAX_ERROR, shown, 1, 1, f"cannot read file: {data}")
+            )
+        return result
+    if path.suffix == ".ipynb":
+        from trainlint.notebook import lint_notebook
+
+        return lint_notebook(linter, data, shown, ignored)
+    return linter.lint_bytes(data, shown, ignored=ignored)
+
+
+# Worker-process state: one Linter per process, built once by the pool initializer.
+_WORKER: tuple[Linter, Settings] | None = None
+
+
+def _init_worker(selection: RuleSelection, settings: Settings, timings: bool) -> None:
+    global _WORKER
+    _WORKER = (Linter(selection, timings=timings), settings)
+
+
+def _work(path: Path) -> FileResult:
+    assert _WORKER is not None
+    linter, settings = _WORKER
+    try:
+        return lint_file(linter, settings, path)
+    except Exception as exc:  # never lose the rest of the run to one file
+        return FileResult(display_path(path), errors=[InternalError(display_path(path), "engine", repr(exc))])
+
+
+def run(
+    paths: Sequence[Path],
+    selection: RuleSelection,
+    settings: Settings,
+    *,
+    jobs: int | None = None,
+    timings: bool = False,
+) -> RunResult:
+    jobs = jobs if jobs else (os.cpu_count() or 1)
+    results: list[FileResult] = []
+    if jobs <= 1 or len(paths) < 4:
+        _init_worker(selection, settings, timings)
+        results = [_work(p) for p in paths]
+    else:
+        chunk = max(1, min(64, len(paths) // (jobs * 4)))
+        with ProcessPoolExecutor(
+            max_workers=min(jobs, len(paths)),
+            initializer=_init_worker,
+            initargs=(selection, settings, timings),
+        ) as pool:
+            results = list(pool.map(_work, paths, chunksize=chunk))
+    out = RunResult(files=len(paths))
+    for r in results:
+        out.findings.extend(r.findings)
+        out.errors.extend(r.errors)
+        for code, t in r.timings.items():
+            out.timings[code] = out.timings.get(code, 0.0) + t
+    out.findings.sort(key=Finding.sort_key)
+    return out

@@ -1,0 +1,107 @@
+"""Reading source files: decoding, parsing with CPython's parser, position conversion.
+
+The analysis runs on :mod:`ast` rather than a concrete syntax tree: CPython's parser
+is ~10x faster than ``libcst.parse_module`` on real training code, gives exact
+start/end positions for free, and makes "does not parse" mean exactly what
+``ast.parse`` says. Fixes are applied as exact text edits, so formatting, comments,
+line endings and encodings are preserved byte for byte.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from dataclasses import dataclass, field
+
+
+class SourceError(Exception):
+    """The file cannot be decoded or parsed; carries a 1-based position."""
+
+    def __init__(self, message: str, line: int = 1, column: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = max(1, line)
+        self.column = max(1, column)
+
+
+def decode(data: bytes) -> tuple[str, str]:
+    """Decode bytes as Python source (PEP 263 cookie, BOM). Returns (text, encoding)."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:
+        raise SourceError(f"cannot determine encoding: {exc.msg}", exc.lineno or 1) from None
+    try:
+        text = data.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as exc:
+        line = 1
+        if isinstance(exc, UnicodeDecodeError):
+            line = data.count(b"\n", 0, exc.start) + 1
+        raise SourceError(f"cannot decode as {encoding}: {exc}", line) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return text, encoding
+
+
+def parse(text: str, filename: str = "<unknown>") -> ast.Module:
+    """Parse text; any rejection becomes a :class:`SourceError` with a position."""
+    try:
+        return ast.parse(text, filename=filename, type_comments=False)
+    except SyntaxError as exc:
+        line = exc.lineno or 1
+        col = exc.offset or 1
+        msg = exc.msg
+        if exc.text and exc.offset:
+            # SyntaxError offsets are 1-based character offsets already on 3.10+.
+            col = exc.offset
+        raise SourceError(f"syntax error: {msg}", line, col) from None
+    except ValueError as exc:  # null bytes on older interpreters
+        nul = text.find("\0")
+        line = text.count("\n", 0, nul) + 1 if nul >= 0 else 1
+        col = nul - text.rfind("\n", 0, nul) if nul >= 0 else 1
+        raise SourceError(f"syntax error: {exc}", line, col) from None
+    except (RecursionError, MemoryError) as exc:
+        raise SourceError(f"syntax error: too deeply nested ({type(exc).__name__})") from None
+
+
+@dataclass
+class Source:
+    """A decoded source text with helpers to turn ast positions into 1-based columns."""
+
+    text: str
+    lines: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lines = self.text.splitlines(keepends=True) or [""]
+        self._ascii = self.text.isascii()
+
+    def char_col(self, line: int, byte_col: int) -> int:
+        """Convert ast's 0-based UTF-8 byte column on a 1-based line to a 0-based char column."""
+        if self._ascii or line < 1 or line > len(self.lines):
+            return byte_col
+        raw = self.lines[line - 1].encode("utf-8")
+        return len(raw[:byte_col].decode("utf-8", errors="replace"))
+
+    def span(self, node: ast.AST) -> tuple[int, int, int, int]:
+        """1-based (line, column, end_line, end_column) of a node, columns in characters."""
+        line = getattr(node, "lineno", 1)
+        col = getattr(node, "col_offset", 0)
+        end_line = getattr(node, "end_lineno", None) or line
+        end_col = getattr(node, "end_col_offset", None)
+        if end_col is None:
+            end_col = col
+        return (
+            line,
+            self.char_col(line, col) + 1,
+            end_line,
+            self.char_col(end_line, end_col) + 1,
+        )
+
+    def offset(self, line: int, column: int) -> int:
+        """Character offset in ``text`` of a 1-based (line, column)."""
+        line = min(max(line, 1), len(self.lines))
+        return sum(len(x) for x in self.lines[: line - 1]) + column - 1
+
+    def segment(self, node: ast.AST) -> str:
+        line, col, end_line, end_col = self.span(node)
+        return self.text[self.offset(line, col) : self.offset(end_line, end_col)]

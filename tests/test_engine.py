@@ -1,0 +1,153 @@
+"""One file through the engine: TL001 on any bad input, suppressions, notebooks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainlint import lint_source
+
+LEAK_LINE = "    loss.backward(retain_graph=True)"
+LEAK = f"import torch\nfor x in loader:\n    loss = model(x).sum()\n{LEAK_LINE}{{c}}\n    opt.step()\n"
+
+
+def codes(findings):
+    return [(f.code, f.line) for f in findings]
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        (b"print 'py2'\n", 1),
+        (b"x = 1\ndef f(:\n", 2),
+        (b"x = 1\x00\n", 1),
+        (b"# -*- coding: latin-1 -*-\nx = '\xe9'\ny = (\n", 3),
+        (b"x = '\xff'\n", 1),  # invalid UTF-8 without a cookie
+        (b"# coding: nope-42\nx = 1\n", 1),
+        (b"if True:\n\tx = 1\n        y = 2\n", 3),
+        (b"(" * 300 + b")" * 300 + b"\n", 1),
+    ],
+)
+def test_tl001_any_bad_input(data, line):
+    found = lint_source(data)
+    assert [f.code for f in found] == ["TL001"]
+    assert found[0].line == line
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\xef\xbb\xbfimport torch\nx = 1\n",
+        b"# -*- coding: latin-1 -*-\nname = '\xe9t\xe9'\n",
+        b"import torch\r\nx = 1\r\n",
+        b"import torch\n\x0cx = 1\n",
+        b"if True:\n\tx = 1\n",
+    ],
+)
+def test_valid_edge_inputs_parse(data):
+    assert lint_source(data) == []
+
+
+def test_columns_are_characters_not_bytes():
+    src = "import torch\nfor x in loader:\n    é = model(x).sum(); é.backward(retain_graph=True)\n    opt.step()\n"
+    (f,) = lint_source(src)
+    assert f.code == "TL301" and f.line == 3 and f.column == 25
+
+
+def test_noqa_forms():
+    assert codes(lint_source(LEAK.format(c=""))) == [("TL301", 4)]
+    assert lint_source(LEAK.format(c="  # noqa: TL301")) == []
+    assert lint_source(LEAK.format(c="  # noqa")) == []
+    assert lint_source(LEAK.format(c="  # NOQA:TL301,TL702")) == []
+    assert codes(lint_source(LEAK.format(c="  # noqa: TL702"))) == [("TL301", 4)]
+    assert codes(lint_source(LEAK.format(c="  # noqa: E501"))) == [("TL301", 4)]
+
+
+def test_noqa_inside_string_does_not_count():
+    src = LEAK.format(c="; s = '# noqa'")
+    assert codes(lint_source(src, select=["TL301"])) == [("TL301", 4)]
+
+
+def test_file_level_noqa():
+    assert lint_source("# trainlint: noqa\n" + LEAK.format(c="")) == []
+    assert lint_source("# trainlint: noqa: TL301\n" + LEAK.format(c="")) == []
+    assert lint_source("# trainlint: noqa: TL3\n" + LEAK.format(c="")) == []
+    src = "# trainlint: noqa: TL702\n" + LEAK.format(c="")
+    assert codes(lint_source(src)) == [("TL301", 5)]
+    # not on its own line: not a file-level directive
+    src = LEAK.format(c="  # trainlint: noqa")
+    assert codes(lint_source(src)) == [("TL301", 4)]
+
+
+def test_unused_noqa_is_off_by_default_and_precise():
+    src = "import torch\nx = torch.zeros(3)  # noqa: TL301\ny = 1  # noqa: E501\nz = 2  # noqa\n"
+    assert lint_source(src) == []
+    assert codes(lint_source(src, select=["TL"])) == [("TL002", 2)]
+    used = LEAK.format(c="  # noqa: TL301")
+    assert lint_source(used, select=["TL"]) == []
+
+
+def test_files_without_triggers_are_not_analysed(monkeypatch):
+    import trainlint.engine as engine
+
+    built = []
+    real = engine.FileModel
+
+    def spy(*a, **k):
+        built.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(engine, "FileModel", spy)
+    assert lint_source("import os\nprint(os.getcwd())\n") == []
+    assert built == []
+    lint_source(LEAK.format(c=""))
+    assert built == [1]
+
+
+def test_syntax_error_still_reported_without_triggers():
+    assert codes(lint_source("def f(:\n")) == [("TL001", 1)]
+    assert lint_source("def f(:\n", ignore=["TL001"]) == []
+
+
+def _notebook(cells):
+    return json.dumps({
+        "cells": [
+            {"cell_type": t, "metadata": {}, "source": s, **({"outputs": [], "execution_count": None} if t == "code" else {})}
+            for t, s in cells
+        ],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+    })
+
+
+def test_notebook_cells_magics_and_locations(run_cli, tree):
+    nb = _notebook([
+        ("markdown", "# Training\n"),
+        ("code", ["%matplotlib inline\n", "!pip install torch\n", "import torch\n"]),
+        ("code", ["%%time\n", "for x in loader:\n", "    loss = model(x).sum()\n",
+                  "    loss.backward(retain_graph=True)\n", "    opt.step()\n"]),
+        ("code", "%%bash\necho hi | grep h\n"),
+        ("code", "model?\n"),
+    ])
+    root = tree({"train.ipynb": nb})
+    code, out, _ = run_cli("check", str(root))
+    assert code == 1
+    assert "train.ipynb:cell 3:4:5: TL301" in out
+    _, out, _ = run_cli("check", "--output-format", "json", str(root))
+    (f,) = json.loads(out)
+    assert f["cell"] == 3 and f["line"] == 4
+
+
+def test_notebook_invalid_json_is_tl001(run_cli, tree):
+    root = tree({"broken.ipynb": "{not json"})
+    code, out, _ = run_cli("check", str(root))
+    assert code == 1 and "broken.ipynb:1:1: TL001" in out
+
+
+def test_huge_file_reported_and_skipped(monkeypatch):
+    import trainlint.engine as engine
+
+    monkeypatch.setattr(engine, "MAX_FILE_BYTES", 100)
+    found = lint_source("x = 1\n" * 50)
+    assert [f.code for f in found] == ["TL001"] and "too large" in found[0].message
