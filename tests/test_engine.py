@@ -9,7 +9,7 @@ import pytest
 from trainlint import lint_source
 
 LEAK_LINE = "    loss.backward(retain_graph=True)"
-LEAK = f"import torch\nfor x in loader:\n    loss = model(x).sum()\n{LEAK_LINE}{{c}}\n    opt.step()\n"
+LEAK = f"import torch\nfor x in loader:\n    loss = model(x).sum()\n{LEAK_LINE}{{c}}\n    opt.step()\n    opt.zero_grad()\n"
 
 
 def codes(findings):
@@ -52,7 +52,7 @@ def test_valid_edge_inputs_parse(data):
 
 def test_columns_are_characters_not_bytes():
     src = "import torch\nfor x in loader:\n    é = model(x).sum(); é.backward(retain_graph=True)\n    opt.step()\n"
-    (f,) = lint_source(src)
+    (f,) = lint_source(src, select=["TL301"])
     assert f.code == "TL301" and f.line == 3 and f.column == 25
 
 
@@ -126,7 +126,8 @@ def test_notebook_cells_magics_and_locations(run_cli, tree):
         ("markdown", "# Training\n"),
         ("code", ["%matplotlib inline\n", "!pip install torch\n", "import torch\n"]),
         ("code", ["%%time\n", "for x in loader:\n", "    loss = model(x).sum()\n",
-                  "    loss.backward(retain_graph=True)\n", "    opt.step()\n"]),
+                  "    loss.backward(retain_graph=True)\n", "    opt.step()\n",
+                  "    opt.zero_grad()\n"]),
         ("code", "%%bash\necho hi | grep h\n"),
         ("code", "model?\n"),
     ])

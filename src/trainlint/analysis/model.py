@@ -19,6 +19,7 @@ from trainlint.analysis.imports import FUNCTION_NODES, SCOPE_NODES, ImportTable
 from trainlint.source import Source
 
 if TYPE_CHECKING:
+    from trainlint.analysis.flow import Flow
     from trainlint.analysis.roles import Roles
     from trainlint.analysis.steps import StepModel
 
@@ -242,6 +243,16 @@ class FileModel:
         out.sort(key=_pos)
         return out
 
+    @cached_property
+    def imports_training_library(self) -> bool:
+        """Spelling-based guesses (``optimizer.step()``) are only trusted in files that
+        import a training library; elsewhere ``opt``/``step`` mean something else."""
+        return any(
+            self.imports_module(m)
+            for m in ("torch", "pytorch_lightning", "lightning", "accelerate", "transformers",
+                      "timm", "deepspeed", "torch_xla", "fairseq", "detectron2", "mmengine")
+        )
+
     def imports_module(self, prefix: str) -> bool:
         """Does the file import anything under ``prefix`` (e.g. "torch")?"""
         for b in self.imports._scopes.values():
@@ -375,6 +386,12 @@ class FileModel:
         from trainlint.analysis.roles import Roles
 
         return Roles(self)
+
+    @cached_property
+    def flow(self) -> Flow:
+        from trainlint.analysis.flow import Flow
+
+        return Flow(self)
 
     @cached_property
     def steps(self) -> StepModel:

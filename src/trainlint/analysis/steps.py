@@ -1,18 +1,99 @@
 """Training-step structure: step events, step loops, iteration paths, rate-limit guards.
 
-Placeholder for the step model built in the next layer; the event classifier
-lives here already because every family of rules asks "is this a backward?".
+For every loop that performs a backward or an optimizer step (directly, in a nested
+loop, or through same-file helpers), the model lists the *paths* one iteration can
+take through its body: sequences of step events (backward, optimizer step,
+zero-grad, gradient read or clip, scheduler step, scaler unscale/update) in program
+order. ``if``/``else`` branches fork paths; ``continue``/``break``/``return`` end
+them; helpers are inlined, each event remembering the call sites it came through so
+rules can report where SPEC §7 says. Rules then read like sentences over paths.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import cached_property
 from typing import TYPE_CHECKING
 
-from trainlint.analysis.model import call_name
+from trainlint.analysis.model import FUNCTION_NODES, LOOP_NODES, call_name, dotted, walk_local
+from trainlint.analysis.roles import Role
 
 if TYPE_CHECKING:
-    from trainlint.analysis.model import FileModel
+    from trainlint.analysis.model import FileModel, FunctionNode
+
+Loop = ast.For | ast.AsyncFor | ast.While
+MAX_PATHS = 256
+MAX_INLINE_DEPTH = 4
+STEP_FUNCTION_NAMES = re.compile(
+    r"^(train_?step|training_step|train_one_step|train_batch|training_batch|run_step|"
+    r"train_iter(ation)?|training_iteration|optimi[sz]e_step|update_step|step_fn|"
+    r"train_on_batch|fit_batch|_?train_step_\w*|\w*_train_step)$"
+)
+EPOCH_FUNCTION_NAMES = re.compile(r"(train|run|fit)_?(one_)?epoch|epoch_?train|train_loop")
+
+
+class Kind(Enum):
+    BACKWARD = "backward"
+    STEP = "optimizer step"
+    ZERO = "zero_grad"
+    READ = "gradient read"
+    CLIP = "gradient clip"
+    SCHED = "scheduler step"
+    UNSCALE = "unscale"
+    UPDATE = "scaler update"
+
+
+@dataclass(frozen=True, eq=False)
+class Event:
+    kind: Kind
+    node: ast.AST
+    #: dotted receiver/argument: the optimizer stepped or zeroed, the scheduler stepped
+    target: str | None = None
+    #: call sites the event came through, outermost (in the loop body) first
+    chain: tuple[ast.Call, ...] = ()
+    #: ``if`` statements the event sits under inside the iteration, with the branch taken
+    guards: tuple[tuple[ast.If, bool], ...] = ()
+    #: how many loops nested inside the analysed loop body the event sits in
+    depth: int = 0
+    #: for STEP: made through a GradScaler (``scaler.step(opt)``)
+    scaled: bool = False
+
+    def under_counter_guard(self) -> bool:
+        return any(is_counter_guard(g.test) for g, _ in self.guards)
+
+    def rate_limited(self) -> bool:
+        return any(is_counter_guard(g.test) or _is_logging_guard(g.test) for g, _ in self.guards)
+
+
+Path = tuple[Event, ...]
+
+
+@dataclass
+class StepLoop:
+    """A loop (or a step function called per step from elsewhere) and its iteration paths."""
+
+    node: ast.AST  # the loop, or a FunctionDef for a step function
+    paths: list[Path]
+    precise: bool = True
+    epoch_loops: list[ast.AST] = field(default_factory=list)
+
+    @property
+    def events(self) -> list[Event]:
+        seen: dict[int, Event] = {}
+        for p in self.paths:
+            for e in p:
+                seen.setdefault(id(e), e)
+        return sorted(seen.values(), key=lambda e: _pos(e.node))
+
+    def of(self, kind: Kind) -> list[Event]:
+        return [e for e in self.events if e.kind is kind]
+
+    def targets(self, kind: Kind) -> set[str]:
+        return {e.target for e in self.events if e.kind is kind and e.target}
 
 AUTOGRAD_BACKWARD = "torch.autograd.backward"
 AUTOGRAD_GRAD = "torch.autograd.grad"
@@ -74,3 +155,453 @@ def _looks_like_tensor_receiver(node: ast.expr) -> bool:
     name = dotted(node) or ""
     last = name.rsplit(".", 1)[-1].lower()
     return not any(k in last for k in ("accelerator", "fabric", "engine", "trainer", "strategy"))
+
+
+# -- guards ---------------------------------------------------------------------------------
+
+
+def _has_mod(node: ast.AST) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
+            if not (isinstance(sub.left, ast.Constant) and isinstance(sub.left.value, str)):
+                return True
+    return False
+
+
+def is_counter_guard(test: ast.AST) -> bool:
+    """``step % N == 0``, ``(i + 1) % accum == 0``, ``not it % k``, ``a and i % n == 0``."""
+    return _has_mod(test)
+
+
+_LOG_WORDS = re.compile(r"log|print|verbose|display|report|debug|wandb|tensorboard|writer|"
+                        r"is_main|main_process|rank\s*==\s*0|master", re.IGNORECASE)
+
+
+def _is_logging_guard(test: ast.AST) -> bool:
+    for sub in ast.walk(test):
+        text = (
+            sub.id if isinstance(sub, ast.Name)
+            else sub.attr if isinstance(sub, ast.Attribute)
+            else None
+        )
+        if text and _LOG_WORDS.search(text):
+            return True
+    return False
+
+
+def _is_inf(node: ast.AST | None) -> bool:
+    if node is None:
+        return False
+    if isinstance(node, ast.Call) and call_name(node) == "float" and node.args:
+        a = node.args[0]
+        return isinstance(a, ast.Constant) and str(a.value).lower() in ("inf", "+inf", "infinity")
+    if isinstance(node, ast.Attribute) and node.attr == "inf":
+        return True
+    if isinstance(node, ast.Name) and node.id == "inf":
+        return True
+    return False
+
+
+_CLIP_NAMES = {"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_gradients",
+               "clip_grads_with_norm_"}
+_READ_NAMES = {"get_total_norm", "get_grad_norm", "grad_norm"}
+_ZEROING_METHODS = {"zero_", "detach_", "requires_grad_", "fill_"}
+
+
+class StepModel:
+    """Step loops of one file with their iteration paths; built lazily, once."""
+
+    def __init__(self, model: FileModel) -> None:
+        self.model = model
+        self.roles = model.roles
+        self._fn_paths: dict[int, tuple[list[Path], bool]] = {}
+        self._in_progress: set[int] = set()
+        self._own_step: dict[int, bool] = {}
+
+    # -- event classification --------------------------------------------------------
+    def classify(self, node: ast.AST) -> Event | None:
+        """The event a single node is, if any (no chain/guards yet)."""
+        m = self.model
+        if isinstance(node, ast.Call):
+            name = call_name(node)
+            func = node.func
+            if isinstance(func, ast.Name) and name not in _CLIP_NAMES:
+                qual = m.qualname(func)  # `from torch.nn.utils import clip_grad_norm_ as clip`
+                if qual is not None and qual.startswith("torch."):
+                    name = qual.rsplit(".", 1)[-1]
+            if name in ("backward", "manual_backward") and is_backward(m, node):
+                return Event(Kind.BACKWARD, node)
+            if name == "zero_grad" and isinstance(func, ast.Attribute):
+                return Event(Kind.ZERO, node, dotted(func.value) or "<expr>")
+            if name in _ZEROING_METHODS and isinstance(func, ast.Attribute) and _mentions_grad(
+                func.value
+            ) and name != "requires_grad_":
+                return Event(Kind.ZERO, node, None)
+            if name == "step" and isinstance(func, ast.Attribute):
+                recv = func.value
+                role = self.roles.role(recv, by_name=True)
+                if role is Role.OPTIMIZER:
+                    return Event(Kind.STEP, node, dotted(recv) or "<expr>")
+                if role is Role.SCALER and node.args:
+                    return Event(Kind.STEP, node, dotted(node.args[0]) or "<expr>", scaled=True)
+                if role is Role.SCHEDULER:
+                    return Event(Kind.SCHED, node, dotted(recv) or "<expr>")
+                return None
+            if name == "optimizer_step" and node.args:
+                return Event(Kind.STEP, node, dotted(node.args[0]) or "<expr>")
+            if name == "unscale_":
+                return Event(Kind.UNSCALE, node, dotted(node.args[0]) if node.args else None)
+            if name == "update" and isinstance(func, ast.Attribute) and (
+                self.roles.role(func.value, by_name=True) is Role.SCALER
+            ):
+                return Event(Kind.UPDATE, node, dotted(func.value))
+            if name in _CLIP_NAMES:
+                bound = _clip_bound(node, name)
+                if name == "clip_grad_norm" and m.qualname(func) is None and not isinstance(
+                    func, ast.Attribute
+                ):
+                    return None
+                kind = Kind.READ if _is_inf(bound) else Kind.CLIP
+                return Event(kind, node)
+            if name in _READ_NAMES and (
+                (m.qualname(func) or "").startswith("torch.") or name == "get_total_norm"
+            ):
+                return Event(Kind.READ, node)
+            return None
+        if isinstance(node, ast.Attribute) and node.attr == "grad":
+            return self._grad_attribute(node)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Attribute) and t.attr == "grad" for t in targets):
+                value = node.value
+                if value is None or (isinstance(value, ast.Constant) and value.value is None) or (
+                    isinstance(value, ast.Call) and call_name(value) in ("zeros_like", "zeros")
+                ):
+                    return Event(Kind.ZERO, node, None)
+                # `p.grad = g`: gradients written by hand play the part of a backward
+                return Event(Kind.BACKWARD, node, None)
+        if isinstance(node, ast.Delete) and any(
+            isinstance(t, ast.Attribute) and t.attr == "grad" for t in node.targets
+        ):
+            return Event(Kind.ZERO, node, None)
+        return None
+
+    def _grad_attribute(self, node: ast.Attribute) -> Event | None:
+        if not isinstance(node.ctx, ast.Load):
+            return None
+        parent = self.model.parent_of(node)
+        if isinstance(parent, ast.Call) and parent.func is node:
+            return None  # torch.autograd.grad(...) or x.grad(...)
+        if self.model.qualname(node) is not None:
+            return None  # a module attribute (torch.autograd.grad), not a tensor's .grad
+        # `p.grad is None`, `if p.grad:`: existence checks, not statistics
+        if isinstance(parent, ast.Compare) and all(
+            isinstance(op, (ast.Is, ast.IsNot)) for op in parent.ops
+        ):
+            return None
+        if isinstance(parent, (ast.If, ast.While, ast.BoolOp, ast.UnaryOp)):
+            return None
+        # `p.grad.zero_()` and friends are zeroing, classified on the call
+        cur: ast.AST = node
+        while isinstance(parent, ast.Attribute):
+            cur, parent = parent, self.model.parent_of(parent)
+        if isinstance(parent, ast.Call) and parent.func is cur and call_name(parent) in (
+            _ZEROING_METHODS
+        ):
+            return None
+        if isinstance(parent, ast.Assign) and any(t is cur for t in parent.targets):
+            return None
+        return Event(Kind.READ, node)
+
+    # -- paths -----------------------------------------------------------------------------
+    def body_paths(self, stmts: list[ast.stmt], depth: int = 0) -> tuple[list[Path], bool]:
+        """Paths through a statement list. Returns (paths, precise)."""
+        walker = _Walker(self, depth)
+        paths = walker.run(stmts)
+        return paths, walker.precise
+
+    def function_paths(self, fn: FunctionNode) -> tuple[list[Path], bool]:
+        cached = self._fn_paths.get(id(fn))
+        if cached is not None:
+            return cached
+        if id(fn) in self._in_progress:
+            return [()], False
+        self._in_progress.add(id(fn))
+        result = self.body_paths(fn.body)
+        self._in_progress.discard(id(fn))
+        self._fn_paths[id(fn)] = result
+        return result
+
+    # -- loops -------------------------------------------------------------------------------
+    @cached_property
+    def _loop_paths(self) -> dict[int, tuple[list[Path], bool]]:
+        out = {}
+        for loop in self.model.loops:
+            out[id(loop)] = self.body_paths(loop.body)
+        return out
+
+    def loop_paths(self, loop: Loop) -> tuple[list[Path], bool]:
+        return self._loop_paths[id(loop)]
+
+    @cached_property
+    def step_loops(self) -> list[StepLoop]:
+        """Loops whose own iteration (not a nested loop's) backpropagates or steps, plus
+        step functions (``train_step`` & co.) that no loop in this file calls."""
+        out: list[StepLoop] = []
+        for loop in self.model.loops:
+            paths, precise = self.loop_paths(loop)
+            own = [e for p in paths for e in p if e.depth == 0]
+            if any(e.kind in (Kind.BACKWARD, Kind.STEP) for e in own):
+                out.append(StepLoop(loop, paths, precise, self._epoch_loops_of(loop)))
+        called_in_loop = set()
+        for sl in out:
+            for e in sl.events:
+                for site in e.chain:
+                    target = self.model.resolve_call(site)
+                    if target is not None:
+                        called_in_loop.add(id(target))
+        for fn in self.model.functions:
+            if id(fn) in called_in_loop or self.model.loop_contexts(fn.body[0] if fn.body else fn):
+                continue
+            if not STEP_FUNCTION_NAMES.match(fn.name):
+                continue
+            paths, precise = self.function_paths(fn)
+            own = [e for p in paths for e in p if e.depth == 0]
+            if any(e.kind in (Kind.BACKWARD, Kind.STEP) for e in own):
+                out.append(StepLoop(fn, paths, precise))
+        return out
+
+    def step_loop_of(self, node: ast.AST) -> StepLoop | None:
+        for sl in self.step_loops:
+            if sl.node is node:
+                return sl
+        return None
+
+    @cached_property
+    def step_loop_ids(self) -> set[int]:
+        return {id(sl.node) for sl in self.step_loops}
+
+    def _epoch_loops_of(self, loop: Loop) -> list[ast.AST]:
+        out: list[ast.AST] = []
+        for ctx in self.model.loop_contexts(loop, depth=4):
+            out.extend(n for n in ctx if isinstance(n, LOOP_NODES))
+        return out
+
+    @cached_property
+    def epoch_loops(self) -> list[Loop]:
+        """Loops that enclose a step loop (directly or by calling a function that has one)."""
+        ids = set()
+        out = []
+        for sl in self.step_loops:
+            for e in sl.epoch_loops:
+                if id(e) not in ids and id(e) not in self.step_loop_ids:
+                    ids.add(id(e))
+                    out.append(e)
+        return sorted(out, key=_pos)  # type: ignore[arg-type]
+
+    def anchor(self, event: Event) -> ast.AST:
+        """Where a finding about ``event`` is reported (SPEC §7): at the node when it lies
+        in the step body or in a function with a backward/step of its own; else at the
+        call, in the innermost such function, of the helper that leads to it."""
+        chain = event.chain
+        if not chain:
+            return event.node
+        called = [self.model.resolve_call(site) for site in chain]
+        if self._has_own_step(called[-1]):
+            return event.node
+        for i in range(len(chain) - 1, 0, -1):
+            if self._has_own_step(called[i - 1]):
+                return chain[i]
+        return chain[0]
+
+    def _has_own_step(self, fn: ast.AST | None) -> bool:
+        if fn is None:
+            return False
+        cached = self._own_step.get(id(fn))
+        if cached is None:
+            cached = False
+            for node in walk_local(fn):
+                if isinstance(node, ast.Call):
+                    ev = self.classify(node)
+                    if ev is not None and ev.kind in (Kind.BACKWARD, Kind.STEP):
+                        cached = True
+                        break
+            self._own_step[id(fn)] = cached
+        return cached
+
+
+def _mentions_grad(node: ast.AST) -> bool:
+    cur = node
+    while isinstance(cur, (ast.Attribute, ast.Call, ast.Subscript)):
+        if isinstance(cur, ast.Attribute) and cur.attr == "grad":
+            return True
+        cur = cur.func if isinstance(cur, ast.Call) else cur.value
+    return False
+
+
+def _clip_bound(call: ast.Call, name: str) -> ast.AST | None:
+    for kw in call.keywords:
+        if kw.arg in ("max_norm", "clip_value", "gradient_clip_val", "max_value"):
+            return kw.value
+    if len(call.args) >= 2:
+        return call.args[1]
+    return None
+
+
+def _pos(node: ast.AST) -> tuple[int, int]:
+    return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+
+
+class _Walker:
+    """Enumerates event paths through statements; inlines same-file helpers."""
+
+    def __init__(self, steps: StepModel, depth: int = 0, chain: tuple[ast.Call, ...] = (),
+                 guards: tuple[tuple[ast.If, bool], ...] = (), inline_depth: int = 0) -> None:
+        self.steps = steps
+        self.depth = depth
+        self.chain = chain
+        self.guards = guards
+        self.inline_depth = inline_depth
+        self.precise = True
+
+    def run(self, stmts: list[ast.stmt]) -> list[Path]:
+        open_paths, closed = self._block(stmts, [()], self.depth, self.guards)
+        return _dedupe(open_paths + closed)
+
+    # Each block returns (paths still running, paths that ended the iteration).
+    def _block(self, stmts: list[ast.stmt], paths: list[Path], depth: int,
+               guards: tuple[tuple[ast.If, bool], ...]) -> tuple[list[Path], list[Path]]:
+        closed: list[Path] = []
+        for stmt in stmts:
+            if not paths:
+                break
+            paths, ended = self._stmt(stmt, paths, depth, guards)
+            closed.extend(ended)
+            if len(paths) + len(closed) > MAX_PATHS:
+                self.precise = False
+                paths = paths[:MAX_PATHS]
+                closed = closed[:MAX_PATHS]
+        return paths, closed
+
+    def _stmt(self, stmt: ast.stmt, paths: list[Path], depth: int,
+              guards: tuple[tuple[ast.If, bool], ...]) -> tuple[list[Path], list[Path]]:
+        if isinstance(stmt, ast.If):
+            pre = self._expr_events(stmt.test, depth, guards)
+            paths = _extend(paths, pre)
+            t_open, t_closed = self._block(stmt.body, paths, depth, (*guards, (stmt, True)))
+            f_open, f_closed = self._block(stmt.orelse, paths, depth, (*guards, (stmt, False)))
+            return _dedupe(t_open + f_open), t_closed + f_closed
+        if isinstance(stmt, LOOP_NODES):
+            head = stmt.iter if isinstance(stmt, (ast.For, ast.AsyncFor)) else stmt.test
+            paths = _extend(paths, self._expr_events(head, depth, guards))
+            # A nested loop's body runs once on our paths: zeroing `for p in params` counts.
+            inner_open, inner_closed = self._block(stmt.body, paths, depth + 1, guards)
+            inner = inner_open + inner_closed  # `continue`/`break` end the inner loop only
+            after, closed = self._block(stmt.orelse, _dedupe(inner), depth, guards)
+            return after, closed
+        if isinstance(stmt, (ast.With, ast.AsyncWith)):
+            for item in stmt.items:
+                paths = _extend(paths, self._expr_events(item.context_expr, depth, guards))
+            return self._block(stmt.body, paths, depth, guards)
+        if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+            body_open, body_closed = self._block(stmt.body, paths, depth, guards)  # type: ignore[attr-defined]
+            else_open, else_closed = self._block(stmt.orelse, body_open, depth, guards)  # type: ignore[attr-defined]
+            fin_open, fin_closed = self._block(stmt.finalbody, else_open, depth, guards)  # type: ignore[attr-defined]
+            return fin_open, body_closed + else_closed + fin_closed
+        if isinstance(stmt, ast.Match):
+            opened: list[Path] = []
+            ended: list[Path] = []
+            paths = _extend(paths, self._expr_events(stmt.subject, depth, guards))
+            for case in stmt.cases:
+                o, c = self._block(case.body, paths, depth, guards)
+                opened += o
+                ended += c
+            return _dedupe(opened + paths), ended
+        if isinstance(stmt, (ast.Continue, ast.Break)):
+            return [], paths if depth == self.depth else paths
+        if isinstance(stmt, (ast.Return, ast.Raise)):
+            value = stmt.value if isinstance(stmt, ast.Return) else stmt.exc
+            if value is not None:
+                paths = _extend(paths, self._expr_events(value, depth, guards))
+            return [], paths
+        if isinstance(stmt, (*FUNCTION_NODES, ast.ClassDef)):
+            return paths, []
+        return _extend(paths, self._expr_events(stmt, depth, guards)), []
+
+    def _expr_events(self, node: ast.AST, depth: int,
+                     guards: tuple[tuple[ast.If, bool], ...]) -> list[list[Path]]:
+        """Events of one statement/expression in evaluation order, as a list of
+        alternatives-per-position (helpers contribute their own path sets)."""
+        seq: list[list[Path]] = []
+        for sub in _postorder(node):
+            ev = self.steps.classify(sub)
+            if isinstance(sub, ast.Call):
+                # opt.step(closure): the closure runs inside the step, before the update
+                if ev is not None and ev.kind is Kind.STEP:
+                    for arg in sub.args:
+                        fn = self._local_function(arg)
+                        if fn is not None:
+                            seq.append(self._inline(fn, sub, depth, guards))
+                elif ev is None:
+                    fn = self.steps.model.resolve_call(sub)
+                    if fn is not None:
+                        seq.append(self._inline(fn, sub, depth, guards))
+                        continue
+            if ev is not None:
+                seq.append([(Event(ev.kind, ev.node, ev.target, self.chain, guards, depth,
+                                   ev.scaled),)])
+        return seq
+
+    def _local_function(self, node: ast.AST) -> FunctionNode | None:
+        if isinstance(node, ast.Name):
+            for fn in self.steps.model.functions:
+                if fn.name == node.id and self.steps.model.scope_of(fn) is self.steps.model.scope_of(node):
+                    return fn
+        return None
+
+    def _inline(self, fn: FunctionNode, site: ast.Call, depth: int,
+                guards: tuple[tuple[ast.If, bool], ...]) -> list[Path]:
+        if self.inline_depth >= MAX_INLINE_DEPTH or site in self.chain:
+            return [()]
+        if any(self.steps.model.resolve_call(c) is fn for c in self.chain):
+            return [()]  # recursion
+        sub = _Walker(self.steps, depth, (*self.chain, site), guards, self.inline_depth + 1)
+        paths = sub.run(fn.body)
+        if not sub.precise:
+            self.precise = False
+        return paths or [()]
+
+
+def _postorder(node: ast.AST) -> Iterator[ast.AST]:
+    """Children before parents (evaluation order), not entering nested defs/lambdas."""
+    stack: list[tuple[ast.AST, bool]] = [(node, False)]
+    while stack:
+        cur, visited = stack.pop()
+        if visited:
+            yield cur
+            continue
+        stack.append((cur, True))
+        if isinstance(cur, (*FUNCTION_NODES, ast.ClassDef)) and cur is not node:
+            continue
+        children = list(ast.iter_child_nodes(cur))
+        for child in reversed(children):
+            stack.append((child, False))
+
+
+def _extend(paths: list[Path], seq: list[list[Path]]) -> list[Path]:
+    for alternatives in seq:
+        paths = _dedupe([p + alt for p in paths for alt in alternatives])
+        if len(paths) > MAX_PATHS:
+            paths = paths[:MAX_PATHS]
+    return paths
+
+
+def _dedupe(paths: list[Path]) -> list[Path]:
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    for p in paths:
+        key = tuple(id(e) for e in p)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out

@@ -1,0 +1,346 @@
+"""Values that carry autograd history, values cut from it, and where each came from.
+
+A small abstract interpretation over one function: every expression evaluates to
+GRAD (carries history: a model output, a loss, anything derived from them), CUT
+(derived only from values cut off the graph by ``.detach()``, ``.item()``, ``.data``,
+``float(...)``, a ``torch.tensor(...)`` re-wrap), DATA (batch data, constants) or
+UNKNOWN. Names are followed to their last assignment before the use in the same
+function. UNKNOWN absorbs CUT and DATA, so rules that need certainty stay silent.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TYPE_CHECKING
+
+from trainlint.analysis.model import FUNCTION_NODES, call_name, dotted, walk_local
+from trainlint.analysis.roles import Role
+
+if TYPE_CHECKING:
+    from trainlint.analysis.model import FileModel
+
+
+class Taint(IntEnum):
+    # ordered by precedence when combining: any GRAD wins, then UNKNOWN, CUT, DATA
+    DATA = 0
+    CUT = 1
+    UNKNOWN = 2
+    GRAD = 3
+
+
+@dataclass(frozen=True)
+class Value:
+    taint: Taint
+    cuts: tuple[ast.AST, ...] = ()  # where GRAD became CUT, for reporting
+
+
+DATA = Value(Taint.DATA)
+UNKNOWN = Value(Taint.UNKNOWN)
+GRAD = Value(Taint.GRAD)
+
+CUT_METHODS = {"detach", "item", "tolist", "numpy"}
+_NO_GRAD_RESULT = {"size", "dim", "numel", "shape", "argmax", "argmin", "eq", "ne", "gt", "lt",
+                   "ge", "le", "long", "int", "bool", "nonzero", "sign", "round", "floor", "ceil"}
+_LOADER_WORDS = ("loader", "batches", "dataset", "data_iter", "dataloader")
+_CONFIG_ROOTS = {"args", "cfg", "config", "conf", "hparams", "hp", "opts", "flags", "FLAGS",
+                 "params", "settings", "hyperparams"}
+
+
+def combine(values: list[Value]) -> Value:
+    if not values:
+        return DATA
+    top = max(v.taint for v in values)
+    cuts = tuple(c for v in values if v.taint is Taint.CUT for c in v.cuts)
+    return Value(top, cuts if top is Taint.CUT else ())
+
+
+class Flow:
+    """Per-file flow facts, computed lazily per function."""
+
+    def __init__(self, model: FileModel) -> None:
+        self.model = model
+        self._defs: dict[int, dict[str, list[tuple[tuple[int, int], ast.AST, ast.AST]]]] = {}
+        # parameter values while evaluating a same-file helper's return value
+        self._env: list[tuple[ast.AST, dict[str, Value]]] = []
+        self._budget = 0
+
+    # -- definitions -----------------------------------------------------------------
+    def _definitions(self, scope: ast.AST) -> dict[str, list[tuple[tuple[int, int], ast.AST, ast.AST]]]:
+        """name -> [(position, defining statement, value-or-marker)], in source order."""
+        cached = self._defs.get(id(scope))
+        if cached is not None:
+            return cached
+        defs: dict[str, list[tuple[tuple[int, int], ast.AST, ast.AST]]] = defaultdict(list)
+
+        def add(target: ast.AST, stmt: ast.AST, value: ast.AST) -> None:
+            name = dotted(target)
+            if name is not None:
+                defs[name].append(((stmt.lineno, stmt.col_offset), stmt, value))  # type: ignore[attr-defined]
+            elif isinstance(target, (ast.Tuple, ast.List)):
+                if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+                    for t, v in zip(target.elts, value.elts, strict=True):
+                        add(t, stmt, v)
+                else:
+                    # `for x, y in loader`: every element comes from the same iterable
+                    inner = value if isinstance(value, _Marker) else _Marker(value, "unpack")
+                    for t in target.elts:
+                        add(t, stmt, inner)
+
+        if isinstance(scope, FUNCTION_NODES):
+            a = scope.args
+            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
+                if arg is not None:
+                    defs[arg.arg].append(((0, 0), scope, _Marker(scope, "param", arg.arg)))
+        for node in walk_local(scope):
+            if isinstance(node, ast.Assign):
+                for t in node.targets:
+                    add(t, node, node.value)
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                add(node.target, node, node.value)
+            elif isinstance(node, ast.AugAssign):
+                add(node.target, node, _Marker(node, "aug"))
+            elif isinstance(node, (ast.For, ast.AsyncFor)):
+                add(node.target, node, _Marker(node.iter, "iter"))
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    if item.optional_vars is not None:
+                        add(item.optional_vars, node, _Marker(item.context_expr, "with"))
+            elif isinstance(node, ast.NamedExpr):
+                add(node.target, node, node.value)
+        self._defs[id(scope)] = defs
+        return defs
+
+    def definition(self, name: str, at: ast.AST) -> tuple[ast.AST, ast.AST] | None:
+        """The last (statement, value) assigning ``name`` before ``at`` in its function."""
+        scope = self.model.function_of(at) or self.model.tree
+        defs = self._definitions(scope).get(name)
+        if not defs:
+            return None
+        pos = (getattr(at, "lineno", 0), getattr(at, "col_offset", 0))
+        before = [d for d in defs if d[0] < pos and not _contains(d[1], at)]
+        if not before:
+            return None
+        return before[-1][1], before[-1][2]
+
+    # -- evaluation ------------------------------------------------------------------
+    def value(self, expr: ast.AST, depth: int = 0) -> Value:
+        # Definition chains only go backwards in the file, so recursion ends; the budget
+        # bounds the work one top-level question may cost on pathological code.
+        if depth == 0:
+            self._budget = 3000
+        self._budget -= 1
+        if depth > 40 or self._budget <= 0:
+            return UNKNOWN
+        d = depth + 1
+        if isinstance(expr, _Marker):
+            return self._marker(expr, d)
+        if isinstance(expr, ast.Constant):
+            return DATA
+        if isinstance(expr, (ast.Name, ast.Attribute)) and not (
+            isinstance(expr, ast.Attribute) and expr.attr == "data"
+        ):
+            name = dotted(expr)
+            if name is not None:
+                found = self.definition(name, expr)
+                if found is not None:
+                    return self.value(found[1], d)
+                if isinstance(expr, ast.Attribute):
+                    return self._attribute(expr, d)
+                return UNKNOWN
+            if isinstance(expr, ast.Attribute):
+                return self._attribute(expr, d)
+            return UNKNOWN
+        if isinstance(expr, ast.Attribute):  # `.data`
+            inner = self.value(expr.value, d)
+            return _cut(inner, expr)
+        if isinstance(expr, ast.Call):
+            return self._call(expr, d)
+        if isinstance(expr, (ast.BinOp,)):
+            return combine([self.value(expr.left, d), self.value(expr.right, d)])
+        if isinstance(expr, ast.UnaryOp):
+            return self.value(expr.operand, d)
+        if isinstance(expr, ast.Subscript):
+            return self.value(expr.value, d)
+        if isinstance(expr, ast.IfExp):
+            return combine([self.value(expr.body, d), self.value(expr.orelse, d)])
+        if isinstance(expr, (ast.Tuple, ast.List)):
+            return combine([self.value(e, d) for e in expr.elts])
+        if isinstance(expr, ast.Starred):
+            return self.value(expr.value, d)
+        if isinstance(expr, (ast.Compare, ast.BoolOp, ast.JoinedStr)):
+            return DATA
+        return UNKNOWN
+
+    def _attribute(self, expr: ast.Attribute, d: int) -> Value:
+        if expr.attr in ("shape", "dtype", "device", "requires_grad", "grad_fn", "is_leaf"):
+            return DATA
+        root = (dotted(expr) or "").split(".")
+        if root[0] in _CONFIG_ROOTS or (root[0] == "self" and len(root) > 2 and root[1] in (
+            _CONFIG_ROOTS
+        )):
+            return DATA  # hyper-parameters: args.lr, cfg.model.dim, self.hparams.alpha
+        base = self.value(expr.value, d)
+        return base if base.taint is Taint.GRAD else UNKNOWN
+
+    def _marker(self, marker: _Marker, d: int) -> Value:
+        if marker.kind == "param":
+            for fn, env in reversed(self._env):
+                if fn is marker.node:
+                    return env.get(marker.name, UNKNOWN)
+            return UNKNOWN
+        if marker.kind == "unpack":
+            inner = self.value(marker.node, d)
+            return inner if inner.taint in (Taint.GRAD, Taint.DATA) else UNKNOWN
+        if marker.kind == "iter":
+            it = marker.node
+            text = (dotted(it) or "").lower()
+            if isinstance(it, ast.Call) and call_name(it) in ("enumerate", "tqdm", "zip", "iter"):
+                if it.args:
+                    text = (dotted(it.args[0]) or "").lower()
+                    if self.model.roles.role(it.args[0]) is Role.LOADER:
+                        return DATA
+            if isinstance(it, ast.Call) and call_name(it) == "range":
+                return DATA
+            if any(w in text for w in _LOADER_WORDS) or (
+                isinstance(it, (ast.Name, ast.Attribute))
+                and self.model.roles.role(it) is Role.LOADER
+            ):
+                return DATA
+            return UNKNOWN
+        return UNKNOWN
+
+    def _call(self, call: ast.Call, d: int) -> Value:
+        m = self.model
+        func = call.func
+        name = call_name(call)
+        qual = m.qualname(func)
+        args = [*call.args, *(k.value for k in call.keywords)]
+        if isinstance(func, ast.Attribute) and name in CUT_METHODS:
+            return _cut(self.value(func.value, d), call)
+        if qual in ("builtins.float", "builtins.int") and call.args:
+            return _cut(self.value(call.args[0], d), call)
+        if qual in ("torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.scalar_tensor",
+                    "torch.from_numpy"):
+            inner = combine([self.value(a, d) for a in call.args[:1]])
+            if inner.taint in (Taint.GRAD, Taint.CUT):
+                # the re-wrap is what silences autograd's "does not require grad" error
+                return Value(Taint.CUT, (call,))
+            return inner
+        if qual is not None and qual.startswith("builtins."):
+            return combine([self.value(a, d) for a in args]) if name in (
+                "sum", "max", "min", "abs"
+            ) else UNKNOWN
+        if self._is_model_call(func):
+            return GRAD
+        if isinstance(func, ast.Attribute):
+            if name in _NO_GRAD_RESULT:
+                # argmax & co. are not differentiable: on a model output they cut the graph
+                return _cut(self.value(func.value, d), call)
+            if qual is not None and (qual.startswith("torch.") or qual.startswith("numpy")):
+                return combine([self.value(a, d) for a in args])
+            recv = self.value(func.value, d)
+            if recv.taint is Taint.GRAD:
+                return GRAD
+            if recv.taint in (Taint.CUT, Taint.DATA) and name not in ("forward", "__call__"):
+                return combine([recv, *[self.value(a, d) for a in args]])
+            return UNKNOWN
+        if qual is not None and qual.startswith("torch."):
+            return combine([self.value(a, d) for a in args])
+        role = m.roles.role(func)
+        if role is Role.CRITERION:
+            return combine([self.value(a, d) for a in args])
+        target = m.resolve_call(call)
+        if target is not None:
+            return self._helper(call, target, d)
+        return UNKNOWN
+
+    def _helper(self, call: ast.Call, fn: ast.AST, d: int) -> Value:
+        """Evaluate a same-file helper's return value with its arguments bound; a cut
+        inside the helper is reported at this call (SPEC §7)."""
+        if any(f is fn for f, _ in self._env) or len(self._env) >= 3:
+            return UNKNOWN
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return UNKNOWN
+        params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+        if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
+            params = params[1:]
+        env: dict[str, Value] = {}
+        a = fn.args
+        positional = [*a.posonlyargs, *a.args]
+        for arg_node, default in zip(positional[len(positional) - len(a.defaults):], a.defaults,
+                                     strict=True):
+            if isinstance(default, ast.Constant):
+                env[arg_node.arg] = DATA
+        for pname, arg in zip(params, call.args, strict=False):
+            env[pname] = self.value(arg, d)
+        for kw in call.keywords:
+            if kw.arg is not None:
+                env[kw.arg] = self.value(kw.value, d)
+        returns = [n.value for n in walk_local(fn) if isinstance(n, ast.Return) and n.value]
+        if not returns:
+            return UNKNOWN
+        self._env.append((fn, env))
+        try:
+            result = combine([self.value(r, d) for r in returns])
+        finally:
+            self._env.pop()
+        if result.taint is Taint.CUT:
+            return Value(Taint.CUT, (call,))
+        return result
+
+    def terms(self, expr: ast.AST, depth: int = 0) -> list[ast.AST]:
+        """Additive terms of a loss: ``a + w * b - c`` -> [a, b, c] (scaling by data
+        kept out), following names to their definitions."""
+        if depth > 6:
+            return [expr]
+        if isinstance(expr, ast.BinOp):
+            if isinstance(expr.op, (ast.Add, ast.Sub)):
+                return self.terms(expr.left, depth + 1) + self.terms(expr.right, depth + 1)
+            if isinstance(expr.op, (ast.Mult, ast.Div)):
+                left, right = self.value(expr.left), self.value(expr.right)
+                if right.taint is Taint.DATA:
+                    return self.terms(expr.left, depth + 1)
+                if left.taint is Taint.DATA and isinstance(expr.op, ast.Mult):
+                    return self.terms(expr.right, depth + 1)
+            return [expr]
+        if isinstance(expr, ast.Name):
+            found = self.definition(expr.id, expr)
+            if found is not None and isinstance(found[1], ast.BinOp):
+                return self.terms(found[1], depth + 1)
+        return [expr]
+
+    def _is_model_call(self, func: ast.AST) -> bool:
+        if isinstance(func, ast.Name) and func.id == "self":
+            cls = self.model.roles._class_of_method(func)
+            return cls is not None and self.model.roles.is_module_class(cls)
+        if isinstance(func, (ast.Name, ast.Attribute)):
+            return self.model.roles.role(func) is Role.MODEL
+        return False
+
+
+class _Marker(ast.AST):
+    """Stands for a value defined by something other than an expression."""
+
+    def __init__(self, node: ast.AST, kind: str, name: str = "") -> None:
+        super().__init__()
+        self.node = node
+        self.kind = kind
+        self.name = name
+
+
+def _cut(inner: Value, node: ast.AST) -> Value:
+    if inner.taint is Taint.GRAD:
+        return Value(Taint.CUT, (node,))
+    return inner
+
+
+def _contains(stmt: ast.AST, node: ast.AST) -> bool:
+    if stmt is node:
+        return True
+    if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.If,
+                         ast.Try, *FUNCTION_NODES)):
+        return False  # compound statements define names, they do not "contain" the use
+    return any(sub is node for sub in ast.walk(stmt))

@@ -1,0 +1,399 @@
+"""Roles of names: which locals, globals and ``self.x`` attributes are optimizers,
+schedulers, models, criteria, grad scalers, data loaders and samplers.
+
+Roles come from resolved constructors (``torch.optim.AdamW(...)`` however imported),
+from values returned by same-file factories (through tuple unpacking), from
+``accelerator.prepare``-style pass-through calls, and from ``X.parameters()`` feeding
+an optimizer (so X is a model). A name bound to things of different roles has no
+role. A receiver with no binding at all falls back to its spelling
+(``optimizer``, ``opt_g``, ``lr_scheduler``) only where rules ask for that.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from trainlint.analysis.model import call_name, dotted
+
+if TYPE_CHECKING:
+    from trainlint.analysis.model import FileModel
+
+
+class Role(Enum):
+    OPTIMIZER = "optimizer"
+    SCHEDULER = "scheduler"
+    MODEL = "model"
+    CRITERION = "criterion"
+    SCALER = "scaler"
+    LOADER = "loader"
+    SAMPLER = "sampler"
+
+
+@dataclass(frozen=True)
+class Binding:
+    role: Role
+    qualname: str | None  # the constructor, when known
+    call: ast.Call | None  # the construction
+    node: ast.AST  # the binding statement
+
+
+Key = tuple[object, ...]
+
+_MODULE_BASES = {
+    "torch.nn.Module",
+    "pytorch_lightning.LightningModule",
+    "pytorch_lightning.core.LightningModule",
+    "lightning.LightningModule",
+    "lightning.pytorch.LightningModule",
+    "transformers.PreTrainedModel",
+}
+_OPTIMIZER_BASES = {"torch.optim.Optimizer", "torch.optim.optimizer.Optimizer"}
+_SCHEDULER_BASES = {
+    "torch.optim.lr_scheduler.LRScheduler",
+    "torch.optim.lr_scheduler._LRScheduler",
+    "torch.optim.lr_scheduler.LambdaLR",
+}
+_SCALERS = {
+    "torch.cuda.amp.GradScaler",
+    "torch.amp.GradScaler",
+    "torch.GradScaler",
+    "torch.cpu.amp.GradScaler",
+}
+# Calls that return their (first) argument's object, or a wrapper sharing its parameters.
+_PASS_THROUGH_METHODS = {
+    "to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval",
+    "requires_grad_", "share_memory", "apply", "type", "xpu", "mps",
+}
+_PASS_THROUGH_FUNCS = {
+    "torch.compile",
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.DataParallel",
+    "torch.jit.script",
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+}
+_PREPARE_METHODS = {"prepare", "setup", "initialize", "setup_module", "setup_optimizers"}
+_OPT_NAME = re.compile(r"(optim|^opt$|^opt_|_opt$|^opt[A-Z0-9]|^opt[gd]$)", re.IGNORECASE)
+_SCHED_NAME = re.compile(r"sched", re.IGNORECASE)
+
+
+def name_role(expr: ast.AST) -> Role | None:
+    """Role suggested by spelling alone (``optimizer``, ``opt_d``, ``lr_scheduler``)."""
+    name = dotted(expr)
+    if name is None:
+        return None
+    last = name.rsplit(".", 1)[-1]
+    if _SCHED_NAME.search(last):
+        return Role.SCHEDULER
+    if _OPT_NAME.search(last) and "option" not in last.lower():
+        return Role.OPTIMIZER
+    if "scaler" in last.lower():
+        return Role.SCALER
+    return None
+
+
+class Roles:
+    """Role bindings of one file, computed once on first use."""
+
+    def __init__(self, model: FileModel) -> None:
+        self.model = model
+        self.bindings: dict[Key, list[Binding]] = {}
+        self._returns: dict[int, list[list[Binding | None]]] = {}
+        self._in_progress: set[int] = set()
+        self._module_classes: dict[int, Role | None] = {}
+        self._not_torch: set[Key] = set()
+        # Bindings flow through names, attributes and factory returns in any order:
+        # iterate to a fixpoint (a few passes suffice for real files).
+        self._next: dict[Key, list[Binding]] = {}
+        previous: object = None
+        for _ in range(4):
+            self._next = {}
+            self._returns = {}
+            for node in model.assignments:
+                self._bind_assignment(node)
+            for w in model.withs:
+                for item in w.items:
+                    if item.optional_vars is not None:
+                        self._bind_target(item.optional_vars, item.context_expr, w)
+            self.bindings = self._next
+            self._bind_parameter_owners()
+            summary = {k: tuple(b.role for b in v) for k, v in self.bindings.items()}
+            if summary == previous:
+                break
+            previous = summary
+
+    # -- keys ------------------------------------------------------------------------
+    def key(self, expr: ast.AST) -> Key | None:
+        m = self.model
+        if isinstance(expr, ast.Name):
+            for scope in m.scopes_of(expr):
+                if isinstance(scope, ast.ClassDef):
+                    continue
+                b = m.imports._scopes.get(id(scope))
+                if scope is m.tree or (b is not None and expr.id in b.others):
+                    if b is not None and expr.id in b.globals:
+                        return ("name", id(m.tree), expr.id)
+                    return ("name", id(scope), expr.id)
+            return ("name", id(m.tree), expr.id)
+        if isinstance(expr, ast.Attribute):
+            base = expr.value
+            if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+                cls = self._class_of_method(expr)
+                if cls is not None:
+                    return ("attr", id(cls), expr.attr)
+            name = dotted(expr)
+            if name is not None:
+                return ("dotted", name)
+        return None
+
+    def _class_of_method(self, node: ast.AST) -> ast.ClassDef | None:
+        fn = self.model.function_of(node)
+        while fn is not None:
+            cls = self.model.class_of(fn)
+            if cls is not None:
+                return cls
+            parent = self.model.parent_of(fn)
+            fn = self.model.function_of(parent) if parent is not None else None
+        return None
+
+    # -- queries ---------------------------------------------------------------------
+    def lookup(self, expr: ast.AST) -> Binding | None:
+        """The single consistent role binding of ``expr``, or None."""
+        key = self.key(expr)
+        found = self.bindings.get(key) if key is not None else None
+        if not found and isinstance(expr, ast.Attribute) and key and key[0] == "attr":
+            # inherited attribute: look in same-file base classes
+            cls = self._class_of_method(expr)
+            seen: set[int] = set()
+            while cls is not None and not found and id(cls) not in seen:
+                seen.add(id(cls))
+                cls = self.model._local_base(cls)
+                if cls is not None:
+                    found = self.bindings.get(("attr", id(cls), expr.attr))
+        if not found:
+            return None
+        roles = {b.role for b in found}
+        if len(roles) != 1:
+            return None
+        return found[-1]
+
+    def role(self, expr: ast.AST, *, by_name: bool = False) -> Role | None:
+        b = self.lookup(expr)
+        if b is not None:
+            return b.role
+        if expr is not None and isinstance(expr, ast.Call):
+            classified = self.classify(expr)
+            if len(classified) == 1 and classified[0] is not None:
+                return classified[0].role
+        if by_name and self.model.imports_training_library:
+            key = self.key(expr) if expr is not None else None
+            if key is not None and key in self._not_torch:
+                return None  # built by a shadowed `torch.optim...`: spelling is no evidence
+            return name_role(expr)
+        return None
+
+    def all_of(self, role: Role) -> list[tuple[Key, Binding]]:
+        return [(k, b) for k, bs in self.bindings.items() for b in bs if b.role is role]
+
+    # -- binding -------------------------------------------------------------------------
+    def _add(self, target: ast.AST, binding: Binding | None, stmt: ast.AST) -> None:
+        key = self.key(target)
+        if key is None:
+            return
+        lst = self._next.setdefault(key, [])
+        if binding is not None:
+            lst.append(binding)
+
+    def _bind_assignment(self, node: ast.AST) -> None:
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                self._bind_target(t, node.value, node)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            self._bind_target(node.target, node.value, node)
+
+    def _bind_target(self, target: ast.AST, value: ast.AST, stmt: ast.AST) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            values = self.classify_many(value, len(target.elts))
+            for t, b in zip(target.elts, values, strict=False):
+                if isinstance(t, (ast.Name, ast.Attribute)):
+                    self._add(t, b, stmt)
+            return
+        if isinstance(target, (ast.Name, ast.Attribute)):
+            found = self.classify(value)
+            self._add(target, found[0] if len(found) == 1 else None, stmt)
+            if (found == [None] and isinstance(value, ast.Call)
+                    and (dotted(value.func) or "").split(".")[0] in ("torch", "optim", "nn")):
+                key = self.key(target)
+                if key is not None:
+                    self._not_torch.add(key)
+
+    def classify_many(self, value: ast.AST, n: int) -> list[Binding | None]:
+        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == n:
+            return [self._single(v) for v in value.elts]
+        found = self.classify(value)
+        if len(found) == n:
+            return found
+        return [None] * n
+
+    def _single(self, value: ast.AST) -> Binding | None:
+        found = self.classify(value)
+        return found[0] if len(found) == 1 else None
+
+    def classify(self, value: ast.AST) -> list[Binding | None]:
+        """Roles of the object(s) an expression evaluates to (a list for tuples)."""
+        m = self.model
+        if isinstance(value, (ast.Name, ast.Attribute)):
+            b = self.lookup(value)
+            return [b] if b is not None else [None]
+        if isinstance(value, (ast.Tuple, ast.List)):
+            return [self._single(v) for v in value.elts]
+        if not isinstance(value, ast.Call):
+            return [None]
+        call = value
+        qual = m.qualname(call.func)
+        stmt: ast.AST = call
+        if qual is not None:
+            role = self._role_of_constructor(qual)
+            if role is not None:
+                return [Binding(role, qual, call, stmt)]
+            if qual in _PASS_THROUGH_FUNCS and call.args:
+                return [self._single(call.args[0])]
+        name = call_name(call)
+        func = call.func
+        if isinstance(func, ast.Attribute):
+            if name in _PASS_THROUGH_METHODS:
+                inner = self._single(func.value)
+                if inner is not None and inner.role is Role.MODEL:
+                    return [inner]
+            if name in _PREPARE_METHODS and call.args:
+                outs = [self._single(a) for a in call.args]
+                return outs
+            if name == "optimizers" and isinstance(func.value, ast.Name) and func.value.id == "self":
+                return [Binding(Role.OPTIMIZER, None, call, stmt)]
+            if name == "from_pretrained":
+                return [Binding(Role.MODEL, qual, call, stmt)]
+        local_cls = self._local_class(call.func)
+        if local_cls is not None:
+            role = self._class_role(local_cls)
+            return [Binding(role, local_cls.name, call, stmt) if role else None]
+        target = m.resolve_call(call)
+        if target is not None:
+            return self._returned(target)
+        return [None]
+
+    def _role_of_constructor(self, qual: str) -> Role | None:
+        parts = qual.split(".")
+        last = parts[-1]
+        if qual.startswith("torch.optim.lr_scheduler.") and last[:1].isupper():
+            return Role.SCHEDULER
+        if qual.startswith("torch.optim.") and last[:1].isupper() and last != "Optimizer":
+            return Role.OPTIMIZER
+        if qual.startswith("transformers") and re.match(r"get_\w*schedule", last):
+            return Role.SCHEDULER
+        if qual.startswith("transformers") and last in ("AdamW", "Adafactor"):
+            return Role.OPTIMIZER
+        if re.search(r"(^|\.)(optim|optimizers)\.[A-Z]", qual) and "lr_scheduler" not in qual:
+            return Role.OPTIMIZER
+        if qual.startswith("timm.optim.create_optimizer"):
+            return Role.OPTIMIZER
+        if qual in _SCALERS:
+            return Role.SCALER
+        if qual == "torch.utils.data.DataLoader":
+            return Role.LOADER
+        if qual == "torch.utils.data.DistributedSampler":
+            return Role.SAMPLER
+        if qual.startswith("torch.nn.") and len(parts) == 3 and last[:1].isupper():
+            if last.endswith("Loss"):
+                return Role.CRITERION
+            if last not in ("Parameter", "ParameterList", "ParameterDict", "Module"):
+                return Role.MODEL
+        if qual.startswith("torchvision.models.") and last[:1].islower():
+            return Role.MODEL
+        if qual in ("timm.create_model",):
+            return Role.MODEL
+        return None
+
+    def _local_class(self, func: ast.AST) -> ast.ClassDef | None:
+        if isinstance(func, ast.Name):
+            cls = self.model.class_named(func.id)
+            if cls is not None and self.model.qualname(func) is None:
+                return cls
+        return None
+
+    def _class_role(self, cls: ast.ClassDef) -> Role | None:
+        cached = self._module_classes.get(id(cls), ...)
+        if cached is not ...:
+            return cached  # type: ignore[return-value]
+        self._module_classes[id(cls)] = None  # cycle guard
+        role: Role | None = None
+        for base in cls.bases:
+            q = self.model.qualname(base)
+            if q in _MODULE_BASES:
+                role = Role.MODEL
+            elif q in _OPTIMIZER_BASES:
+                role = Role.OPTIMIZER
+            elif q in _SCHEDULER_BASES or (q or "").startswith("torch.optim.lr_scheduler."):
+                role = Role.SCHEDULER
+            elif isinstance(base, ast.Name):
+                local = self.model.class_named(base.id)
+                if local is not None:
+                    role = self._class_role(local)
+            if role is not None:
+                break
+        self._module_classes[id(cls)] = role
+        return role
+
+    def is_module_class(self, cls: ast.ClassDef) -> bool:
+        return self._class_role(cls) is Role.MODEL
+
+    def _returned(self, fn: ast.AST) -> list[Binding | None]:
+        if id(fn) in self._returns:
+            out = self._returns[id(fn)]
+            return out[0] if len(out) == 1 else [None]
+        if id(fn) in self._in_progress:
+            return [None]
+        self._in_progress.add(id(fn))
+        results: list[list[Binding | None]] = []
+        from trainlint.analysis.model import walk_local
+
+        for node in walk_local(fn):
+            if isinstance(node, ast.Return) and node.value is not None:
+                results.append(self.classify(node.value))
+        self._in_progress.discard(id(fn))
+        # Only a single consistent return shape counts.
+        shapes = {tuple(b.role if b else None for b in r) for r in results}
+        self._returns[id(fn)] = results if len(shapes) == 1 else []
+        if len(shapes) != 1:
+            return [None]
+        return results[-1]
+
+    def _bind_parameter_owners(self) -> None:
+        """``SGD(model.parameters())``: whatever feeds an optimizer is a model."""
+        for _, b in self.all_of(Role.OPTIMIZER):
+            if b.call is None:
+                continue
+            for owner in parameter_owners(b.call):
+                key = self.key(owner)
+                if key is None:
+                    continue
+                existing = self.bindings.get(key)
+                if not existing:
+                    self.bindings[key] = [Binding(Role.MODEL, None, None, b.node)]
+
+
+def parameter_owners(call: ast.Call) -> list[ast.expr]:
+    """``X`` for each ``X.parameters()``/``X.named_parameters()`` inside the call's args."""
+    out: list[ast.expr] = []
+    for arg in [*call.args, *(k.value for k in call.keywords)]:
+        for sub in ast.walk(arg):
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and sub.func.attr in ("parameters", "named_parameters")
+            ):
+                out.append(sub.func.value)
+    return out

@@ -1,0 +1,46 @@
+"""Small helpers shared by rules that reason over step-loop paths."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from trainlint.analysis.model import FileModel
+from trainlint.analysis.steps import Event, Kind, Path, StepLoop
+
+
+def precise_step_loops(model: FileModel) -> Iterator[StepLoop]:
+    """Step loops whose paths were enumerated completely (rules stay silent otherwise)."""
+    for sl in model.steps.step_loops:
+        if sl.precise:
+            yield sl
+
+
+def own(path: Path) -> list[Event]:
+    """Events of the analysed iteration itself (nested loops' events included: they run
+    inside this iteration)."""
+    return list(path)
+
+
+def index_of(path: Path, event: Event) -> int:
+    for i, e in enumerate(path):
+        if e is event:
+            return i
+    return -1
+
+
+def between(path: Path, start: int, end: int, *kinds: Kind) -> bool:
+    return any(e.kind in kinds for e in path[start + 1 : end])
+
+
+class Reported:
+    """Deduplicates report anchors across paths and loops."""
+
+    def __init__(self) -> None:
+        self._seen: set[int] = set()
+
+    def first(self, node: ast.AST) -> bool:
+        if id(node) in self._seen:
+            return False
+        self._seen.add(id(node))
+        return True
