@@ -727,7 +727,9 @@ scheduler = LambdaLR(optimizer, lr_lambda)
                     start = call.args[1]
                 if isinstance(start, ast.Constant) and _num(start.value) and start.value == 0:
                     yield self.report(
-                        call, "`LinearLR(start_factor=0)`: the first update uses LR 0"
+                        call,
+                        "`LinearLR(start_factor=0)`: LR 0 on the first update (torch >= 2.0 "
+                        "rejects it with ValueError; older versions train the first step at LR 0)",
                     )
             elif qual.startswith("transformers") and _WARMUP_FACTORIES.match(cls):
                 warm = keyword(call, "num_warmup_steps")
