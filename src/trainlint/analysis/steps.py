@@ -13,19 +13,29 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from trainlint.analysis.model import FUNCTION_NODES, LOOP_NODES, call_name, dotted, walk_local
+from trainlint.analysis.model import (
+    FUNCTION_NODES,
+    LOOP_NODES,
+    call_name,
+    dotted,
+    keyword,
+    walk_local,
+)
 from trainlint.analysis.roles import Role
 
 if TYPE_CHECKING:
     from trainlint.analysis.model import FileModel, FunctionNode
 
 Loop = ast.For | ast.AsyncFor | ast.While
+#: A file without any of these words has no step loop: rules that only look inside
+#: training steps use them as their pre-filter triggers.
+STEP_LOOP_TRIGGERS = ("backward", "step(", "optimizer_step", ".grad")
 MAX_PATHS = 256
 MAX_INLINE_DEPTH = 4
 STEP_FUNCTION_NAMES = re.compile(
@@ -45,6 +55,8 @@ class Kind(Enum):
     SCHED = "scheduler step"
     UNSCALE = "unscale"
     UPDATE = "scaler update"
+    EVAL = "model.eval()"
+    TRAIN = "model.train()"
 
 
 @dataclass(frozen=True, eq=False)
@@ -174,7 +186,8 @@ def is_counter_guard(test: ast.AST) -> bool:
 
 
 _LOG_WORDS = re.compile(r"log|print|verbose|display|report|debug|wandb|tensorboard|writer|"
-                        r"is_main|main_process|rank\s*==\s*0|master", re.IGNORECASE)
+                        r"is_main|main_process|master|profil|timing|benchmark|monitor",
+                        re.IGNORECASE)
 
 
 def _is_logging_guard(test: ast.AST) -> bool:
@@ -249,6 +262,16 @@ class StepModel:
                 return None
             if name == "optimizer_step" and node.args:
                 return Event(Kind.STEP, node, dotted(node.args[0]) or "<expr>")
+            if name in ("eval", "train") and isinstance(func, ast.Attribute) and self._is_model(
+                func.value
+            ):
+                mode_arg = node.args[0] if node.args else keyword(node, "mode")
+                training = name == "train" and not (
+                    isinstance(mode_arg, ast.Constant) and mode_arg.value is False
+                )
+                if name == "eval" and (node.args or node.keywords):
+                    return None
+                return Event(Kind.TRAIN if training else Kind.EVAL, node, dotted(func.value))
             if name == "unscale_":
                 return Event(Kind.UNSCALE, node, dotted(node.args[0]) if node.args else None)
             if name == "update" and isinstance(func, ast.Attribute) and (
@@ -285,6 +308,24 @@ class StepModel:
         ):
             return Event(Kind.ZERO, node, None)
         return None
+
+    def _is_model(self, expr: ast.AST) -> bool:
+        """Receivers of `.train()`/`.eval()` that are modules (not `trainer.train()`)."""
+        if self.roles.role(expr) is Role.MODEL:
+            return True
+        name = dotted(expr)
+        if name is None:
+            return False
+        if name == "self":
+            cls = self.roles._class_of_method(expr)
+            return cls is not None and self.roles.is_module_class(cls)
+        last = name.rsplit(".", 1)[-1].lower()
+        if any(w in last for w in ("trainer", "engine", "runner", "learner", "loop")):
+            return False
+        return self.model.imports_training_library and any(
+            w in last for w in ("model", "net", "encoder", "decoder", "backbone", "module",
+                                "generator", "discriminator", "policy", "critic", "actor")
+        )
 
     def _grad_attribute(self, node: ast.Attribute) -> Event | None:
         if not isinstance(node.ctx, ast.Load):
@@ -348,6 +389,8 @@ class StepModel:
         """Loops whose own iteration (not a nested loop's) backpropagates or steps, plus
         step functions (``train_step`` & co.) that no loop in this file calls."""
         out: list[StepLoop] = []
+        if not self.model.imports_training_library:
+            return out  # `job.backward()` in a file that never imports torch is not training
         for loop in self.model.loops:
             paths, precise = self.loop_paths(loop)
             own = [e for p in paths for e in p if e.depth == 0]
@@ -413,6 +456,59 @@ class StepModel:
             if self._has_own_step(called[i - 1]):
                 return chain[i]
         return chain[0]
+
+    def per_step(
+        self, node: ast.AST, limits: Callable[[ast.If], bool] | None = None
+    ) -> tuple[StepLoop, ast.AST] | None:
+        """If ``node`` runs on every iteration of a step loop, (that loop, report anchor).
+
+        Every iteration means: in the loop body (nested plain loops included) or in
+        same-file helpers called from it, not in an ``except`` handler, and not under an
+        ``if`` for which ``limits`` says "this gates it" (default: rate-limit guards).
+        """
+        limits = limits or (lambda g: is_counter_guard(g.test) or _is_logging_guard(g.test))
+        for ctx in self.model.loop_contexts(node):
+            chain: list[ast.AST] = [node, *[n for n in ctx if isinstance(n, ast.Call)]]
+            loops = [n for n in ctx if isinstance(n, LOOP_NODES)]
+            step_loop = None
+            for lp in loops:
+                sl = self.step_loop_of(lp)
+                if sl is not None:
+                    step_loop = sl
+                    break
+                if id(lp) in {id(e) for e in self.epoch_loops}:
+                    break  # runs per epoch, not per step
+            if step_loop is None:
+                continue
+            if self._gated(chain, step_loop.node, limits):
+                continue
+            return step_loop, self._anchor_chain(chain)
+        # a step function that no loop in this file calls: its body is one step
+        fn = self.model.function_of(node)
+        if fn is not None:
+            sl = self.step_loop_of(fn)
+            if sl is not None and not self._gated([node], fn, limits):
+                return sl, node
+        return None
+
+    def _gated(self, chain: list[ast.AST], loop: ast.AST, limits: Callable[[ast.If], bool]) -> bool:
+        for item in chain:
+            for anc in self.model.ancestors(item):
+                if anc is loop or isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+                    break
+                if isinstance(anc, ast.If) and limits(anc):
+                    return True
+                if isinstance(anc, ast.ExceptHandler):
+                    return True
+        return False
+
+    def _anchor_chain(self, chain: list[ast.AST]) -> ast.AST:
+        """``chain`` is [node, innermost call site, ..., call site in the loop body]."""
+        sites = [c for c in chain[1:] if isinstance(c, ast.Call)]
+        if not sites:
+            return chain[0]
+        ev = Event(Kind.READ, chain[0], chain=tuple(reversed(sites)))  # outermost first
+        return self.anchor(ev)
 
     def _has_own_step(self, fn: ast.AST | None) -> bool:
         if fn is None:

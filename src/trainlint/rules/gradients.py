@@ -5,14 +5,21 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.flow import Taint
+from trainlint.analysis.flow import Taint, grad_enabled_at
 from trainlint.analysis.model import FileModel, call_name, dotted, walk_local
 from trainlint.analysis.roles import Role, parameter_owners
-from trainlint.analysis.steps import Event, Kind, StepLoop, backward_calls, backward_value
+from trainlint.analysis.steps import (
+    STEP_LOOP_TRIGGERS,
+    Event,
+    Kind,
+    StepLoop,
+    backward_calls,
+    backward_value,
+)
 from trainlint.rules._paths import Reported, precise_step_loops
 from trainlint.rules.base import Invalid, Report, Rule
 
-TRAINING_TRIGGERS = ("backward", ".step(", "zero_grad", "optimizer_step")
+TRAINING_TRIGGERS = STEP_LOOP_TRIGGERS
 
 
 def _single_optimizer(loop: StepLoop) -> bool:
@@ -629,51 +636,6 @@ def train(model, loader, accelerator):
                     node = model.steps.anchor(step)
                     if seen.first(node):
                         yield self.report(node)
-
-
-_NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
-            "torch.autograd.inference_mode"}
-_ENABLE_GRAD = {"torch.enable_grad", "torch.autograd.enable_grad"}
-_SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"}
-
-
-def grad_mode_of(model: FileModel, expr: ast.AST) -> bool | None:
-    """False for a no-grad context/decorator expression, True for enable-grad, else None."""
-    target = expr.func if isinstance(expr, ast.Call) else expr
-    qual = model.qualname(target)
-    if qual in _NO_GRAD:
-        if isinstance(expr, ast.Call) and qual.endswith("inference_mode") and expr.args and (
-            isinstance(expr.args[0], ast.Constant) and expr.args[0].value is False
-        ):
-            return True
-        return False
-    if qual in _ENABLE_GRAD:
-        return True
-    if qual in _SET_GRAD and isinstance(expr, ast.Call) and expr.args:
-        arg = expr.args[0]
-        if isinstance(arg, ast.Constant) and isinstance(arg.value, bool):
-            return arg.value
-    return None
-
-
-def grad_enabled_at(model: FileModel, node: ast.AST) -> tuple[bool, ast.AST | None]:
-    """Is grad mode on at ``node``, judging by enclosing `with` blocks and decorators
-    within its function? Returns (enabled, the disabling context or decorator)."""
-    for anc in model.ancestors(node):
-        if isinstance(anc, (ast.With, ast.AsyncWith)):
-            for item in reversed(anc.items):
-                mode = grad_mode_of(model, item.context_expr)
-                if mode is not None:
-                    return mode, item.context_expr if mode is False else None
-        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for dec in anc.decorator_list:
-                mode = grad_mode_of(model, dec)
-                if mode is not None:
-                    return mode, dec if mode is False else None
-            return True, None
-        if isinstance(anc, (ast.Lambda, ast.ClassDef)):
-            return True, None
-    return True, None
 
 
 class BackwardUnderNoGrad(Rule):

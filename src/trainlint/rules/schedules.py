@@ -728,8 +728,8 @@ scheduler = LambdaLR(optimizer, lr_lambda)
                 if isinstance(start, ast.Constant) and _num(start.value) and start.value == 0:
                     yield self.report(
                         call,
-                        "`LinearLR(start_factor=0)`: LR 0 on the first update (torch >= 2.0 "
-                        "rejects it with ValueError; older versions train the first step at LR 0)",
+                        "`LinearLR(start_factor=0)`: a zero LR factor (current torch rejects it "
+                        "with a ValueError at construction; older versions train at LR 0)",
                     )
             elif qual.startswith("transformers") and _WARMUP_FACTORIES.match(cls):
                 warm = keyword(call, "num_warmup_steps")
