@@ -54,6 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--statistics", action="store_true", help="print counts per rule instead")
     out.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")
     out.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
+    fixes = check.add_argument_group("fixes")
+    fixes.add_argument("--fix", action="store_true",
+                       help="apply safe fixes in place (atomically), then report what is left")
+    fixes.add_argument("--unsafe-fixes", action="store_true",
+                       help="also apply (with --fix/--diff) fixes marked unsafe")
+    fixes.add_argument("--diff", action="store_true",
+                       help="print the fixes as a unified diff and write nothing")
     out.add_argument("--timings", action="store_true",
                      help="print the time spent in each rule (to stderr)")
     files = check.add_argument_group("files")
@@ -106,7 +113,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from trainlint.api import all_rules
     from trainlint.discovery import DiscoveryError, discover
     from trainlint.reporting import builtin_formats
-    from trainlint.runner import run
+    from trainlint.runner import FixMode, run
 
     paths = [Path(p) for p in (args.paths or ["."])]
     settings = _load_settings(args, paths)
@@ -127,7 +134,20 @@ def cmd_check(args: argparse.Namespace) -> int:
         files = list(discover(paths, settings))
     except DiscoveryError as exc:
         raise ConfigError(str(exc)) from None
-    result = run(files, selection, settings, jobs=args.jobs or settings.jobs, timings=args.timings)
+    fix = FixMode(write=args.fix and not args.diff, diff=args.diff, unsafe=args.unsafe_fixes)
+    result = run(files, selection, settings, jobs=args.jobs or settings.jobs, timings=args.timings,
+                 fix=fix if fix.active else None)
+    if args.diff:
+        for diff in result.diffs:
+            sys.stdout.write(diff)
+        if not args.quiet:
+            print(f"Would fix {result.fixed} finding{'s' if result.fixed != 1 else ''}.",
+                  file=sys.stderr)
+        for err in result.errors:
+            print(f"trainlint: error: {err}", file=sys.stderr)
+        if result.errors:
+            return 2
+        return 1 if result.diffs and not args.exit_zero else 0
     fmt = args.output_format or ("full" if args.show_source else "concise")
     formats = builtin_formats()
     from trainlint.plugins.manager import load_formats
@@ -141,9 +161,21 @@ def cmd_check(args: argparse.Namespace) -> int:
         sys.stdout.write(formats[fmt](result.findings, rules))
         if fmt in ("concise", "full") and not args.quiet:
             n = len(result.findings)
+            if result.fixed:
+                print(f"Fixed {result.fixed} finding{'s' if result.fixed != 1 else ''}.")
             if n:
                 print(f"Found {n} finding{'s' if n != 1 else ''} in {result.files} "
                       f"file{'s' if result.files != 1 else ''}.")
+                safe = sum(1 for f in result.findings
+                           if f.fix is not None and f.fix.applicability == "safe")
+                unsafe = sum(1 for f in result.findings
+                             if f.fix is not None and f.fix.applicability == "unsafe")
+                if safe or (unsafe and args.unsafe_fixes):
+                    k = safe + (unsafe if args.unsafe_fixes else 0)
+                    flag = "--fix --unsafe-fixes" if args.unsafe_fixes and unsafe else "--fix"
+                    print(f"[*] {k} fixable with `{flag}`.")
+                if unsafe and not args.unsafe_fixes:
+                    print(f"({unsafe} more fixable with `--fix --unsafe-fixes`.)")
             else:
                 print(f"All checks passed ({result.files} file{'s' if result.files != 1 else ''}).")
     for err in result.errors:

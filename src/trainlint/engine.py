@@ -47,6 +47,8 @@ class FileResult:
     errors: list[InternalError] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     parsed: bool = False
+    fixed: int = 0
+    diff: str = ""
 
 
 def _codes(text: str | None) -> list[str]:

@@ -7,9 +7,17 @@ span (comments, formatting, line endings, encoding, BOM) is preserved byte for b
 from __future__ import annotations
 
 import ast
+import codecs
+import contextlib
+import difflib
+import os
+import stat
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainlint.findings import Edit
+from trainlint.findings import Edit, Finding
 
 if TYPE_CHECKING:
     from trainlint.analysis.model import FileModel
@@ -108,3 +116,82 @@ def apply_edits(text: str, edits: list[Edit]) -> tuple[str, int]:
     for start, end, content in reversed(chosen):
         out = out[:start] + content + out[end:]
     return out, len(chosen)
+
+
+# -- applying fixes to files ---------------------------------------------------------------
+
+MAX_FIX_PASSES = 10
+
+
+def selected_edits(findings: list[Finding], unsafe: bool) -> list[Edit]:
+    return [
+        e
+        for f in findings
+        if f.fix is not None and (f.fix.applicability == "safe" or unsafe)
+        for e in f.fix.edits
+    ]
+
+
+def fix_text(
+    text: str, lint: Callable[[str], list[Finding]], unsafe: bool
+) -> tuple[str, int, list[Finding]]:
+    """Apply fixes until none apply (overlapping ones wait for the next pass).
+
+    Returns (fixed text, number of fixes applied, findings left on the fixed text).
+    """
+    applied = 0
+    findings = lint(text)
+    for _ in range(MAX_FIX_PASSES):
+        fixable = [f for f in findings if f.fix is not None and (
+            f.fix.applicability == "safe" or unsafe)]
+        if not fixable:
+            break
+        new_text, n = apply_edits(text, selected_edits(fixable, unsafe))
+        if n == 0 or new_text == text:
+            break
+        try:
+            ast.parse(new_text)
+        except (SyntaxError, ValueError):
+            break  # never write a fix that breaks the file: keep the last good text
+        text = new_text
+        applied += n
+        findings = lint(text)
+    return text, applied, findings
+
+
+def encode_like(text: str, original: bytes, encoding: str) -> bytes:
+    """Encode fixed text as the original was: same codec, same BOM."""
+    data = text.encode(encoding)
+    if original.startswith(codecs.BOM_UTF8) and not data.startswith(codecs.BOM_UTF8):
+        data = codecs.BOM_UTF8 + data
+    return data
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write via a temp file in the same directory and rename: readers never see a
+    half-written file; the original's permission bits are kept."""
+    mode = None
+    with contextlib.suppress(OSError):
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".trainlint-tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def unified_diff(path: str, before: str, after: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(keepends=True), after.splitlines(keepends=True),
+            fromfile=f"a/{path}", tofile=f"b/{path}",
+        )
+    )

@@ -110,3 +110,84 @@ def lint_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str]
     result = linter.lint_bytes(text.encode("utf-8"), path, ignored=ignored, text=text)
     result.findings = remap(result.findings, cells)
     return result
+
+
+def _cell_sources(nb: dict[str, Any]) -> dict[int, str]:
+    return {
+        number: cell_source(cell)
+        for number, cell in enumerate(nb.get("cells", []), 1)
+        if isinstance(cell, dict) and cell.get("cell_type") == "code"
+    }
+
+
+def fix_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str],
+                 file_path: Any, mode: Any) -> FileResult:
+    """Fix code cells in place: edits map to (cell, line) since fixes never add lines;
+    only changed cells are rewritten, outputs and metadata are kept."""
+    from trainlint.fix import MAX_FIX_PASSES, apply_edits, selected_edits, unified_diff, write_atomic
+
+    try:
+        nb = json.loads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, ValueError):
+        return lint_notebook(linter, data, path, ignored)
+    sources = _cell_sources(nb)
+    original = dict(sources)
+    applied = 0
+    for _ in range(MAX_FIX_PASSES):
+        text, cells = to_module(nb_with(nb, sources))
+        result = linter.lint_bytes(text.encode("utf-8"), path, ignored=ignored, text=text)
+        edits = selected_edits(result.findings, mode.unsafe)
+        if not edits:
+            break
+        per_cell: dict[int, list[Any]] = {}
+        for e in edits:
+            cell, line = cells.locate(e.line)
+            end_cell, end_line = cells.locate(e.end_line)
+            if cell != end_cell:
+                continue
+            per_cell.setdefault(cell, []).append(replace(e, line=line, end_line=end_line))
+        changed = False
+        for cell, cell_edits in per_cell.items():
+            new, n = apply_edits(sources[cell], cell_edits)
+            if n and new != sources[cell]:
+                sources[cell] = new
+                applied += n
+                changed = True
+        if not changed:
+            break
+    text, cells = to_module(nb_with(nb, sources))
+    final = linter.lint_bytes(text.encode("utf-8"), path, ignored=ignored, text=text)
+    final.findings = remap(final.findings, cells)
+    final.fixed = applied
+    if sources != original:
+        before = "".join(f"# cell {n}\n{src}\n" for n, src in original.items())
+        after = "".join(f"# cell {n}\n{src}\n" for n, src in sources.items())
+        if mode.diff:
+            final.diff = unified_diff(path, before, after)
+        if mode.write:
+            indent = _detect_indent(data)
+            out = json.dumps(nb_with(nb, sources), indent=indent, ensure_ascii=False)
+            write_atomic(file_path, (out + "\n").encode("utf-8"))
+    return final
+
+
+def nb_with(nb: dict[str, Any], sources: dict[int, str]) -> dict[str, Any]:
+    """A copy of the notebook with new sources for the given cells (same list/str shape)."""
+    cells = []
+    for number, cell in enumerate(nb.get("cells", []), 1):
+        if number in sources and isinstance(cell, dict) and cell_source(cell) != sources[number]:
+            cell = dict(cell)
+            src = sources[number]
+            cell["source"] = src.splitlines(keepends=True) if isinstance(
+                nb["cells"][number - 1].get("source"), list
+            ) else src
+        cells.append(cell)
+    return {**nb, "cells": cells}
+
+
+def _detect_indent(data: bytes) -> int:
+    for line in data.decode("utf-8-sig", errors="replace").splitlines()[1:3]:
+        stripped = line.lstrip(" ")
+        if stripped and len(line) != len(stripped):
+            return len(line) - len(stripped)
+    return 1

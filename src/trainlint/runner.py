@@ -19,6 +19,8 @@ class RunResult:
     errors: list[InternalError] = field(default_factory=list)
     files: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    fixed: int = 0
+    diffs: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -45,7 +47,22 @@ def read_file(path: Path) -> bytes | str:
         return exc.strerror or type(exc).__name__
 
 
-def lint_file(linter: Linter, settings: Settings, path: Path) -> FileResult:
+@dataclass(frozen=True)
+class FixMode:
+    """What to do with fixes: ``write`` them (``--fix``) or show a ``diff`` (``--diff``)."""
+
+    write: bool = False
+    diff: bool = False
+    unsafe: bool = False
+
+    @property
+    def active(self) -> bool:
+        return self.write or self.diff
+
+
+def lint_file(
+    linter: Linter, settings: Settings, path: Path, fix: FixMode | None = None
+) -> FileResult:
     shown = display_path(path)
     ignored = per_file_ignored(settings, path)
     data = read_file(path)
@@ -57,26 +74,60 @@ def lint_file(linter: Linter, settings: Settings, path: Path) -> FileResult:
             )
         return result
     if path.suffix == ".ipynb":
-        from trainlint.notebook import lint_notebook
+        from trainlint.notebook import fix_notebook, lint_notebook
 
+        if fix is not None and fix.active:
+            return fix_notebook(linter, data, shown, ignored, path, fix)
         return lint_notebook(linter, data, shown, ignored)
-    return linter.lint_bytes(data, shown, ignored=ignored)
+    result = linter.lint_bytes(data, shown, ignored=ignored)
+    if fix is not None and fix.active and result.parsed and any(
+        f.fix is not None and (f.fix.applicability == "safe" or fix.unsafe)
+        for f in result.findings
+    ):
+        result = _fix_python(linter, data, shown, ignored, path, fix)
+    return result
+
+
+def _fix_python(linter: Linter, data: bytes, shown: str, ignored: set[str], path: Path,
+                fix: FixMode) -> FileResult:
+    from trainlint.fix import encode_like, fix_text, unified_diff, write_atomic
+    from trainlint.source import decode
+
+    text, encoding = decode(data)
+    last: list[FileResult] = []
+
+    def lint(t: str) -> list[Finding]:
+        r = linter.lint_bytes(t.encode("utf-8"), shown, ignored=ignored, text=t)
+        last.append(r)
+        return r.findings
+
+    new_text, applied, remaining = fix_text(text, lint, fix.unsafe)
+    result = last[-1]
+    result.findings = remaining
+    result.fixed = applied
+    if new_text != text:
+        if fix.diff:
+            result.diff = unified_diff(shown, text, new_text)
+        if fix.write:
+            write_atomic(path, encode_like(new_text, data, encoding))
+    return result
 
 
 # Worker-process state: one Linter per process, built once by the pool initializer.
-_WORKER: tuple[Linter, Settings] | None = None
+_WORKER: tuple[Linter, Settings, FixMode | None] | None = None
 
 
-def _init_worker(selection: RuleSelection, settings: Settings, timings: bool) -> None:
+def _init_worker(selection: RuleSelection, settings: Settings, timings: bool,
+                 fix: FixMode | None = None) -> None:
     global _WORKER
-    _WORKER = (Linter(selection, timings=timings), settings)
+    _WORKER = (Linter(selection, timings=timings), settings, fix)
 
 
 def _work(path: Path) -> FileResult:
     assert _WORKER is not None
-    linter, settings = _WORKER
+    linter, settings, fix = _WORKER
     try:
-        return lint_file(linter, settings, path)
+        return lint_file(linter, settings, path, fix)
     except Exception as exc:  # never lose the rest of the run to one file
         return FileResult(display_path(path), errors=[InternalError(display_path(path), "engine", repr(exc))])
 
@@ -88,24 +139,28 @@ def run(
     *,
     jobs: int | None = None,
     timings: bool = False,
+    fix: FixMode | None = None,
 ) -> RunResult:
     jobs = jobs if jobs else (os.cpu_count() or 1)
     results: list[FileResult] = []
     if jobs <= 1 or len(paths) < 4:
-        _init_worker(selection, settings, timings)
+        _init_worker(selection, settings, timings, fix)
         results = [_work(p) for p in paths]
     else:
         chunk = max(1, min(64, len(paths) // (jobs * 4)))
         with ProcessPoolExecutor(
             max_workers=min(jobs, len(paths)),
             initializer=_init_worker,
-            initargs=(selection, settings, timings),
+            initargs=(selection, settings, timings, fix),
         ) as pool:
             results = list(pool.map(_work, paths, chunksize=chunk))
     out = RunResult(files=len(paths))
     for r in results:
         out.findings.extend(r.findings)
         out.errors.extend(r.errors)
+        out.fixed += r.fixed
+        if r.diff:
+            out.diffs.append(r.diff)
         for code, t in r.timings.items():
             out.timings[code] = out.timings.get(code, 0.0) + t
     out.findings.sort(key=Finding.sort_key)
