@@ -124,7 +124,13 @@ def fix_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str],
                  file_path: Any, mode: Any) -> FileResult:
     """Fix code cells in place: edits map to (cell, line) since fixes never add lines;
     only changed cells are rewritten, outputs and metadata are kept."""
-    from trainlint.fix import MAX_FIX_PASSES, apply_edits, selected_edits, unified_diff, write_atomic
+    from trainlint.fix import (
+        MAX_FIX_PASSES,
+        apply_edits,
+        selected_edits,
+        unified_diff,
+        write_atomic,
+    )
 
     try:
         nb = json.loads(data.decode("utf-8-sig"))
