@@ -217,3 +217,37 @@ def test_module_entry_point(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "trainlint", "check", str(p)],
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "TL301" in proc.stdout
+
+
+def test_cache_warm_run_and_invalidation(run_cli, tree, monkeypatch):
+    import trainlint.engine as engine
+
+    root = tree({"train.py": LEAK, "pyproject.toml": "[tool.trainlint]\n"})
+    code, cold, _ = run_cli("check", "--jobs", "1", str(root))
+    assert code == 1 and (root / ".trainlint_cache").is_dir()
+    assert (root / ".trainlint_cache" / ".gitignore").read_text().strip().endswith("*")
+    calls = []
+    real = engine.Linter.lint_bytes
+    monkeypatch.setattr(engine.Linter, "lint_bytes",
+                        lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    code, warm, _ = run_cli("check", "--jobs", "1", str(root))
+    assert warm == cold and code == 1 and calls == []
+    # another selection is another cache entry
+    code, out, _ = run_cli("check", "--jobs", "1", "--select", "TL7", str(root))
+    assert code == 0 and calls == [1]
+    # an edit is a miss
+    (root / "train.py").write_text(LEAK.replace("retain_graph=True", "retain_graph=False"))
+    code, out, _ = run_cli("check", "--jobs", "1", str(root))
+    assert code == 0 and len(calls) == 2
+    # --no-cache never reads it
+    code, out, _ = run_cli("check", "--jobs", "1", "--no-cache", str(root))
+    assert len(calls) == 3
+
+
+def test_corrupt_cache_entry_is_a_miss(run_cli, tree):
+    root = tree({"train.py": LEAK, "pyproject.toml": "[tool.trainlint]\n"})
+    _, cold, _ = run_cli("check", "--jobs", "1", str(root))
+    for entry in (root / ".trainlint_cache").rglob("*.json"):
+        entry.write_text('{"key": "trunc')
+    code, warm, err = run_cli("check", "--jobs", "1", str(root))
+    assert warm == cold and code == 1 and err == ""

@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="glob patterns to skip in addition")
     files.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                        help="worker processes (default: all cores)")
+    files.add_argument("--no-cache", action="store_true",
+                       help="do not read or write the content-hash cache")
 
     rule = sub.add_parser("rule", help="explain one rule")
     rule.add_argument("code", help="rule code, e.g. TL301, or its name")
@@ -135,8 +137,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     except DiscoveryError as exc:
         raise ConfigError(str(exc)) from None
     fix = FixMode(write=args.fix and not args.diff, diff=args.diff, unsafe=args.unsafe_fixes)
+    cache = None if args.no_cache or args.timings else _make_cache(settings, selection, rules)
     result = run(files, selection, settings, jobs=args.jobs or settings.jobs, timings=args.timings,
-                 fix=fix if fix.active else None)
+                 fix=fix if fix.active else None, cache=cache)
     if args.diff:
         for diff in result.diffs:
             sys.stdout.write(diff)
@@ -188,6 +191,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.exit_zero:
         return 0
     return result.exit_code
+
+
+def _make_cache(settings: Settings, selection: object, rules: Sequence[type[Rule]]) -> object:
+    from trainlint.cache import Cache
+
+    directory = Path(settings.cache_dir) if settings.cache_dir else Path(".trainlint_cache")
+    if not directory.is_absolute():
+        directory = (settings.root if settings.config_path else Path.cwd()) / directory
+    fingerprint = Cache.fingerprint_of([
+        sys.version_info[:2],  # what the parser accepts depends on the interpreter
+        sorted(r.code for r in selection.rules),  # type: ignore[attr-defined]
+        selection.options,  # type: ignore[attr-defined]
+        sorted(f"{r.code}:{r.__module__}:{r.origin}" for r in rules),
+        settings.plugins,
+    ])
+    return Cache(directory, fingerprint)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainlint.cache import Cache
 from trainlint.config import RuleSelection, Settings, per_file_ignored
 from trainlint.engine import SYNTAX_ERROR, FileResult, Linter
 from trainlint.findings import Finding, InternalError
@@ -132,6 +134,24 @@ def _work(path: Path) -> FileResult:
         return FileResult(display_path(path), errors=[InternalError(display_path(path), "engine", repr(exc))])
 
 
+def _run_pool(paths: Sequence[Path], selection: RuleSelection, settings: Settings,
+              timings: bool, fix: FixMode | None, jobs: int) -> list[FileResult]:
+    """Lint in worker processes; a worker that dies is retried in-process, never dropped."""
+    chunk = max(1, min(64, len(paths) // (jobs * 4)))
+    try:
+        with ProcessPoolExecutor(
+            max_workers=min(jobs, len(paths)),
+            initializer=_init_worker,
+            initargs=(selection, settings, timings, fix),
+        ) as pool:
+            return list(pool.map(_work, paths, chunksize=chunk))
+    except BrokenProcessPool:
+        # A worker was killed (OOM killer, a segfault in a C extension): redo the files
+        # one at a time here, so a file that kills us again is reported, not lost.
+        _init_worker(selection, settings, timings, fix)
+        return [_work(p) for p in paths]
+
+
 def run(
     paths: Sequence[Path],
     selection: RuleSelection,
@@ -140,22 +160,40 @@ def run(
     jobs: int | None = None,
     timings: bool = False,
     fix: FixMode | None = None,
+    cache: Cache | None = None,
 ) -> RunResult:
     jobs = jobs if jobs else (os.cpu_count() or 1)
-    results: list[FileResult] = []
-    if jobs <= 1 or len(paths) < 4:
-        _init_worker(selection, settings, timings, fix)
-        results = [_work(p) for p in paths]
+    results: dict[int, FileResult] = {}
+    todo: list[int] = []
+    keys: dict[int, str] = {}
+    if cache is not None and (fix is None or not fix.active):
+        for i, p in enumerate(paths):
+            data = read_file(p)
+            if isinstance(data, str):
+                todo.append(i)
+                continue
+            key = cache.key(data, p.suffix, sorted(per_file_ignored(settings, p)))
+            hit = cache.get(key, display_path(p))
+            if hit is None:
+                keys[i] = key
+                todo.append(i)
+            else:
+                results[i] = hit
     else:
-        chunk = max(1, min(64, len(paths) // (jobs * 4)))
-        with ProcessPoolExecutor(
-            max_workers=min(jobs, len(paths)),
-            initializer=_init_worker,
-            initargs=(selection, settings, timings, fix),
-        ) as pool:
-            results = list(pool.map(_work, paths, chunksize=chunk))
+        todo = list(range(len(paths)))
+    pending = [paths[i] for i in todo]
+    if jobs <= 1 or len(pending) < 4:
+        _init_worker(selection, settings, timings, fix)
+        fresh = [_work(p) for p in pending]
+    else:
+        fresh = _run_pool(pending, selection, settings, timings, fix, jobs)
+    for i, r in zip(todo, fresh, strict=True):
+        results[i] = r
+        if cache is not None and i in keys:
+            cache.put(keys[i], r)
+    ordered = [results[i] for i in range(len(paths))]
     out = RunResult(files=len(paths))
-    for r in results:
+    for r in ordered:
         out.findings.extend(r.findings)
         out.errors.extend(r.errors)
         out.fixed += r.fixed

@@ -1,0 +1,88 @@
+"""Content-hash cache: an unchanged file under the same configuration is never re-linted.
+
+Keyed on (file bytes, trainlint version, effective configuration for that file).
+Entries are plain JSON (never pickle), one file per entry written atomically, so
+concurrent runs sharing a cache directory are safe; an unreadable, partial or
+corrupted entry is a miss, never an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from trainlint import __version__
+from trainlint.engine import FileResult
+from trainlint.findings import Finding
+
+SCHEMA = 1
+
+
+class Cache:
+    def __init__(self, directory: Path, fingerprint: str) -> None:
+        self.directory = directory / f"v{SCHEMA}-{__version__}"
+        self.fingerprint = fingerprint
+        self._ready = False
+
+    @staticmethod
+    def fingerprint_of(parts: list[Any]) -> str:
+        blob = json.dumps(parts, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    def key(self, data: bytes, kind: str, ignored: list[str]) -> str:
+        h = hashlib.sha256()
+        h.update(self.fingerprint.encode())
+        h.update(kind.encode())
+        h.update(",".join(sorted(ignored)).encode())
+        h.update(b"\0")
+        h.update(data)
+        return h.hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.json"
+
+    def get(self, key: str, shown: str) -> FileResult | None:
+        try:
+            raw = self._path(key).read_text(encoding="utf-8")
+            data = json.loads(raw)
+            if data.get("key") != key:
+                return None
+            findings = []
+            for item in data["findings"]:
+                item = dict(item)
+                item["path"] = shown
+                findings.append(Finding.from_dict(item))
+            return FileResult(shown, findings=findings, parsed=bool(data.get("parsed")))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # missing or damaged: lint again
+
+    def put(self, key: str, result: FileResult) -> None:
+        if result.errors:
+            return  # an internal error must show up again next run
+        entry = {
+            "key": key,
+            "parsed": result.parsed,
+            "findings": [{k: v for k, v in f.to_dict().items() if k != "path"}
+                         for f in result.findings],
+        }
+        target = self._path(key)
+        try:
+            if not self._ready:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                marker = self.directory.parent / ".gitignore"
+                if not marker.exists():
+                    marker.write_text("# created by trainlint\n*\n", encoding="utf-8")
+                self._ready = True
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(entry, fh)
+            os.replace(tmp, target)
+        except OSError:
+            with contextlib.suppress(OSError, UnboundLocalError):
+                os.unlink(tmp)
