@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import os
 import shutil
 import statistics
@@ -77,19 +78,15 @@ def main(argv: list[str] | None = None) -> int:
 
     def parse_libcst() -> None:
         for s in sources:
-            try:
+            with contextlib.suppress(Exception):
                 libcst.parse_module(s)
-            except Exception:
-                pass
 
     def parse_ast() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for s in sources:
-                try:
+                with contextlib.suppress(SyntaxError, ValueError):
                     ast.parse(s)
-                except (SyntaxError, ValueError):
-                    pass
 
     settings = Settings()
     selection = select_rules(builtin_rules(), settings, cli_select=["ALL"])

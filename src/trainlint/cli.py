@@ -9,7 +9,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trainlint import __version__
-from trainlint.config import ConfigError, Settings, find_config, load_config, select_rules
+from trainlint.cache import Cache
+from trainlint.config import (
+    ConfigError,
+    RuleSelection,
+    Settings,
+    find_config,
+    load_config,
+    select_rules,
+)
 from trainlint.rules.base import Rule
 
 FORMATS = ("concise", "full", "json", "sarif", "github")
@@ -193,16 +201,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def _make_cache(settings: Settings, selection: object, rules: Sequence[type[Rule]]) -> object:
-    from trainlint.cache import Cache
+def _make_cache(settings: Settings, selection: RuleSelection, rules: Sequence[type[Rule]]) -> Cache:
 
     directory = Path(settings.cache_dir) if settings.cache_dir else Path(".trainlint_cache")
     if not directory.is_absolute():
         directory = (settings.root if settings.config_path else Path.cwd()) / directory
     fingerprint = Cache.fingerprint_of([
         sys.version_info[:2],  # what the parser accepts depends on the interpreter
-        sorted(r.code for r in selection.rules),  # type: ignore[attr-defined]
-        selection.options,  # type: ignore[attr-defined]
+        sorted(r.code for r in selection.rules),
+        selection.options,
         sorted(f"{r.code}:{r.__module__}:{r.origin}" for r in rules),
         settings.plugins,
     ])
