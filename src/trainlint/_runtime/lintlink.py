@@ -1,0 +1,158 @@
+"""Run the static linter over the source lines of a failing step.
+
+A runtime failure says *what* went wrong; the linter can often say *where*. We lint the
+files that define the step (and the project functions it calls directly, which is where the
+training logic usually lives when the step is a lambda in a test) and keep the findings that
+fall on those functions' lines. Any problem here (no source, a linter mid-refactor, a syntax
+error) must never hide the runtime failure, so everything is best-effort.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+import sysconfig
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+_MAX_SPANS = 24
+_TRAINLINT_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+_MAX_FINDINGS = 20
+
+
+def findings_section(sources: Sequence[Callable[..., Any]]) -> str:
+    """The message block listing lint findings on the sources' lines, or ``""``."""
+    try:
+        spans = source_spans(sources)
+        if not spans:
+            return ""
+        from trainlint import lint_paths
+
+        paths = sorted({path for path, _, _ in spans})
+        findings = lint_paths(paths)
+        hits = []
+        for f in findings:
+            fpath = os.path.realpath(str(f.path))
+            if any(fpath == path and start <= f.line <= end for path, start, end in spans):
+                hits.append(f)
+        hits.sort(key=lambda f: (str(f.path), f.line, f.column, f.code))
+        where = ", ".join(f"{display_path(p)}:{s}-{e}" for p, s, e in spans[:4])
+        if len(spans) > 4:
+            where += f", ... ({len(spans)} functions)"
+        if not hits:
+            return f"trainlint check found nothing on the step's lines ({where})."
+        lines = [f"trainlint check findings on the step's lines ({where}):"]
+        for f in hits[:_MAX_FINDINGS]:
+            lines.append(
+                f"  {display_path(str(f.path))}:{f.line}:{f.column}: {f.code} {f.name}: {f.message}"
+            )
+        if len(hits) > _MAX_FINDINGS:
+            lines.append(f"  ... and {len(hits) - _MAX_FINDINGS} more")
+        return "\n".join(lines)
+    except Exception:  # noqa: BLE001 - a broken linter must not mask the runtime failure
+        return ""
+
+
+def source_spans(sources: Sequence[Callable[..., Any]]) -> list[tuple[str, int, int]]:
+    """(real path, first line, last line) of each source and of project functions it calls."""
+    spans: list[tuple[str, int, int]] = []
+    seen: set[int] = set()
+    queue: list[tuple[Any, int]] = [(s, 0) for s in sources]
+    while queue and len(spans) < _MAX_SPANS:
+        obj, depth = queue.pop(0)
+        func = _function_of(obj)
+        if func is None or id(func) in seen:
+            continue
+        seen.add(id(func))
+        span = _span(func)
+        if span is None:
+            continue
+        spans.append(span)
+        if depth < 2:
+            queue += [(callee, depth + 1) for callee in _callees(func)]
+    return spans
+
+
+def _function_of(obj: Any) -> types.FunctionType | None:
+    """The plain Python function behind a callable: partials, methods, callable objects."""
+    for _ in range(8):
+        if isinstance(obj, functools.partial):
+            obj = obj.func
+        elif isinstance(obj, types.MethodType):
+            obj = obj.__func__
+        elif isinstance(obj, types.FunctionType):
+            return obj if inspect.unwrap(obj) is obj else _function_of(inspect.unwrap(obj))
+        elif callable(obj) and not isinstance(obj, type):
+            call = inspect.getattr_static(type(obj), "__call__", None)
+            if not isinstance(call, types.FunctionType):
+                return None
+            obj = call
+        else:
+            return None
+    return None
+
+
+def _span(func: types.FunctionType) -> tuple[str, int, int] | None:
+    try:
+        path = inspect.getsourcefile(func)
+        if path is None or not os.path.isfile(path) or not _is_project_file(path):
+            return None
+        lines, start = inspect.getsourcelines(func)
+    except (OSError, TypeError):
+        return None
+    return os.path.realpath(path), max(start, 1), max(start, 1) + len(lines) - 1
+
+
+def _callees(func: types.FunctionType) -> list[Any]:
+    """Functions the code may call: globals and closure values named in its bytecode."""
+    code = func.__code__
+    names = set(code.co_names)
+    for const in code.co_consts:  # nested lambdas/defs name their callees in their own code
+        if isinstance(const, types.CodeType):
+            names |= set(const.co_names)
+    found: list[Any] = []
+    objects: list[Any] = []
+    for name in names:
+        if name in func.__globals__:
+            objects.append(func.__globals__[name])
+    for cell in func.__closure__ or ():
+        try:
+            objects.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+    for obj in objects:
+        if isinstance(obj, (types.FunctionType, functools.partial, types.MethodType)):
+            found.append(obj)
+        elif not isinstance(obj, (type, types.ModuleType)):
+            # `trainer.train_step(batch)`: the method is named in co_names, the object is
+            # a closure value or a global.
+            for name in names:
+                attr = getattr(type(obj), name, None)
+                if isinstance(attr, types.FunctionType):
+                    found.append(attr)
+    return found
+
+
+def _is_project_file(path: str) -> bool:
+    real = os.path.realpath(path)
+    if "site-packages" in real or "dist-packages" in real:
+        return False
+    if real.startswith(_TRAINLINT_DIR + os.sep):
+        return False
+    for key in ("stdlib", "platstdlib"):
+        root = sysconfig.get_paths().get(key)
+        if root and real.startswith(os.path.realpath(root) + os.sep):
+            return False
+    return not real.startswith(os.path.realpath(sys.prefix) + os.sep + "lib")
+
+
+def display_path(path: str) -> str:
+    """``path`` relative to the working directory when it lies beneath it or nearby."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith(".." + os.sep + "..") else rel

@@ -1,0 +1,95 @@
+"""trainlint's pytest plugin (the ``pytest11`` entry point).
+
+It provides one fixture per runtime check in :mod:`trainlint.testing`, each returning that
+check, and ``train_device``, parametrized over ``"cpu"`` and ``"cuda"``. The plugin is loaded
+into every pytest session of every environment trainlint is installed in, torch or not, so it
+stays thin: nothing heavy is imported here, and torch only inside a fixture that needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The cuda case of `train_device` carries this marker so `-m "not cuda"` deselects it;
+    # registering it here keeps `--strict-markers` projects working without their own entry.
+    config.addinivalue_line("markers", "cuda: needs a CUDA device; skipped without one")
+
+
+def _check(name: str) -> Callable[..., Any]:
+    from trainlint import testing
+
+    check: Callable[..., Any] = getattr(testing, name)
+    return check
+
+
+@pytest.fixture
+def assert_grads_nonzero() -> Callable[..., Any]:
+    """:func:`trainlint.testing.assert_grads_nonzero`."""
+    return _check("assert_grads_nonzero")
+
+
+@pytest.fixture
+def assert_finite_grads() -> Callable[..., Any]:
+    """:func:`trainlint.testing.assert_finite_grads`."""
+    return _check("assert_finite_grads")
+
+
+@pytest.fixture
+def assert_weights_updated() -> Callable[..., Any]:
+    """:func:`trainlint.testing.assert_weights_updated`."""
+    return _check("assert_weights_updated")
+
+
+@pytest.fixture
+def assert_memory_stable() -> Callable[..., Any]:
+    """:func:`trainlint.testing.assert_memory_stable`."""
+    return _check("assert_memory_stable")
+
+
+@pytest.fixture
+def assert_step_time_stable() -> Callable[..., Any]:
+    """:func:`trainlint.testing.assert_step_time_stable`."""
+    return _check("assert_step_time_stable")
+
+
+@pytest.fixture
+def assert_lr_schedule() -> Callable[..., Any]:
+    """:func:`trainlint.testing.assert_lr_schedule`."""
+    return _check("assert_lr_schedule")
+
+
+@pytest.fixture
+def assert_loss_decreases() -> Callable[..., Any]:
+    """:func:`trainlint.testing.assert_loss_decreases`."""
+    return _check("assert_loss_decreases")
+
+
+@pytest.fixture
+def assert_thread_safe() -> Callable[..., Any]:
+    """:func:`trainlint.testing.assert_thread_safe`."""
+    return _check("assert_thread_safe")
+
+
+@pytest.fixture(
+    params=[pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)]
+)
+def train_device(request: pytest.FixtureRequest) -> str:
+    """The device to build the model on: ``"cpu"``, and ``"cuda"`` where a GPU is available.
+
+    The cuda case skips (it does not fail) when torch is missing or sees no GPU, so one test
+    body covers both devices on a laptop, in CPU-only CI and on a GPU runner.
+    """
+    device: str = request.param
+    if device == "cuda":
+        try:
+            import torch
+        except ImportError:
+            pytest.skip("torch is not installed")
+        if not torch.cuda.is_available():
+            pytest.skip("CUDA is not available")
+    return device
