@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -79,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="glob patterns to skip in addition")
     files.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                        help="worker processes (default: all cores)")
+    files.add_argument("--stdin-filename", metavar="PATH",
+                       help="with `-` as the path: the name to report (and match config by)")
     files.add_argument("--no-cache", action="store_true",
                        help="do not read or write the content-hash cache")
 
@@ -125,6 +128,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from trainlint.reporting import builtin_formats
     from trainlint.runner import FixMode, run
 
+    if args.paths == ["-"]:
+        return _check_stdin(args)
     paths = [Path(p) for p in (args.paths or ["."])]
     settings = _load_settings(args, paths)
     if args.exclude is not None:
@@ -201,6 +206,50 @@ def cmd_check(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _check_stdin(args: argparse.Namespace) -> int:
+    """Lint source from standard input; with --fix, write the fixed source to stdout."""
+    from trainlint.api import all_rules
+    from trainlint.config import per_file_ignored
+    from trainlint.engine import Linter
+    from trainlint.fix import fix_text
+    from trainlint.reporting import builtin_formats
+    from trainlint.source import SourceError, decode
+
+    name = args.stdin_filename or "-"
+    settings = _load_settings(args, [Path(name) if args.stdin_filename else Path.cwd()])
+    rules = all_rules(settings)
+    selection = select_rules(rules, settings, cli_select=_selectors(args.select),
+                             cli_ignore=_selectors(args.ignore),
+                             cli_extend_select=_selectors(args.extend_select))
+    data = sys.stdin.buffer.read()
+    linter = Linter(selection)
+    ignored = per_file_ignored(settings, Path(name)) if args.stdin_filename else set()
+    result = linter.lint_bytes(data, name, ignored=ignored)
+    if args.fix or args.diff:
+        try:
+            text, _ = decode(data)
+        except SourceError:
+            text = None
+        if text is not None:
+            fixed, _, remaining = fix_text(
+                text, lambda t: linter.lint_bytes(t.encode("utf-8"), name, ignored=ignored,
+                                                  text=t).findings, args.unsafe_fixes)
+            if args.fix and not args.diff:
+                sys.stdout.write(fixed)
+                return 1 if remaining and not args.exit_zero else 0
+            from trainlint.fix import unified_diff
+
+            sys.stdout.write(unified_diff(name, text, fixed))
+            return 1 if fixed != text and not args.exit_zero else 0
+    fmt = args.output_format or ("full" if args.show_source else "concise")
+    sys.stdout.write(builtin_formats()[fmt](result.findings, rules))
+    for err in result.errors:
+        print(f"trainlint: error: {err}", file=sys.stderr)
+    if result.errors:
+        return 2
+    return 1 if result.findings and not args.exit_zero else 0
+
+
 def _make_cache(settings: Settings, selection: RuleSelection, rules: Sequence[type[Rule]]) -> Cache:
 
     directory = Path(settings.cache_dir) if settings.cache_dir else Path(".trainlint_cache")
@@ -217,6 +266,10 @@ def _make_cache(settings: Settings, selection: RuleSelection, rules: Sequence[ty
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):
+        # a file name that is not valid UTF-8, a terminal that is not UTF-8: never crash
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

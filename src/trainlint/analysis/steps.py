@@ -476,8 +476,10 @@ class StepModel:
                 if sl is not None:
                     step_loop = sl
                     break
-                if id(lp) in {id(e) for e in self.epoch_loops}:
-                    break  # runs per epoch, not per step
+                if id(lp) in {id(e) for e in self.epoch_loops} or not _over_parameters(lp):
+                    # per epoch, or many times per step in a loop of its own (an RL
+                    # rollout, a beam search): not what "every training step" means
+                    break
             if step_loop is None:
                 continue
             if self._gated(chain, step_loop.node, limits):
@@ -524,6 +526,20 @@ class StepModel:
                         break
             self._own_step[id(fn)] = cached
         return cached
+
+
+def _over_parameters(loop: ast.AST) -> bool:
+    """``for p in model.parameters()`` / ``for group in opt.param_groups``: per-step work."""
+    it = getattr(loop, "iter", None)
+    if it is None:
+        return False
+    for sub in ast.walk(it):
+        if isinstance(sub, ast.Attribute) and sub.attr in (
+            "parameters", "named_parameters", "param_groups", "buffers", "modules",
+            "named_modules", "children",
+        ):
+            return True
+    return False
 
 
 def _mentions_grad(node: ast.AST) -> bool:

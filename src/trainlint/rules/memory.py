@@ -323,6 +323,13 @@ def _after(a: ast.AST, b: ast.AST) -> bool:
     )
 
 
+def _container_root(node: ast.AST) -> ast.AST | None:
+    """``totals["a"]`` -> ``totals``; ``self.metrics["x"]`` -> ``self.metrics``."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return node if isinstance(node, (ast.Name, ast.Attribute)) else None
+
+
 def _persists_across(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
     """Does the accumulator outlive one iteration of ``loop``: defined before it, an
     attribute (``self.x``, ``trainer.x``) or a module global?"""
@@ -557,11 +564,12 @@ for i, x in enumerate(loader):
         """(statement, accumulator, accumulated value) for += / x = x + v / append / [k] =."""
         for node in model.assignments:
             if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)):
-                if isinstance(node.target, (ast.Name, ast.Attribute)):
+                target = _container_root(node.target)
+                if target is not None:
                     value = node.value
                     if isinstance(value, (ast.List, ast.Tuple)) and len(value.elts) == 1:
                         value = value.elts[0]  # losses += [loss]
-                    yield node, node.target, value
+                    yield node, target, value
             elif isinstance(node, ast.Assign) and len(node.targets) == 1:
                 t = node.targets[0]
                 v = node.value
@@ -584,8 +592,9 @@ for i, x in enumerate(loader):
                     value.elts
                 ) == 1:
                     value = value.elts[0]
-                if isinstance(func.value, (ast.Name, ast.Attribute)):
-                    yield parent, func.value, value
+                root = _container_root(func.value)
+                if root is not None:
+                    yield parent, root, value
 
     @staticmethod
     def _defined_without_grad(model: FileModel, value: ast.AST) -> bool:
@@ -750,10 +759,23 @@ for epoch in range(10):
 
     @staticmethod
     def _model_calls(model: FileModel) -> Iterator[ast.Call]:
+        """Calls of a model: by role, a name put in eval mode in the same function, or a
+        model-like spelling (`model`, `net`) for parameters whose role is unknown."""
         flow = model.flow
+        evaluated: set[tuple[int, str]] = set()
+        for c in model.calls.get("eval", ()):
+            if isinstance(c.func, ast.Attribute) and not c.args:
+                name = dotted(c.func.value)
+                if name:
+                    evaluated.add((id(model.function_of(c)), name))
         for lst in model.calls.values():
             for call in lst:
-                if flow._is_model_call(call.func):
+                func = call.func
+                name = dotted(func)
+                if flow._is_model_call(func) or (
+                    name is not None and (id(model.function_of(call)), name) in evaluated
+                ) or (isinstance(func, (ast.Name, ast.Attribute)) and model.qualname(func) is None
+                      and model.steps._is_model(func)):
                     yield call
 
     @staticmethod
