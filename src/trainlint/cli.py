@@ -56,8 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--extend-select", action="append", metavar="CODES",
                      help="codes or prefixes to enable in addition to the selection")
     out = check.add_argument_group("output")
-    out.add_argument("--output-format", choices=FORMATS, default=None,
-                     help="how findings are printed (default: concise)")
+    out.add_argument("--output-format", default=None, metavar="FORMAT",
+                     help=f"how findings are printed: {', '.join(FORMATS)} or one a plugin "
+                     "adds (default: concise)")
     out.add_argument("--show-source", action="store_true",
                      help="show the offending source lines (same as --output-format full)")
     out.add_argument("--statistics", action="store_true", help="print counts per rule instead")
@@ -169,6 +170,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from trainlint.plugins.manager import load_formats
 
     formats.update(load_formats(settings.plugins))
+    if fmt not in formats:
+        raise ConfigError(f"unknown --output-format `{fmt}` (choose from {', '.join(formats)})")
     if args.statistics:
         counts = Counter((f.code, f.name) for f in result.findings)
         for (code, name), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
