@@ -64,8 +64,8 @@ def example_params(rules: Iterable[type[Rule]]) -> list[Any]:
     for rule in rules:
         for i, ex in enumerate(rule.valid, 1):
             params.append(pytest.param(rule, _normalise(ex), id=f"{rule.code}-valid-{i}"))
-        for i, ex in enumerate(rule.invalid, 1):
-            params.append(pytest.param(rule, ex, id=f"{rule.code}-invalid-{i}"))
+        for i, bad in enumerate(rule.invalid, 1):
+            params.append(pytest.param(rule, bad, id=f"{rule.code}-invalid-{i}"))
     return params
 
 

@@ -11,6 +11,7 @@ function. UNKNOWN absorbs CUT and DATA, so rules that need certainty stay silent
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from enum import IntEnum
@@ -45,6 +46,7 @@ CUT_METHODS = {"detach", "item", "tolist", "numpy"}
 _NO_GRAD_RESULT = {"size", "dim", "numel", "shape", "argmax", "argmin", "eq", "ne", "gt", "lt",
                    "ge", "le", "long", "int", "bool", "nonzero", "sign", "round", "floor", "ceil"}
 _LOADER_WORDS = ("loader", "batches", "dataset", "data_iter", "dataloader")
+_CRITERION_NAME = re.compile(r"^(criterion|crit|loss_fn|loss_func|lossfn|\w+_criterion|\w+_loss_fn)$")
 _CONFIG_ROOTS = {"args", "cfg", "config", "conf", "hparams", "hp", "opts", "flags", "FLAGS",
                  "params", "settings", "hyperparams"}
 
@@ -250,7 +252,9 @@ class Flow:
         if qual is not None and qual.startswith("torch."):
             return combine([self.value(a, d) for a in args])
         role = m.roles.role(func)
-        if role is Role.CRITERION:
+        if role is Role.CRITERION or (role is None and qual is None and _CRITERION_NAME.search(
+            (dotted(func) or "").rsplit(".", 1)[-1]
+        ) and m.imports_training_library):
             return combine([self.value(a, d) for a in args])
         target = m.resolve_call(call)
         if target is not None:
@@ -317,7 +321,13 @@ class Flow:
             cls = self.model.roles._class_of_method(func)
             return cls is not None and self.model.roles.is_module_class(cls)
         if isinstance(func, (ast.Name, ast.Attribute)):
-            return self.model.roles.role(func) is Role.MODEL
+            role = self.model.roles.role(func)
+            if role is Role.MODEL:
+                return True
+            # a parameter or attribute of unknown role spelled like a model (`model`, `net`)
+            return (role is None and self.model.qualname(func) is None
+                    and self.model.resolve_call_target_is_none(func)
+                    and self.model.steps._is_model(func))
         return False
 
 
@@ -346,7 +356,9 @@ def grad_mode_of(model: FileModel, expr: ast.AST) -> bool | None:
     return None
 
 
-def grad_enabled_at(model: FileModel, node: ast.AST) -> tuple[bool, ast.AST | None]:
+def grad_enabled_at(
+    model: FileModel, node: ast.AST, _depth: int = 0
+) -> tuple[bool, ast.AST | None]:
     """Is grad mode on at ``node``, judging by enclosing `with` blocks and decorators
     within its function? Returns (enabled, the disabling context or decorator)."""
     for anc in model.ancestors(node):
@@ -360,6 +372,12 @@ def grad_enabled_at(model: FileModel, node: ast.AST) -> tuple[bool, ast.AST | No
                 mode = grad_mode_of(model, dec)
                 if mode is not None:
                     return mode, dec if mode is False else None
+            # A helper only ever called under no_grad runs without recording.
+            sites = model.call_sites.get(id(anc), [])
+            if sites and _depth < 3:
+                modes = [grad_enabled_at(model, s, _depth + 1) for s in sites]
+                if all(not enabled for enabled, _ in modes):
+                    return False, modes[0][1]
             return True, None
         if isinstance(anc, (ast.Lambda, ast.ClassDef)):
             return True, None

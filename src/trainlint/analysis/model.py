@@ -323,6 +323,15 @@ class FileModel:
                 cls = self._local_base(cls)
         return None
 
+    def resolve_call_target_is_none(self, func: ast.AST) -> bool:
+        """True unless ``func`` names a same-file function or class (those are not models
+        by spelling: their bodies say what they are)."""
+        if isinstance(func, ast.Name):
+            if self.class_named(func.id) is not None:
+                return False
+            return not any(fn.name == func.id for fn in self.functions)
+        return True
+
     def _local_base(self, cls: ast.ClassDef) -> ast.ClassDef | None:
         for base in cls.bases:
             if isinstance(base, ast.Name):

@@ -230,6 +230,7 @@ class StepModel:
         self._fn_paths: dict[int, tuple[list[Path], bool]] = {}
         self._in_progress: set[int] = set()
         self._own_step: dict[int, bool] = {}
+        self._test_keys: dict[int, str] = {}  # If node id -> its test, per file
 
     # -- event classification --------------------------------------------------------
     def classify(self, node: ast.AST) -> Event | None:
@@ -578,7 +579,8 @@ class _Walker:
 
     def run(self, stmts: list[ast.stmt]) -> list[Path]:
         open_paths, closed = self._block(stmts, [()], self.depth, self.guards)
-        return _dedupe(open_paths + closed)
+        keys = self.steps._test_keys
+        return [p for p in _dedupe(open_paths + closed) if _feasible(p, keys)]
 
     # Each block returns (paths still running, paths that ended the iteration).
     def _block(self, stmts: list[ast.stmt], paths: list[Path], depth: int,
@@ -682,6 +684,20 @@ class _Walker:
         if not sub.precise:
             self.precise = False
         return paths or [()]
+
+
+def _feasible(path: Path, keys: dict[int, str]) -> bool:
+    """A path cannot take both branches of the same condition: `if phase == "train":`
+    tested twice in one iteration goes the same way both times."""
+    taken: dict[str, bool] = {}
+    for e in path:
+        for g, branch in e.guards:
+            key = keys.get(id(g))
+            if key is None:
+                key = keys[id(g)] = ast.dump(g.test)
+            if taken.setdefault(key, branch) != branch:
+                return False
+    return True
 
 
 def _postorder(node: ast.AST) -> Iterator[ast.AST]:

@@ -956,13 +956,14 @@ for x, y in loader:
             target = node.targets[0]
             if not isinstance(target, ast.Attribute) or not self._long_lived(model, target):
                 continue
-            if not self._in_training_step(model, node):
+            anchor = self._in_training_step(model, node)
+            if anchor is None:
                 continue
             if model.flow.value(node.value).taint is not Taint.GRAD:
                 continue
             if self._reaches_backward(model, node, target):
                 continue
-            yield self.report(node)
+            yield self.report(anchor)
 
     @staticmethod
     def _long_lived(model: FileModel, target: ast.Attribute) -> bool:
@@ -982,15 +983,19 @@ for x, y in loader:
         return found is None and root.id not in {a.arg for a in fn.args.args}
 
     @staticmethod
-    def _in_training_step(model: FileModel, stmt: ast.stmt) -> bool:
+    def _in_training_step(model: FileModel, stmt: ast.stmt) -> ast.AST | None:
+        """Where to report when ``stmt`` runs inside a training step (SPEC 7), else None."""
         steps = model.steps
-        if steps.per_step(stmt, limits=lambda g: False) is not None:
-            return True
+        found = steps.per_step(stmt, limits=lambda g: False)
+        if found is not None:
+            return found[1]
         fn = model.function_of(stmt)
-        return fn is not None and steps._has_own_step(fn) and any(
+        if fn is not None and steps._has_own_step(fn) and any(
             isinstance(c, ast.Call) and (ev := steps.classify(c)) is not None
             and ev.kind is Kind.BACKWARD for c in walk_local(fn)
-        )
+        ):
+            return stmt
+        return None
 
     @staticmethod
     def _reaches_backward(model: FileModel, stmt: ast.stmt, target: ast.Attribute) -> bool:

@@ -321,10 +321,16 @@ for x, y in loader:
                 func = call.func
                 if not isinstance(func, ast.Attribute) or call.args or call.keywords:
                     continue
-                if name in ("item", "cpu") or _tensor_like(model, func.value):
-                    if name == "cpu" and isinstance(model.parent_of(call), ast.Attribute):
-                        continue  # `.cpu().numpy()`: one sync, reported at the outer call
-                    found.append((call, name == "item" and dotted(func.value) in losses))
+                recv = func.value
+                if name == "numpy":
+                    # .numpy() needs a CPU tensor: only a .cpu() right before it syncs
+                    if not (isinstance(recv, ast.Call) and call_name(recv) == "cpu"):
+                        continue
+                    recv = recv.func.value  # type: ignore[attr-defined]
+                elif name == "cpu" and _outer_call_name(model, call) in ("numpy", "tolist"):
+                    continue  # `.cpu().numpy()`: one sync, reported at the outer call
+                if _device_tensor(model, recv, lenient=name in ("item", "cpu", "numpy")):
+                    found.append((call, name == "item" and dotted(recv) in losses))
         for call in model.calls_to("builtins.float", "builtins.int", "builtins.print"):
             args = call.args
             if any(self._tensor_arg(model, a) for a in args):
@@ -352,7 +358,74 @@ for x, y in loader:
         if isinstance(expr, ast.Call) and call_name(expr) in _SYNC_METHODS:
             return False  # the inner .item() is the sync, reported on its own
         v = model.flow.value(expr)
-        return v.taint in (Taint.GRAD, Taint.CUT)
+        if v.taint in (Taint.GRAD, Taint.CUT):
+            return True
+        return v.taint is Taint.UNKNOWN and _param_gets_tensor(model, expr)
+
+
+def _outer_call_name(model: FileModel, call: ast.Call) -> str | None:
+    """``x.cpu().numpy()``: for the inner call, "numpy"."""
+    attr = model.parent_of(call)
+    outer = model.parent_of(attr) if isinstance(attr, ast.Attribute) else None
+    return call_name(outer) if isinstance(outer, ast.Call) and outer.func is attr else None
+
+
+def _param_gets_tensor(model: FileModel, expr: ast.AST) -> bool:
+    """A helper's parameter that some same-file call site fills with a model-derived
+    tensor: `update_meters(meters, loss)` then `float(loss)` inside the helper."""
+    if not isinstance(expr, ast.Name):
+        return False
+    fn = model.function_of(expr)
+    if fn is None or model.flow.definition(expr.id, expr) is None:
+        return False
+    stmt, _ = model.flow.definition(expr.id, expr)  # type: ignore[misc]
+    if stmt is not fn:
+        return False  # reassigned inside the helper
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if expr.id not in params:
+        return False
+    index = params.index(expr.id)
+    for site in model.call_sites.get(id(fn), ()):
+        offset = 1 if params and params[0] in ("self", "cls") and isinstance(
+            site.func, ast.Attribute) else 0
+        args = {kw.arg: kw.value for kw in site.keywords}
+        arg = args.get(expr.id)
+        if arg is None and 0 <= index - offset < len(site.args):
+            arg = site.args[index - offset]
+        if arg is not None and model.flow.value(arg).taint in (Taint.GRAD, Taint.CUT):
+            return True
+    return False
+
+
+def _device_tensor(model: FileModel, expr: ast.AST, *, lenient: bool) -> bool:
+    """Is ``expr`` (probably) a tensor on an accelerator? Model-derived values are; batch
+    data only once moved with `.to(...)`/`.cuda()`; unknown values only for `.item()`."""
+    if isinstance(expr, ast.Constant):
+        return False
+    v = model.flow.value(expr)
+    if v.taint in (Taint.GRAD, Taint.CUT):
+        return True
+    if v.taint is Taint.DATA:
+        return _moved_to_device(model, expr)
+    return lenient and not _moved_to_cpu_data(model, expr)
+
+
+def _moved_to_device(model: FileModel, expr: ast.AST) -> bool:
+    for sub in ast.walk(expr):
+        if isinstance(sub, ast.Call) and call_name(sub) in ("to", "cuda"):
+            return True
+        if isinstance(sub, ast.Name):
+            found = model.flow.definition(sub.id, sub)
+            if found is not None and isinstance(found[1], ast.AST) and any(
+                isinstance(c, ast.Call) and call_name(c) in ("to", "cuda")
+                for c in ast.walk(found[1])
+            ):
+                return True
+    return False
+
+
+def _moved_to_cpu_data(model: FileModel, expr: ast.AST) -> bool:
+    return _from_batch(model, expr) and not _moved_to_device(model, expr)
 
 
 class SynchronizeInLoop(Rule):
