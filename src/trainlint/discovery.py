@@ -59,6 +59,10 @@ def _git_files(directory: Path) -> set[Path] | None:
         return None
     if proc.returncode != 0:
         return None
+    ignored = subprocess.run(["git", "-C", str(directory), "check-ignore", "-q", "."],
+                             capture_output=True, timeout=60, check=False)
+    if ignored.returncode == 0:
+        return None  # the named directory itself is ignored: the user asked for it anyway
     base = directory.resolve()
     out = set()
     for raw in proc.stdout.split(b"\0"):

@@ -46,6 +46,11 @@ CUT_METHODS = {"detach", "item", "tolist", "numpy"}
 _NO_GRAD_RESULT = {"size", "dim", "numel", "shape", "argmax", "argmin", "eq", "ne", "gt", "lt",
                    "ge", "le", "long", "int", "bool", "nonzero", "sign", "round", "floor", "ceil"}
 _LOADER_WORDS = ("loader", "batches", "dataset", "data_iter", "dataloader")
+_MODEL_NAME = re.compile(
+    r"^(model|net|network|encoder|decoder|backbone|generator|discriminator|policy|critic|"
+    r"actor|classifier|student|teacher)$|^(model|net)_|_(model|net|encoder|decoder|backbone)$|"
+    r"^(netG|netD|G|D)$"
+)
 _CRITERION_NAME = re.compile(r"^(criterion|crit|loss_fn|loss_func|lossfn|\w+_criterion|\w+_loss_fn)$")
 _CONFIG_ROOTS = {"args", "cfg", "config", "conf", "hparams", "hp", "opts", "flags", "FLAGS",
                  "params", "settings", "hyperparams"}
@@ -237,6 +242,11 @@ class Flow:
             ) else UNKNOWN
         if self._is_model_call(func):
             return GRAD
+        role = m.roles.role(func)
+        if role is Role.CRITERION or (role is None and qual is None and _CRITERION_NAME.search(
+            (dotted(func) or "").rsplit(".", 1)[-1]
+        ) and m.imports_training_library):
+            return combine([self.value(a, d) for a in args])
         if isinstance(func, ast.Attribute):
             if name in _NO_GRAD_RESULT:
                 # argmax & co. are not differentiable: on a model output they cut the graph
@@ -250,11 +260,6 @@ class Flow:
                 return combine([recv, *[self.value(a, d) for a in args]])
             return UNKNOWN
         if qual is not None and qual.startswith("torch."):
-            return combine([self.value(a, d) for a in args])
-        role = m.roles.role(func)
-        if role is Role.CRITERION or (role is None and qual is None and _CRITERION_NAME.search(
-            (dotted(func) or "").rsplit(".", 1)[-1]
-        ) and m.imports_training_library):
             return combine([self.value(a, d) for a in args])
         target = m.resolve_call(call)
         if target is not None:
@@ -316,6 +321,14 @@ class Flow:
                 return self.terms(found[1], depth + 1)
         return [expr]
 
+    def _is_parameter_or_attribute(self, func: ast.AST) -> bool:
+        if isinstance(func, ast.Attribute):
+            return isinstance(func.value, ast.Name) and func.value.id == "self"
+        if isinstance(func, ast.Name):
+            found = self.definition(func.id, func)
+            return found is not None and isinstance(found[1], _Marker) and found[1].kind == "param"
+        return False
+
     def _is_model_call(self, func: ast.AST) -> bool:
         if isinstance(func, ast.Name) and func.id == "self":
             cls = self.model.roles._class_of_method(func)
@@ -324,10 +337,11 @@ class Flow:
             role = self.model.roles.role(func)
             if role is Role.MODEL:
                 return True
-            # a parameter or attribute of unknown role spelled like a model (`model`, `net`)
+            # a parameter or `self.` attribute of unknown role spelled like a model
             return (role is None and self.model.qualname(func) is None
-                    and self.model.resolve_call_target_is_none(func)
-                    and self.model.steps._is_model(func))
+                    and self._is_parameter_or_attribute(func)
+                    and self.model.imports_training_library
+                    and _MODEL_NAME.search((dotted(func) or "").rsplit(".", 1)[-1]) is not None)
         return False
 
 

@@ -77,6 +77,9 @@ _PASS_THROUGH_FUNCS = {
     "torch.distributed.fsdp.FullyShardedDataParallel",
 }
 _PREPARE_METHODS = {"prepare", "setup", "initialize", "setup_module", "setup_optimizers"}
+_TRAINING_LIBRARIES = ("torch", "transformers", "accelerate", "lightning", "pytorch_lightning",
+                       "timm", "apex", "bitsandbytes", "deepspeed", "torch_xla", "fairscale",
+                       "detectron2", "mmengine", "fairseq", "ignite", "composer", "builtins")
 _OPT_NAME = re.compile(r"(optim|^opt$|^opt_|_opt$|^opt[A-Z0-9]|^opt[gd]$)", re.IGNORECASE)
 _SCHED_NAME = re.compile(r"sched", re.IGNORECASE)
 
@@ -225,11 +228,19 @@ class Roles:
         if isinstance(target, (ast.Name, ast.Attribute)):
             found = self.classify(value)
             self._add(target, found[0] if len(found) == 1 else None, stmt)
-            if (found == [None] and isinstance(value, ast.Call)
-                    and (dotted(value.func) or "").split(".")[0] in ("torch", "optim", "nn")):
+            if found == [None] and isinstance(value, ast.Call) and self._foreign(value):
                 key = self.key(target)
                 if key is not None:
                     self._not_torch.add(key)
+
+    def _foreign(self, call: ast.Call) -> bool:
+        """Built by something that is certainly not a training-library object: a shadowed
+        `torch.optim...` spelling, or another library's class (`StandardScaler()`)."""
+        text = dotted(call.func) or ""
+        qual = self.model.qualname(call.func)
+        if qual is None:
+            return text.split(".")[0] in ("torch", "optim", "nn")
+        return not qual.startswith(_TRAINING_LIBRARIES) and not qual.startswith(".")
 
     def classify_many(self, value: ast.AST, n: int) -> list[Binding | None]:
         if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == n:

@@ -621,7 +621,12 @@ class _Walker:
             body_open, body_closed = self._block(stmt.body, paths, depth, guards)  # type: ignore[attr-defined]
             else_open, else_closed = self._block(stmt.orelse, body_open, depth, guards)  # type: ignore[attr-defined]
             fin_open, fin_closed = self._block(stmt.finalbody, else_open, depth, guards)  # type: ignore[attr-defined]
-            return fin_open, body_closed + else_closed + fin_closed
+            # `finally` also runs on the way out of a `return`/`break` in the body
+            exited = body_closed + else_closed
+            if stmt.finalbody and exited:  # type: ignore[attr-defined]
+                o, c = self._block(stmt.finalbody, exited, depth, guards)  # type: ignore[attr-defined]
+                exited = o + c
+            return fin_open, exited + fin_closed
         if isinstance(stmt, ast.Match):
             opened: list[Path] = []
             ended: list[Path] = []
@@ -694,8 +699,15 @@ def _feasible(path: Path, keys: dict[int, str]) -> bool:
         for g, branch in e.guards:
             key = keys.get(id(g))
             if key is None:
-                key = keys[id(g)] = ast.dump(g.test)
-            if taken.setdefault(key, branch) != branch:
+                test = g.test
+                negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+                key = keys[id(g)] = ("!" if negated else "") + ast.dump(
+                    test.operand if negated else test  # type: ignore[attr-defined]
+                )
+            value = branch
+            if key.startswith("!"):
+                key, value = key[1:], not branch
+            if taken.setdefault(key, value) != value:
                 return False
     return True
 

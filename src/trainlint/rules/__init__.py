@@ -8,9 +8,17 @@ __all__ = ["Invalid", "Report", "Rule", "Valid", "builtin_rules"]
 
 
 def builtin_rules() -> list[type[Rule]]:
-    from trainlint.rules import gradients, memory, meta, schedules, state, throughput
+    from trainlint.rules import (
+        gradients,
+        memory,
+        meta,
+        numerics,
+        schedules,
+        state,
+        throughput,
+    )
 
     rules: list[type[Rule]] = []
-    for module in (meta, gradients, schedules, memory, throughput, state):
+    for module in (meta, gradients, schedules, memory, throughput, numerics, state):
         rules.extend(module.RULES)
     return sorted(rules, key=lambda r: r.code)

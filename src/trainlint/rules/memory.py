@@ -545,7 +545,10 @@ for i, x in enumerate(loader):
     def check(self, model: FileModel) -> Iterator[Report]:
         for stmt, target, value in self._accumulations(model):
             loops = model.enclosing_loops(stmt)
-            if not loops or not _persists_across(model, target, loops[0]):
+            # a loop over FX nodes or profiler events is not a batch loop: some enclosing
+            # loop must run a model, and the accumulator must outlive its iterations
+            if not any(_persists_across(model, target, lp) and self._runs_a_model(model, lp)
+                       for lp in loops):
                 continue
             if not grad_enabled_at(model, stmt)[0]:
                 continue
@@ -558,6 +561,13 @@ for i, x in enumerate(loader):
             if name is not None and _backpropagated_later(model, name, stmt):
                 continue
             yield self.report(stmt, fix=self._fix(model, value))
+
+    @staticmethod
+    def _runs_a_model(model: FileModel, loop: ast.AST) -> bool:
+        if id(loop) in model.steps.step_loop_ids:
+            return True
+        return any(isinstance(sub, ast.Call) and model.flow._is_model_call(sub.func)
+                   for sub in walk_local(loop))
 
     @staticmethod
     def _accumulations(model: FileModel) -> Iterator[tuple[ast.stmt, ast.AST, ast.AST]]:
@@ -738,6 +748,9 @@ for epoch in range(10):
     def check(self, model: FileModel) -> Iterator[Report]:
         if not model.imports_module("torch"):
             return
+        from trainlint.rules.throughput import is_test_file
+
+        in_tests = is_test_file(model.path)
         seen = Reported()
         for call in self._model_calls(model):
             loops = model.enclosing_loops(call)
@@ -746,6 +759,7 @@ for epoch in range(10):
             fn = model.function_of(call)
             if not (self._after_eval(model, call, fn) or (
                 fn is not None and _EVAL_FUNC.search(fn.name) and not fn.name.endswith("_step")
+                and not (in_tests and fn.name.startswith("test"))
             )):
                 continue
             if not grad_enabled_at(model, call)[0]:

@@ -44,6 +44,14 @@ def in_debug_context(model: FileModel, node: ast.AST) -> bool:
     return False
 
 
+def _top_level(model: FileModel, node: ast.AST) -> bool:
+    """At module level, or in a `main()`/`if __name__ == "__main__":` entry point."""
+    fn = model.function_of(node)
+    if fn is None:
+        return True
+    return fn.name in ("main", "train", "run", "fit", "cli")
+
+
 class AnomalyDetectionEnabled(Rule):
     """## What it does
     Flags `torch.autograd.set_detect_anomaly(True)` and `torch.autograd.detect_anomaly()`
@@ -115,6 +123,8 @@ class AnomalyDetectionEnabled(Rule):
                         continue
                 if in_debug_context(model, call):
                     continue
+                if not model.steps.step_loops and not _top_level(model, call):
+                    continue  # library code (tracing, numerics tools) switching it on locally
                 yield self.report(call)
 
 

@@ -1,0 +1,1058 @@
+"""What escapes a process or thread: Ray remotes and actors, processes, pools, threads.
+
+A *dispatch* is a place where a function is handed to another worker together with
+its arguments: ``train.remote(model, opt)``, ``Actor.options(...).remote(model)``,
+``Process(target=train, args=(model,))``, ``pool.map(train, [model] * 4)``,
+``torch.multiprocessing.spawn(train, args=(model,))``, ``Thread(target=train)``,
+``executor.submit(train, model)``. For each dispatch the analysis knows the same-file
+function that runs on the other side, which of its parameters receive which caller
+expressions, and how it runs (start method, repeated in a loop, joined at once).
+
+On the other side, :meth:`Escapes.trained` tells which of a function's parameters (and
+``self`` attributes, and globals) it *trains*: optimizers it steps, and models whose
+parameters such an optimizer holds, followed through same-file helpers by mapping
+their parameters back to the arguments at each call site. Everything unresolved is
+left out, so the rules built on this stay silent when they cannot decide.
+
+It also answers the caller-side questions those rules ask: is an argument a model or
+optimizer (through ``ray.put``), are weights loaded back or the name rebound after a
+dispatch, is the object used afterwards, was ``share_memory()`` called, which start
+method a process gets, and whether a node runs under ``with lock:``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import weakref
+from dataclasses import dataclass
+from enum import Enum
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from trainlint.analysis.model import FUNCTION_NODES, call_name, dotted, keyword, walk_local
+from trainlint.analysis.roles import Role, parameter_owners
+from trainlint.analysis.steps import Event, Kind
+
+if TYPE_CHECKING:
+    from trainlint.analysis.model import FileModel, FunctionNode
+    from trainlint.analysis.roles import Key
+
+RAY_REMOTE = "ray.remote"
+RAY_PUT = "ray.put"
+PROCESS = "multiprocessing.Process"
+# torch.multiprocessing.X is canonicalised to multiprocessing.X by the import table.
+SPAWN = ("multiprocessing.spawn", "multiprocessing.start_processes")
+GET_CONTEXT = "multiprocessing.get_context"
+SET_START_METHOD = "multiprocessing.set_start_method"
+THREAD = "threading.Thread"
+FUNCTOOLS_PARTIAL = "functools.partial"
+_PROCESS_POOLS = {
+    "multiprocessing.Pool", "multiprocessing.pool.Pool",
+    "concurrent.futures.ProcessPoolExecutor", "concurrent.futures.process.ProcessPoolExecutor",
+}
+_THREAD_POOLS = {
+    "multiprocessing.pool.ThreadPool", "multiprocessing.dummy.Pool",
+    "concurrent.futures.ThreadPoolExecutor", "concurrent.futures.thread.ThreadPoolExecutor",
+}
+LOCKS = {
+    "threading.Lock", "threading.RLock", "threading.Semaphore", "threading.BoundedSemaphore",
+    "threading.Condition", "multiprocessing.Lock", "multiprocessing.RLock",
+    "multiprocessing.Semaphore", "multiprocessing.BoundedSemaphore",
+}
+_LOCK_WORDS = re.compile(r"lock|mutex|sem(aphore)?$|^sem_|cond(ition)?$", re.IGNORECASE)
+# pool method -> how its arguments reach the function: "map" (one element per call),
+# "starmap" (tuples unpacked), "apply" (args=, kwds=), "submit" (*args, **kwargs)
+_POOL_METHODS = {
+    "map": "map", "imap": "map", "imap_unordered": "map", "map_async": "map",
+    "starmap": "starmap", "starmap_async": "starmap",
+    "apply": "apply", "apply_async": "apply", "submit": "submit",
+}
+# Same object afterwards: the caller's name still refers to the model/optimizer it sent.
+_PASS_THROUGH_METHODS = {"to", "cuda", "cpu", "train", "eval", "float", "double", "half",
+                         "bfloat16", "share_memory", "requires_grad_", "xpu", "mps"}
+_PASS_THROUGH_FUNCS = {"torch.compile", "torch.nn.DataParallel",
+                       "torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.DataParallel"}
+# In a child that received shared tensors, these replace every parameter's data with a
+# new tensor (another device or dtype): training then updates a private copy.
+COPYING_METHODS = {"to", "cuda", "double", "half", "bfloat16", "xpu", "mps", "to_empty"}
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+class Via(Enum):
+    REMOTE = "Ray remote function"
+    ACTOR = "Ray actor"
+    ACTOR_METHOD = "Ray actor method"
+    PROCESS = "process"
+    POOL = "process pool"
+    SPAWN = "torch.multiprocessing.spawn"
+    THREAD = "thread"
+    THREAD_POOL = "thread pool"
+
+
+@dataclass(frozen=True, eq=False)
+class Dispatch:
+    """One place where a function is handed to another process, thread or Ray worker."""
+
+    via: Via
+    #: the creating call: ``f.remote(...)``, ``Process(...)``, ``pool.map(...)``, ``submit``
+    call: ast.Call
+    #: the same-file function that runs on the other side (an actor's ``__init__``)
+    target: FunctionNode | None
+    #: for actors and actor methods
+    actor: ast.ClassDef | None = None
+    #: target parameter -> caller expression it receives
+    args: tuple[tuple[str, ast.expr], ...] = ()
+    #: ``obj`` of ``target=obj.method``: the ``self`` the workers share
+    receiver: ast.expr | None = None
+    #: processes: "fork", "spawn" or "forkserver"; None when it cannot be told
+    start_method: str | None = None
+    #: may run several times at once (a loop, a comprehension, a map over items)
+    repeated: bool = False
+    #: each worker is waited for before the next starts (``t.join()`` in the same
+    #: iteration, ``submit(...).result()``, a single-worker pool)
+    serial: bool = False
+
+    @property
+    def name(self) -> str:
+        if self.via is Via.ACTOR and self.actor is not None:
+            return self.actor.name
+        return self.target.name if self.target is not None else "<unknown>"
+
+    def arg(self, param: str) -> ast.expr | None:
+        for name, expr in self.args:
+            if name == param:
+                return expr
+        return None
+
+
+@dataclass(frozen=True)
+class Touch:
+    """An object a dispatched function trains, named in that function's own terms."""
+
+    name: str  # dotted: a parameter (`model`, `model.encoder`), `self.x`, or a global
+    node: ast.expr  # an expression for it, where the name is valid (for role lookups)
+
+    @property
+    def root(self) -> str:
+        return self.name.split(".", 1)[0]
+
+
+_CACHE: weakref.WeakKeyDictionary[FileModel, Escapes] = weakref.WeakKeyDictionary()
+
+
+def escapes(model: FileModel) -> Escapes:
+    """The file's escape analysis, built once per FileModel on first use."""
+    found = _CACHE.get(model)
+    if found is None:
+        found = _CACHE[model] = Escapes(model)
+    return found
+
+
+def params_of(fn: ast.AST) -> list[str]:
+    if not isinstance(fn, FUNCTION_NODES):
+        return []
+    a = fn.args
+    return [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+
+
+def _positional(fn: FunctionNode) -> list[str]:
+    return [x.arg for x in (*fn.args.posonlyargs, *fn.args.args)]
+
+
+def _is_static(fn: FunctionNode) -> bool:
+    return any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list)
+
+
+def _pos(node: ast.AST) -> tuple[int, int]:
+    return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+
+
+def _end(node: ast.AST) -> tuple[int, int]:
+    return (getattr(node, "end_lineno", 0) or 0, getattr(node, "end_col_offset", 0) or 0)
+
+
+def _root_name(node: ast.AST) -> ast.Name | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node if isinstance(node, ast.Name) else None
+
+
+def _literal_str(node: ast.AST | None) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+def _target_names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _elements(model: FileModel, expr: ast.expr) -> list[ast.expr] | None:
+    """The items an iterable literal yields: ``[a, b]``, ``[a] * n``, a comprehension's
+    element, ``itertools.repeat(a, n)``; None when they cannot be listed."""
+    if isinstance(expr, (ast.List, ast.Tuple, ast.Set)):
+        if any(isinstance(e, ast.Starred) for e in expr.elts):
+            return None
+        return list(expr.elts)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult):
+        for side in (expr.left, expr.right):
+            if isinstance(side, (ast.List, ast.Tuple)):
+                return _elements(model, side)
+        return None
+    if isinstance(expr, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+        return [expr.elt]
+    if isinstance(expr, ast.Call) and expr.args and model.qualname(expr.func) == "itertools.repeat":
+        return [expr.args[0]]
+    return None
+
+
+class Escapes:
+    """Dispatches of one file and what their targets train; computed lazily, once."""
+
+    def __init__(self, model: FileModel) -> None:
+        self.model = model
+        self.roles = model.roles
+        self._trained: dict[int, dict[str, Touch]] = {}
+        # Objects names hold, by role key: ("pool"|"threadpool", workers), ("context",
+        # method), ("lock",), ("put", expr), ("remote", def), ("actor", class).
+        self._held: dict[Key, tuple[object, ...]] = {}
+        self._ambiguous: set[Key] = set()
+        # Actor handles (`h = Actor.remote()`) need the remote wrappers (`Actor =
+        # ray.remote(Cls)`) of the previous pass: two passes, each reading the last.
+        for _ in range(2):
+            self._held, self._ambiguous = self._index_held()
+
+    # -- what names hold ------------------------------------------------------------------
+    def _index_held(self) -> tuple[dict[Key, tuple[object, ...]], set[Key]]:
+        held: dict[Key, tuple[object, ...]] = {}
+        ambiguous: set[Key] = set()
+        pairs: list[tuple[ast.AST, ast.AST]] = []
+        for node in self.model.assignments:
+            if isinstance(node, ast.Assign):
+                pairs.extend((t, node.value) for t in node.targets)
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                pairs.append((node.target, node.value))
+            elif isinstance(node, ast.AugAssign):
+                pairs.append((node.target, node))
+        for w in self.model.withs:
+            for item in w.items:
+                if item.optional_vars is not None:
+                    pairs.append((item.optional_vars, item.context_expr))
+        for target, value in pairs:
+            if not isinstance(target, (ast.Name, ast.Attribute)):
+                continue
+            key = self.roles.key(target)
+            if key is None:
+                continue
+            if isinstance(value, ast.Constant) and value.value is None:
+                continue  # `pool = None` placeholders do not change what the name holds
+            obj = self._object_of(value) if isinstance(value, ast.expr) else None
+            if obj is None or held.get(key, obj) != obj:
+                ambiguous.add(key)
+            else:
+                held[key] = obj
+        return held, ambiguous
+
+    def _object_of(self, value: ast.expr) -> tuple[object, ...] | None:
+        if not isinstance(value, ast.Call):
+            return None
+        m = self.model
+        qual = m.qualname(value.func)
+        if qual in _PROCESS_POOLS or self._context_attr(value.func, "Pool"):
+            return ("pool",)
+        if qual in _THREAD_POOLS:
+            workers = keyword(value, "max_workers") or keyword(value, "processes") or (
+                value.args[0] if value.args else None
+            )
+            one = isinstance(workers, ast.Constant) and workers.value == 1
+            return ("threadpool", 1 if one else None)
+        if qual == GET_CONTEXT:
+            arg = value.args[0] if value.args else keyword(value, "method")
+            if arg is None:
+                return ("context", "default")
+            return ("context", _literal_str(arg))
+        if qual in LOCKS:
+            return ("lock",)
+        if qual == RAY_PUT and value.args:
+            return ("put", value.args[0])
+        wrapped = self._remote_wrapper(value)
+        if wrapped is not None:
+            return ("remote", wrapped)
+        if call_name(value) == "remote":
+            resolved = self._resolve_remote(value)
+            if resolved is not None and resolved[0] is Via.ACTOR:
+                return ("actor", resolved[2])
+        return None
+
+    def held(self, expr: ast.AST) -> tuple[object, ...] | None:
+        """What a name/attribute holds, when every binding agrees."""
+        if not isinstance(expr, (ast.Name, ast.Attribute)):
+            return None
+        key = self.roles.key(expr)
+        if key is None or key in self._ambiguous:
+            return None
+        return self._held.get(key)
+
+    def _context_attr(self, func: ast.AST, attr: str) -> str | None:
+        """``ctx.Process``/``ctx.Pool`` on a ``get_context(...)`` object: its method."""
+        if isinstance(func, ast.Attribute) and func.attr == attr:
+            held = self.held(func.value)
+            if held is not None and held[0] == "context":
+                method = held[1]
+                return method if isinstance(method, str) else "unknown"
+            if isinstance(func.value, ast.Call) and self.model.qualname(func.value.func) == (
+                GET_CONTEXT
+            ):
+                return _literal_str(func.value.args[0] if func.value.args else None) or "unknown"
+        return None
+
+    # -- definitions ---------------------------------------------------------------------
+    def resolve_def(self, expr: ast.AST) -> FunctionNode | ast.ClassDef | None:
+        """The same-file def or class a name (``train``, ``self.worker``) refers to."""
+        m = self.model
+        if isinstance(expr, ast.Name):
+            for scope in m.scopes_of(expr):
+                if isinstance(scope, ast.ClassDef):
+                    continue
+                fn = m._local_defs.get(id(scope), {}).get(expr.id)
+                if fn is not None:
+                    return fn
+                for klass in m.classes:
+                    if klass.name == expr.id and m.scope_of(klass) is scope:
+                        return klass
+                b = m.imports._scopes.get(id(scope))
+                if b is not None and (expr.id in b.others or expr.id in b.imports):
+                    return None
+            return None
+        if (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name)
+                and expr.value.id in ("self", "cls")):
+            cls = self.class_of_node(expr)
+            seen: set[int] = set()
+            while cls is not None and id(cls) not in seen:
+                seen.add(id(cls))
+                method = m.methods(cls).get(expr.attr)
+                if method is not None:
+                    return method
+                cls = m._local_base(cls)
+        return None
+
+    def class_of_node(self, node: ast.AST) -> ast.ClassDef | None:
+        fn = self.model.function_of(node)
+        while fn is not None:
+            cls = self.model.class_of(fn)
+            if cls is not None:
+                return cls
+            parent = self.model.parent_of(fn)
+            fn = self.model.function_of(parent) if parent is not None else None
+        return None
+
+    def _is_ray_remote(self, expr: ast.AST) -> bool:
+        return self.model.qualname(expr) == RAY_REMOTE
+
+    def is_remote_def(self, node: ast.AST) -> bool:
+        """Decorated ``@ray.remote`` / ``@ray.remote(num_gpus=1)`` / ``@remote``."""
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return False
+        for dec in node.decorator_list:
+            target = dec.func if isinstance(dec, ast.Call) else dec
+            if self._is_ray_remote(target):
+                return True
+        return False
+
+    def _remote_wrapper(self, call: ast.Call) -> FunctionNode | ast.ClassDef | None:
+        """``ray.remote(f)`` or ``ray.remote(num_gpus=1)(f)``: the wrapped local def."""
+        func = call.func
+        if self._is_ray_remote(func) and len(call.args) == 1 and not call.keywords:
+            return self.resolve_def(call.args[0])
+        if isinstance(func, ast.Call) and self._is_ray_remote(func.func) and len(call.args) == 1:
+            return self.resolve_def(call.args[0])
+        return None
+
+    def _remote_target(self, expr: ast.AST) -> FunctionNode | ast.ClassDef | None:
+        if isinstance(expr, ast.Call):
+            return self._remote_wrapper(expr)
+        held = self.held(expr)
+        if held is not None and held[0] == "remote":
+            return held[1]  # type: ignore[return-value]
+        found = self.resolve_def(expr)
+        if found is not None and self.is_remote_def(found):
+            return found
+        return None
+
+    def _resolve_remote(
+        self, call: ast.Call
+    ) -> tuple[Via, FunctionNode | None, ast.ClassDef | None] | None:
+        func = call.func
+        if not isinstance(func, ast.Attribute) or func.attr != "remote":
+            return None
+        recv = func.value
+        # `f.options(num_gpus=1).remote(...)` dispatches `f`
+        if isinstance(recv, ast.Call) and call_name(recv) == "options" and isinstance(
+            recv.func, ast.Attribute
+        ):
+            recv = recv.func.value
+        target = self._remote_target(recv)
+        if isinstance(target, ast.ClassDef):
+            return Via.ACTOR, self.model.methods(target).get("__init__"), target
+        if target is not None:
+            return Via.REMOTE, target, None
+        if isinstance(recv, ast.Attribute):  # handle.method.remote(...)
+            held = self.held(recv.value)
+            if held is not None and held[0] == "actor" and isinstance(held[1], ast.ClassDef):
+                method = self.model.methods(held[1]).get(recv.attr)
+                if method is not None:
+                    return Via.ACTOR_METHOD, method, held[1]
+        return None
+
+    # -- argument binding ------------------------------------------------------------------
+    @staticmethod
+    def bind(fn: FunctionNode, args: list[ast.expr], keywords: list[ast.keyword],
+             skip: int = 0) -> tuple[tuple[str, ast.expr], ...]:
+        """Parameter -> argument, for a call ``fn(*args, **keywords)`` that skips the first
+        ``skip`` positional parameters (``self``, a spawned worker's rank)."""
+        positional = _positional(fn)[skip:]
+        out: list[tuple[str, ast.expr]] = []
+        for i, arg in enumerate(args):
+            if isinstance(arg, ast.Starred) or i >= len(positional):
+                break
+            out.append((positional[i], arg))
+        named = set(params_of(fn))
+        for kw in keywords:
+            if kw.arg is not None and kw.arg in named:
+                out.append((kw.arg, kw.value))
+        return tuple(out)
+
+    def _callable(self, expr: ast.expr | None) -> tuple[
+            FunctionNode | None, int, list[ast.expr], list[ast.keyword], ast.expr | None]:
+        """A dispatched callable: (function, parameters to skip, pre-bound positional and
+        keyword arguments of a ``functools.partial``, the bound ``self`` receiver)."""
+        if expr is None:
+            return None, 0, [], [], None
+        if isinstance(expr, ast.Call) and self.model.qualname(expr.func) == FUNCTOOLS_PARTIAL:
+            if not expr.args:
+                return None, 0, [], [], None
+            fn, skip, pre, kws, recv = self._callable(expr.args[0])
+            return fn, skip, [*pre, *expr.args[1:]], [*kws, *expr.keywords], recv
+        found = self.resolve_def(expr)
+        if isinstance(found, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            recv = expr.value if isinstance(expr, ast.Attribute) else None
+            method = self.model.class_of(found) is not None and not _is_static(found)
+            return found, 1 if method and recv is not None else 0, [], [], recv
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+            # `obj.method` where `obj = Cls(...)` is an instance of a same-file class
+            found_def = self.model.flow.definition(expr.value.id, expr)
+            value = found_def[1] if found_def is not None else None
+            if isinstance(value, ast.Call):
+                owner = self.resolve_def(value.func)
+                if isinstance(owner, ast.ClassDef):
+                    bound = self.model.methods(owner).get(expr.attr)
+                    if bound is not None and not _is_static(bound):
+                        return bound, 1, [], [], expr.value
+        return None, 0, [], [], None
+
+    @staticmethod
+    def _tuple_items(node: ast.expr | None) -> list[ast.expr]:
+        if isinstance(node, (ast.Tuple, ast.List)) and not any(
+            isinstance(e, ast.Starred) for e in node.elts
+        ):
+            return list(node.elts)
+        return []
+
+    @staticmethod
+    def _dict_items(node: ast.expr | None) -> list[ast.keyword]:
+        if isinstance(node, ast.Dict):
+            return [ast.keyword(arg=k.value, value=v) for k, v in zip(node.keys, node.values,
+                                                                      strict=True)
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+        if isinstance(node, ast.Call) and call_name(node) == "dict" and not node.args:
+            return [k for k in node.keywords if k.arg is not None]
+        return []
+
+    # -- dispatches --------------------------------------------------------------------------
+    @cached_property
+    def remote_dispatches(self) -> list[Dispatch]:
+        out = []
+        for call in self.model.calls.get("remote", ()):
+            resolved = self._resolve_remote(call)
+            if resolved is None:
+                continue
+            via, fn, cls = resolved
+            args: tuple[tuple[str, ast.expr], ...] = ()
+            if fn is not None:
+                args = self.bind(fn, list(call.args), call.keywords, 0 if via is Via.REMOTE else 1)
+            out.append(Dispatch(via, call, fn, cls, args, repeated=self._repeated(call)))
+        return out
+
+    @cached_property
+    def process_dispatches(self) -> list[Dispatch]:
+        m = self.model
+        out = []
+        creations = [*m.calls_to(PROCESS), *(c for c in m.calls.get("Process", ())
+                                             if self._context_attr(c.func, "Process"))]
+        for call in sorted(set(creations), key=_pos):
+            target = keyword(call, "target") or (call.args[1] if len(call.args) > 1 else None)
+            fn, skip, pre, kws, recv = self._callable(target)
+            if fn is None:
+                continue
+            args = [*pre, *self._tuple_items(keyword(call, "args") or (
+                call.args[3] if len(call.args) > 3 else None))]
+            kwargs = [*kws, *self._dict_items(keyword(call, "kwargs"))]
+            ctx = self._context_attr(call.func, "Process")
+            method = self.file_start_method if ctx in (None, "default") else ctx
+            out.append(Dispatch(Via.PROCESS, call, fn, None, self.bind(fn, args, kwargs, skip),
+                                recv, method if method != "unknown" else None,
+                                self._repeated(call)))
+        for call in m.calls_to(*SPAWN):
+            target = call.args[0] if call.args else keyword(call, "fn")
+            fn, skip, pre, kws, recv = self._callable(target)
+            if fn is None:
+                continue
+            args = [*pre, *self._tuple_items(keyword(call, "args") or (
+                call.args[1] if len(call.args) > 1 else None))]
+            method = _literal_str(keyword(call, "start_method")) or (
+                "spawn" if keyword(call, "start_method") is None else None)
+            # the worker's first parameter is its rank
+            out.append(Dispatch(Via.SPAWN, call, fn, None,
+                                self.bind(fn, args, kws, skip + 1), recv, method, True))
+        out.extend(self._pool_dispatches("pool"))
+        return sorted(out, key=lambda d: _pos(d.call))
+
+    @cached_property
+    def thread_dispatches(self) -> list[Dispatch]:
+        out = []
+        for call in self.model.calls_to(THREAD):
+            target = keyword(call, "target") or (call.args[1] if len(call.args) > 1 else None)
+            fn, skip, pre, kws, recv = self._callable(target)
+            if fn is None:
+                continue
+            args = [*pre, *self._tuple_items(keyword(call, "args") or (
+                call.args[3] if len(call.args) > 3 else None))]
+            kwargs = [*kws, *self._dict_items(keyword(call, "kwargs") or (
+                call.args[4] if len(call.args) > 4 else None))]
+            out.append(Dispatch(Via.THREAD, call, fn, None, self.bind(fn, args, kwargs, skip),
+                                recv, None, self._repeated(call), self._joined_at_once(call)))
+        out.extend(self._pool_dispatches("threadpool"))
+        return sorted(out, key=lambda d: _pos(d.call))
+
+    def _pool_dispatches(self, kind: str) -> list[Dispatch]:
+        out = []
+        for method, style in _POOL_METHODS.items():
+            for call in self.model.calls.get(method, ()):
+                func = call.func
+                if not isinstance(func, ast.Attribute) or not call.args:
+                    continue
+                held = self.held(func.value) or (
+                    self._object_of(func.value) if isinstance(func.value, ast.Call) else None
+                )
+                if held is None or held[0] != kind:
+                    continue
+                fn, skip, pre, kws, recv = self._callable(call.args[0])
+                if fn is None:
+                    continue
+                rest = call.args[1:]
+                args: list[ast.expr] = list(pre)
+                kwargs: list[ast.keyword] = list(kws)
+                repeated = self._repeated(call)
+                if style == "map":
+                    repeated = True
+                    for iterable in rest:
+                        items = _elements(self.model, iterable)
+                        if not items or not self._all_same(items):
+                            break
+                        args.append(items[0])
+                elif style == "starmap" and rest:
+                    items = _elements(self.model, rest[0])
+                    if items and self._all_same(items):
+                        args.extend(self._tuple_items(items[0]))
+                    repeated = True
+                elif style == "apply":
+                    args.extend(self._tuple_items(keyword(call, "args") or (
+                        rest[0] if rest else None)))
+                    kwargs.extend(self._dict_items(keyword(call, "kwds") or (
+                        rest[1] if len(rest) > 1 else None)))
+                else:  # submit(f, *args, **kwargs)
+                    args.extend(rest)
+                    kwargs.extend(k for k in call.keywords if k.arg is not None)
+                serial = (len(held) > 1 and held[1] == 1) or self._joined_at_once(call)
+                via = Via.POOL if kind == "pool" else Via.THREAD_POOL
+                out.append(Dispatch(via, call, fn, None, self.bind(fn, args, kwargs, skip), recv,
+                                    None, repeated, serial))
+        return out
+
+    def _all_same(self, items: list[ast.expr]) -> bool:
+        names = {dotted(i) for i in items}
+        return len(names) == 1 or len(items) == 1
+
+    @cached_property
+    def file_start_method(self) -> str | None:
+        """"spawn" when the file selects spawn or forkserver anywhere (SPEC: not reported
+        then), "fork" when it selects nothing else, None when the choice is not a literal."""
+        methods: set[str] = set()
+        for call in self.model.calls_to(SET_START_METHOD, GET_CONTEXT):
+            arg = call.args[0] if call.args else keyword(call, "method")
+            if arg is None:
+                continue  # get_context(): the default context
+            value = _literal_str(arg)
+            if value is None:
+                return None
+            methods.add(value)
+        if methods & {"spawn", "forkserver"}:
+            return "spawn"
+        return "fork"
+
+    # -- how a dispatch runs ----------------------------------------------------------------
+    def _repeated(self, call: ast.Call) -> bool:
+        for anc in self.model.ancestors(call):
+            if isinstance(anc, _COMPREHENSIONS):
+                return True
+            if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+                break
+        return bool(self.model.loop_contexts(call))
+
+    def _joined_at_once(self, call: ast.Call) -> bool:
+        """The worker is waited for in the same iteration that starts it."""
+        m = self.model
+        parent = m.parent_of(call)
+        if isinstance(parent, ast.Attribute) and parent.attr in ("result", "get", "join"):
+            return True
+        stmt = m.statement_of(call)
+        if not (isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)):
+            return False
+        name = stmt.targets[0].id
+        loops = m.enclosing_loops(call)
+        if not loops:
+            return False
+        region = loops[0]
+        for wait in ("join", "result", "get"):
+            for other in m.calls.get(wait, ()):
+                recv = other.func.value if isinstance(other.func, ast.Attribute) else None
+                if isinstance(recv, ast.Name) and recv.id == name and any(
+                    a is region for a in m.ancestors(other)
+                ):
+                    return True
+        return False
+
+    def same_object(self, arg: ast.AST) -> bool:
+        """Is ``arg`` the same object every time its dispatch runs: a name that no loop or
+        comprehension around it rebinds (not ``Net()``, not the loop variable)?"""
+        m = self.model
+        name = dotted(arg) if isinstance(arg, (ast.Name, ast.Attribute)) else None
+        if name is None:
+            return False
+        root = name.split(".", 1)[0]
+        for anc in m.ancestors(arg):
+            if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+                break
+            if isinstance(anc, _COMPREHENSIONS):
+                if any(root in _target_names(g.target) for g in anc.generators):
+                    return False
+        for loop in m.enclosing_loops(arg):
+            if isinstance(loop, (ast.For, ast.AsyncFor)) and root in _target_names(loop.target):
+                return False
+            for sub in walk_local(loop):
+                if isinstance(sub, ast.Assign) and any(
+                    root in _target_names(t) for t in sub.targets
+                ):
+                    return False
+                if isinstance(sub, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and (
+                    root in _target_names(sub.target)
+                ):
+                    return False
+                if isinstance(sub, (ast.With, ast.AsyncWith)) and any(
+                    i.optional_vars is not None and root in _target_names(i.optional_vars)
+                    for i in sub.items
+                ):
+                    return False
+        return True
+
+    # -- what the other side trains ---------------------------------------------------------
+    def trained(self, fn: FunctionNode) -> dict[str, Touch]:
+        """Optimizers ``fn`` steps and models those optimizers hold, in ``fn``'s naming."""
+        cached = self._trained.get(id(fn))
+        if cached is not None:
+            return cached
+        self._trained[id(fn)] = {}  # recursion guard
+        out: dict[str, Touch] = {}
+        for ev in self.events(fn, Kind.STEP):
+            for touch in self.step_touches(fn, ev):
+                out.setdefault(touch.name, touch)
+        self._trained[id(fn)] = out
+        return out
+
+    def events(self, fn: FunctionNode, *kinds: Kind) -> list[Event]:
+        """Step events of ``fn`` (helpers inlined), one per node and call chain."""
+        paths, _ = self.model.steps.function_paths(fn)
+        seen: dict[tuple[int, ...], Event] = {}
+        for path in paths:
+            for ev in path:
+                if ev.kind in kinds:
+                    seen.setdefault((id(ev.node), *(id(c) for c in ev.chain)), ev)
+        return sorted(seen.values(), key=lambda e: _pos(e.chain[0] if e.chain else e.node))
+
+    def step_touches(self, fn: FunctionNode, ev: Event) -> list[Touch]:
+        """The optimizer a STEP event steps and the models it holds, named in ``fn``."""
+        chain = ev.chain
+        fs: list[FunctionNode] = [fn]
+        for site in chain:
+            callee = self.model.resolve_call(site)
+            if callee is None:
+                return []
+            fs.append(callee)
+        expr = _stepped(ev)
+        level = len(chain)
+        out: list[Touch] = []
+        while expr is not None:
+            for cand in (expr, *self._owners(expr)):
+                touch = self._lift(cand, level, fs, chain)
+                if touch is not None:
+                    out.append(touch)
+            # Seen from the caller, the optimizer may be bound there with known owners.
+            name = dotted(expr)
+            if level == 0 or name is None or "." in name or name not in params_of(fs[level]):
+                break
+            expr = self._argument_for(chain[level - 1], fs[level], name)
+            expr = self.unwrap(expr) if expr is not None else None
+            level -= 1
+        return out
+
+    def _owners(self, expr: ast.expr) -> list[ast.expr]:
+        binding = self.roles.lookup(expr)
+        if binding is None or binding.role is not Role.OPTIMIZER or binding.call is None:
+            return []
+        return parameter_owners(binding.call)
+
+    def _local_to(self, node: ast.AST, fn: ast.AST) -> bool:
+        """Is the name at the root of ``node`` bound in ``fn`` (a parameter or a local)?"""
+        root = _root_name(node)
+        if root is None:
+            return True
+        if root.id in ("self", "cls"):
+            return True
+        key = self.roles.key(root)
+        return key is not None and key[1] == id(fn)
+
+    def _lift(self, node: ast.expr, level: int, fs: list[FunctionNode],
+              chain: tuple[ast.Call, ...]) -> Touch | None:
+        """Rename ``node`` (valid in ``fs[level]``) into ``fs[0]``'s terms through the call
+        sites of ``chain``; None for a helper's own local."""
+        name = dotted(node)
+        if name is None:
+            return None
+        home = self.model.function_of(node)
+        if home is not fs[level] and not name.startswith(("self.", "cls.")):
+            # Seen in another function (an optimizer built in __init__ from its parameter):
+            # only a module global or closure variable means the same object here.
+            if home is None or not self._local_to(node, home):
+                return Touch(name, node)
+            return None
+        for _ in range(32):
+            fn = fs[level]
+            if name.startswith(("self.", "cls.")):
+                if level == 0:
+                    return Touch(name, node)
+                site = chain[level - 1]
+                if not (isinstance(site.func, ast.Attribute) and isinstance(
+                        site.func.value, ast.Name) and site.func.value.id in ("self", "cls")):
+                    return None  # another object's attribute
+                level -= 1
+                continue
+            if not self._local_to(node, fn):
+                return Touch(name, node)  # a global or closure: one object at every level
+            root, _, rest = name.partition(".")
+            if root not in params_of(fn):
+                # `ddp = DDP(model)`, `net = model.to(dev)`: a local alias of another name
+                alias = self._alias(node)
+                base = dotted(alias) if alias is not None else None
+                if alias is None or base is None:
+                    return Touch(name, node) if level == 0 else None
+                name = f"{base}.{rest}" if rest else base
+                node = alias
+                continue
+            if level == 0:
+                return Touch(name, node)
+            arg = self._argument_for(chain[level - 1], fn, root)
+            if arg is None:
+                return None
+            arg = self.unwrap(arg)
+            base = dotted(arg)
+            if base is None:
+                return None
+            name = f"{base}.{rest}" if rest else base
+            node = arg
+            level -= 1
+        return None
+
+    def _alias(self, node: ast.AST) -> ast.expr | None:
+        """The name/attribute a local was last assigned from, through pass-through calls."""
+        root = _root_name(node)
+        if root is None:
+            return None
+        found = self.model.flow.definition(root.id, root)
+        if found is None:
+            return None
+        stmt, value = found
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or not isinstance(value, ast.expr):
+            return None
+        value = self.unwrap(value)
+        return value if isinstance(value, (ast.Name, ast.Attribute)) else None
+
+    def _argument_for(self, site: ast.Call, fn: FunctionNode, param: str) -> ast.expr | None:
+        bound_method = isinstance(site.func, ast.Attribute) and self.model.class_of(fn) is not None
+        skip = 1 if bound_method and not _is_static(fn) else 0
+        for name, arg in self.bind(fn, list(site.args), site.keywords, skip):
+            if name == param:
+                return arg
+        return None
+
+    def unwrap(self, expr: ast.expr) -> ast.expr:
+        """``model.to(dev)``, ``DDP(model)``, ``torch.compile(model)`` -> ``model``."""
+        for _ in range(8):
+            if not isinstance(expr, ast.Call):
+                return expr
+            func = expr.func
+            if isinstance(func, ast.Attribute) and func.attr in _PASS_THROUGH_METHODS:
+                expr = func.value
+            elif expr.args and self.model.qualname(func) in _PASS_THROUGH_FUNCS:
+                expr = expr.args[0]
+            else:
+                return expr
+        return expr
+
+    def trained_params(self, d: Dispatch) -> set[str]:
+        """Parameters of the dispatched function whose object the other side trains."""
+        if d.via is Via.ACTOR:
+            return self.actor_trained(d.actor) if d.actor is not None else set()
+        if d.target is None:
+            return set()
+        params = set(params_of(d.target))
+        return {t.root for t in self.trained(d.target).values() if t.root in params}
+
+    def actor_trained(self, cls: ast.ClassDef) -> set[str]:
+        """``__init__`` parameters of an actor whose objects some method trains: stored on
+        ``self`` and stepped (or held by an optimizer that is stepped) by any method."""
+        methods = self.model.methods(cls)
+        init = methods.get("__init__")
+        if init is None:
+            return set()
+        params = set(params_of(init)) - {"self", "cls"}
+        names: set[str] = set()
+        for method in methods.values():
+            names.update(self.trained(method))
+        out = {n.split(".", 1)[0] for n in names if n.split(".", 1)[0] in params}
+        attrs = {n.split(".")[1] for n in names if n.startswith("self.") and n.count(".") >= 1}
+        for node in walk_local(init):
+            if not isinstance(node, ast.Assign):
+                continue
+            for t in node.targets:
+                if not (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+                        and t.value.id == "self" and t.attr in attrs):
+                    continue
+                value = self.unwrap(node.value)
+                if isinstance(value, ast.Name) and value.id in params:
+                    out.add(value.id)
+                elif isinstance(value, ast.Call):
+                    for owner in parameter_owners(value):
+                        root = _root_name(owner)
+                        if root is not None and root.id in params:
+                            out.add(root.id)
+        return out
+
+    def copies_before_training(self, fn: FunctionNode, param: str) -> ast.Call | None:
+        """``param.to(device)``/``param.cuda()`` in ``fn`` before its first backward/step:
+        the worker trains a new tensor, not the one it received."""
+        events = self.events(fn, Kind.BACKWARD, Kind.STEP)
+        if not events:
+            return None
+        first = min(_pos(e.chain[0] if e.chain else e.node) for e in events)
+        for node in walk_local(fn):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in COPYING_METHODS and (node.args or node.keywords
+                                                              or node.func.attr != "to")
+                    and dotted(node.func.value) == param and _pos(node) < first):
+                return node
+        return None
+
+    # -- the caller's side --------------------------------------------------------------------
+    def sent_object(self, arg: ast.expr, *, through_put: bool = True) -> ast.expr | None:
+        """The caller's object an argument carries (``ray.put(model)`` followed), when the
+        caller keeps a name for it and nothing says it is anything but a model or an
+        optimizer. Callers ask only about parameters the other side trains, so an
+        imported ``Net()`` with no local evidence counts by what is done to it there."""
+        expr = self.unwrap(arg)
+        if through_put:
+            held = self.held(expr)
+            if held is not None and held[0] == "put" and isinstance(held[1], ast.expr):
+                expr = self.unwrap(held[1])
+        if not isinstance(expr, (ast.Name, ast.Attribute)) or dotted(expr) is None:
+            return None  # `Net()` built inline: the caller keeps no reference to it
+        if self.held(expr) is not None:
+            return None  # a pool, lock, object ref...: not a model
+        if self.roles.role(expr) in (Role.MODEL, Role.OPTIMIZER, None):
+            return expr
+        return None
+
+    def caller_names(self, sent: list[ast.expr]) -> set[str]:
+        """Dotted names whose weights a dispatch was meant to change: the objects sent and
+        the models a sent optimizer holds."""
+        names = set()
+        for expr in sent:
+            name = dotted(expr)
+            if name is not None:
+                names.add(name)
+            for owner in self._owners(expr):
+                owner_name = dotted(self.unwrap(owner))
+                if owner_name is not None:
+                    names.add(owner_name)
+        return names
+
+    def _scope(self, node: ast.AST) -> ast.AST:
+        return self.model.function_of(node) or self.model.tree
+
+    @staticmethod
+    def _matches(name: str | None, names: set[str]) -> bool:
+        return name is not None and any(name == n or name.startswith(n + ".") for n in names)
+
+    def _later_or_same_loop(self, call: ast.Call, node: ast.AST) -> bool:
+        """``node`` runs after ``call``: later in the file, wraps it
+        (``model.load_state_dict(ray.get(f.remote(model)))``), or shares its loop."""
+        if _pos(node) > _pos(call) or any(a is node for a in self.model.ancestors(call)):
+            return True
+        loops = self.model.enclosing_loops(call)
+        return bool(loops) and any(a is loops[0] for a in self.model.ancestors(node))
+
+    def loaded_back(self, call: ast.Call, names: set[str]) -> bool:
+        """After the dispatch (or in the same loop), the caller loads weights into one of
+        ``names`` or rebinds it (``model = ray.get(ref)``)."""
+        m = self.model
+        scope = self._scope(call)
+        for load in m.calls.get("load_state_dict", ()):
+            if (isinstance(load.func, ast.Attribute) and self._scope(load) is scope
+                    and self._matches(dotted(self.unwrap(load.func.value)), names)
+                    and self._later_or_same_loop(call, load)):
+                return True
+        stmt = m.statement_of(call)
+        for node in m.assignments:
+            if self._scope(node) is not scope:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if not any(names & {dotted(t) for t in ast.walk(tgt)
+                                if isinstance(t, (ast.Name, ast.Attribute))}
+                       for tgt in targets):
+                continue
+            if node is stmt or self._later_or_same_loop(call, node):
+                return True
+        return False
+
+    def used_after(self, call: ast.Call, names: set[str], *, loops: bool) -> bool:
+        """The caller reads one of ``names`` after the dispatch. With ``loops``, a read
+        elsewhere in the loop around the dispatch counts too (the next iteration sees
+        the unchanged model); sending it again, to a remote or ``ray.put``, does not:
+        a sweep deliberately gives every trial the same initial weights."""
+        m = self.model
+        enclosing = m.enclosing_loops(call)
+        loop = enclosing[0] if loops and enclosing else None
+        end = _end(m.statement_of(call))
+        for node in walk_local(self._scope(call)):
+            if not (isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load)
+                    and self._matches(dotted(node), names)):
+                continue
+            if _pos(node) > end:
+                return True
+            if loop is not None and self._in_loop_not_resent(node, loop):
+                return True
+        return False
+
+    def _in_loop_not_resent(self, node: ast.AST, loop: ast.AST) -> bool:
+        inside = False
+        for anc in self.model.ancestors(node):
+            if isinstance(anc, ast.Call) and (call_name(anc) == "remote" or self.model.qualname(
+                    anc.func) == RAY_PUT):
+                return False
+            if anc is loop:
+                inside = True
+                break
+        return inside
+
+    def shares_memory(self, names: set[str]) -> bool:
+        """``model.share_memory()`` (or ``p.share_memory_()`` over its parameters), or a
+        share on something this file cannot tell apart from it."""
+        m = self.model
+        for call in m.calls.get("share_memory", ()):
+            func = call.func
+            if not isinstance(func, ast.Attribute):
+                continue
+            recv = self.unwrap(func.value)
+            if self._matches(dotted(recv), names):
+                return True
+            stmt = m.statement_of(call)
+            if isinstance(stmt, ast.Assign) and any(
+                self._matches(dotted(t), names) for t in stmt.targets
+            ):
+                return True  # model = Net().share_memory()
+            root = _root_name(recv)
+            if root is not None and root.id in params_of(m.function_of(call) or m.tree):
+                return True  # a helper sharing whatever it is given
+        for call in m.calls.get("share_memory_", ()):
+            for loop in m.enclosing_loops(call):
+                if isinstance(loop, (ast.For, ast.AsyncFor)) and any(
+                    isinstance(sub, ast.Attribute) and sub.attr in ("parameters",
+                                                                    "named_parameters")
+                    and self._matches(dotted(sub.value), names)
+                    for sub in ast.walk(loop.iter)
+                ):
+                    return True
+        return False
+
+    # -- locks ---------------------------------------------------------------------------------
+    def is_lock(self, expr: ast.expr) -> bool:
+        """A ``threading.Lock/RLock`` (or semaphore, condition) object; an unresolvable
+        name spelled like one counts too, so that an unknown lock keeps the rule silent.
+        A lock built in the ``with`` itself (``with threading.Lock():``) excludes nothing."""
+        if isinstance(expr, ast.Call):
+            if self.model.qualname(expr.func) in LOCKS:
+                return False
+            factory = dotted(expr.func) or ""
+            return bool(_LOCK_WORDS.search(factory.rsplit(".", 1)[-1]))
+        held = self.held(expr)
+        if held is not None:
+            return held[0] == "lock"
+        if self.roles.lookup(expr) is not None:
+            return False  # a model, optimizer, loader...: known not to be a lock
+        name = dotted(expr)
+        return name is not None and bool(_LOCK_WORDS.search(name.rsplit(".", 1)[-1]))
+
+    def under_lock(self, node: ast.AST) -> bool:
+        """Inside the body of ``with lock:`` within its own function."""
+        child: ast.AST = node
+        for anc in self.model.ancestors(node):
+            if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+                return False
+            if isinstance(anc, (ast.With, ast.AsyncWith)) and any(s is child for s in anc.body):
+                if any(self.is_lock(item.context_expr) for item in anc.items):
+                    return True
+            child = anc
+        return False
+
+    def acquires(self, fns: list[FunctionNode]) -> bool:
+        """Manual ``lock.acquire()``: the locked region cannot be told, so stay silent."""
+        ids = {id(f) for f in fns}
+        return any(id(self.model.function_of(c)) in ids for c in self.model.calls.get(
+            "acquire", ()))
+
+
+def _stepped(ev: Event) -> ast.expr | None:
+    """The optimizer expression of a STEP event: ``opt.step()``, ``scaler.step(opt)``,
+    ``xm.optimizer_step(opt)``."""
+    call = ev.node
+    if not isinstance(call, ast.Call):
+        return None
+    name = call_name(call)
+    if name == "step" and isinstance(call.func, ast.Attribute):
+        if ev.scaled:
+            return call.args[0] if call.args else None
+        return call.func.value
+    if name == "optimizer_step" and call.args:
+        return call.args[0]
+    return None
