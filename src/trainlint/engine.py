@@ -185,7 +185,14 @@ class Linter:
     ) -> list[Finding]:
         if "noqa" not in source.text.lower():
             return findings
-        directives = _noqa_comments(source)
+        # Tokenizing is costly; only TL002 needs to know every real comment. For
+        # suppression, the lines that carry findings are enough.
+        if report_unused or _noqa_on_lines(
+            source, {ln for f in findings for ln in (f.line, f.end_line)}
+        ):
+            directives = _noqa_comments(source)  # confirm they are real comments
+        else:
+            directives = {}
         used: dict[int, set[str]] = defaultdict(set)
         kept: list[Finding] = []
         for f in findings:
@@ -213,6 +220,20 @@ class Linter:
                             )
                         )
         return kept
+
+
+def _noqa_on_lines(source: Source, lines: set[int]) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for n in lines:
+        if 1 <= n <= len(source.lines):
+            text = source.lines[n - 1]
+            hash_at = text.find("#")
+            if hash_at < 0:
+                continue
+            m = NOQA_RE.search(text, hash_at)
+            if m and not FILE_NOQA_RE.match(text):
+                out[n] = _codes(m.group("codes"))
+    return out
 
 
 def _noqa_comments(source: Source) -> dict[int, list[str]]:

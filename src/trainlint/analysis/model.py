@@ -123,7 +123,7 @@ class FileModel:
                     outer_children.extend(node.bases)
                     outer_children.extend(k.value for k in node.keywords)
                 outer_ids = {id(c) for c in outer_children}
-                for child in ast.iter_child_nodes(node):
+                for child in _children(node):
                     parent[id(child)] = node
                     stack.append((child, scope if id(child) in outer_ids else inner))
                 continue
@@ -157,7 +157,7 @@ class FileModel:
                 imports.add_targets(scope, node.target)
             elif isinstance(node, ast.ExceptHandler) and node.name:
                 imports.add_binding(scope, node.name)
-            for child in ast.iter_child_nodes(node):
+            for child in _children(node):
                 parent[id(child)] = node
                 stack.append((child, scope))
         # Source order makes every later query deterministic.
@@ -409,6 +409,24 @@ class FileModel:
         return StepModel(self)
 
 
+_AST = ast.AST
+_LEAF_TYPES = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
+
+
+def _children(node: ast.AST) -> list[ast.AST]:
+    """ast.iter_child_nodes without the generator: the indexing pass visits every node."""
+    out: list[ast.AST] = []
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if isinstance(value, list):
+            for item in value:
+                if isinstance(item, _AST):
+                    out.append(item)
+        elif isinstance(value, _AST) and not isinstance(value, _LEAF_TYPES):
+            out.append(value)
+    return out
+
+
 def walk_local(node: ast.AST) -> Iterator[ast.AST]:
     """Like ast.walk, in source order, but does not descend into nested defs/classes/lambdas."""
     stack = [node]
@@ -419,7 +437,7 @@ def walk_local(node: ast.AST) -> Iterator[ast.AST]:
         if not first and isinstance(cur, (*FUNCTION_NODES, ast.ClassDef)):
             continue
         first = False
-        stack.extend(reversed(list(ast.iter_child_nodes(cur))))
+        stack.extend(reversed(_children(cur)))
 
 
 def _pos(node: ast.AST) -> tuple[int, int]:

@@ -77,6 +77,7 @@ _PASS_THROUGH_FUNCS = {
     "torch.distributed.fsdp.FullyShardedDataParallel",
 }
 _PREPARE_METHODS = {"prepare", "setup", "initialize", "setup_module", "setup_optimizers"}
+_ROLE_VALUES = (ast.Call, ast.Name, ast.Attribute, ast.Tuple, ast.List)
 _TRAINING_LIBRARIES = ("torch", "transformers", "accelerate", "lightning", "pytorch_lightning",
                        "timm", "apex", "bitsandbytes", "deepspeed", "torch_xla", "fairscale",
                        "detectron2", "mmengine", "fairseq", "ignite", "composer", "builtins")
@@ -219,6 +220,8 @@ class Roles:
             self._bind_target(node.target, node.value, node)
 
     def _bind_target(self, target: ast.AST, value: ast.AST, stmt: ast.AST) -> None:
+        if not isinstance(value, _ROLE_VALUES):
+            return  # constants, arithmetic, comprehensions: never an optimizer or a model
         if isinstance(target, (ast.Tuple, ast.List)):
             values = self.classify_many(value, len(target.elts))
             for t, b in zip(target.elts, values, strict=False):

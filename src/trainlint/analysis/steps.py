@@ -215,6 +215,9 @@ def _is_inf(node: ast.AST | None) -> bool:
     return False
 
 
+_EVENT_CALLS = {"backward", "manual_backward", "step", "optimizer_step", "zero_grad", "eval",
+                "train", "unscale_", "update", "clip_grad_norm_", "clip_grad_value_",
+                "clip_grad_norm", "clip_gradients", "clip_grads_with_norm_", "get_total_norm"}
 _CLIP_NAMES = {"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_gradients",
                "clip_grads_with_norm_"}
 _READ_NAMES = {"get_total_norm", "get_grad_norm", "grad_norm"}
@@ -231,6 +234,7 @@ class StepModel:
         self._in_progress: set[int] = set()
         self._own_step: dict[int, bool] = {}
         self._test_keys: dict[int, str] = {}  # If node id -> its test, per file
+        self._may_train_cache: dict[int, bool] = {}
 
     # -- event classification --------------------------------------------------------
     def classify(self, node: ast.AST) -> Event | None:
@@ -377,13 +381,40 @@ class StepModel:
     # -- loops -------------------------------------------------------------------------------
     @cached_property
     def _loop_paths(self) -> dict[int, tuple[list[Path], bool]]:
-        out = {}
+        out: dict[int, tuple[list[Path], bool]] = {}
         for loop in self.model.loops:
-            out[id(loop)] = self.body_paths(loop.body)
+            if self._may_train(loop):
+                out[id(loop)] = self.body_paths(loop.body)
         return out
 
     def loop_paths(self, loop: Loop) -> tuple[list[Path], bool]:
-        return self._loop_paths[id(loop)]
+        return self._loop_paths.get(id(loop)) or ([()], True)
+
+    def _may_train(self, node: ast.AST, depth: int = 0) -> bool:
+        """Cheap test before enumerating paths: does the loop (or a same-file function it
+        calls) contain anything that can be a step event?"""
+        key = id(node)
+        cached = self._may_train_cache.get(key)
+        if cached is not None:
+            return cached
+        self._may_train_cache[key] = False  # recursion guard
+        found = False
+        for sub in walk_local(node):
+            if isinstance(sub, ast.Call):
+                name = call_name(sub)
+                if name in _EVENT_CALLS:
+                    found = True
+                    break
+                if depth < MAX_INLINE_DEPTH:
+                    target = self.model.resolve_call(sub)
+                    if target is not None and self._may_train(target, depth + 1):
+                        found = True
+                        break
+            elif isinstance(sub, ast.Attribute) and sub.attr == "grad":
+                found = True
+                break
+        self._may_train_cache[key] = found
+        return found
 
     @cached_property
     def step_loops(self) -> list[StepLoop]:

@@ -455,6 +455,18 @@ for x in loader:
     parts.append(model(x))
     torch.cat(parts).sum().backward()
 """,
+        # an RNN unrolled in forward: the list is the output's graph
+        """
+import torch
+class Unrolled(torch.nn.Module):
+    def forward(self, x):
+        outs = []
+        h = None
+        for t in range(x.shape[0]):
+            h = self.cell(x[t], h)
+            outs.append(h)
+        return torch.stack(outs)
+""",
         # no torch
         """
 total = 0
@@ -543,7 +555,11 @@ for i, x in enumerate(loader):
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
+        self._loop_cache: dict[int, dict[int, bool]] = {}
         for stmt, target, value in self._accumulations(model):
+            fn = model.function_of(stmt)
+            if fn is not None and fn.name in ("forward", "__call__", "_forward"):
+                continue  # unrolling time steps inside forward builds the graph on purpose
             loops = model.enclosing_loops(stmt)
             # a loop over FX nodes or profiler events is not a batch loop: some enclosing
             # loop must run a model, and the accumulator must outlive its iterations
@@ -562,12 +578,14 @@ for i, x in enumerate(loader):
                 continue
             yield self.report(stmt, fix=self._fix(model, value))
 
-    @staticmethod
-    def _runs_a_model(model: FileModel, loop: ast.AST) -> bool:
-        if id(loop) in model.steps.step_loop_ids:
-            return True
-        return any(isinstance(sub, ast.Call) and model.flow._is_model_call(sub.func)
-                   for sub in walk_local(loop))
+    def _runs_a_model(self, model: FileModel, loop: ast.AST) -> bool:
+        cache = self._loop_cache.setdefault(id(model), {})
+        if id(loop) not in cache:
+            cache[id(loop)] = id(loop) in model.steps.step_loop_ids or any(
+                isinstance(sub, ast.Call) and model.flow._is_model_call(sub.func)
+                for sub in walk_local(loop)
+            )
+        return cache[id(loop)]
 
     @staticmethod
     def _accumulations(model: FileModel) -> Iterator[tuple[ast.stmt, ast.AST, ast.AST]]:
@@ -777,20 +795,28 @@ for epoch in range(10):
         model-like spelling (`model`, `net`) for parameters whose role is unknown."""
         flow = model.flow
         evaluated: set[tuple[int, str]] = set()
+        scopes: dict[int, ast.AST] = {}
         for c in model.calls.get("eval", ()):
             if isinstance(c.func, ast.Attribute) and not c.args:
                 name = dotted(c.func.value)
                 if name:
-                    evaluated.add((id(model.function_of(c)), name))
-        for lst in model.calls.values():
-            for call in lst:
-                func = call.func
-                name = dotted(func)
-                if flow._is_model_call(func) or (
-                    name is not None and (id(model.function_of(call)), name) in evaluated
-                ) or (isinstance(func, (ast.Name, ast.Attribute)) and model.qualname(func) is None
-                      and model.steps._is_model(func)):
-                    yield call
+                    fn = model.function_of(c)
+                    evaluated.add((id(fn), name))
+                    scopes[id(fn)] = fn if fn is not None else model.tree
+        for fn in model.functions:
+            if _EVAL_FUNC.search(fn.name):
+                scopes[id(fn)] = fn
+        # only calls inside evaluation candidates can be reported: skip the rest unseen
+        candidates = [sub for scope in scopes.values() for sub in walk_local(scope)
+                      if isinstance(sub, ast.Call)]
+        for call in candidates:
+            func = call.func
+            name = dotted(func)
+            if flow._is_model_call(func) or (
+                name is not None and (id(model.function_of(call)), name) in evaluated
+            ) or (isinstance(func, (ast.Name, ast.Attribute)) and model.qualname(func) is None
+                  and model.steps._is_model(func)):
+                yield call
 
     @staticmethod
     def _after_eval(model: FileModel, call: ast.Call, fn: ast.AST | None) -> bool:
