@@ -130,7 +130,14 @@ def main(argv: list[str] | None = None) -> int:
 def _others(files: list[Path], runs: int) -> list[tuple[str, float]]:
     """Other linters over the same files, through their CLIs, when they are installed."""
     out = []
-    listing = [str(p) for p in files]
+    # A copy outside any git work tree: tools that honour .gitignore (fixit) would skip
+    # files under an ignored site-packages and time nothing.
+    copy_root = Path(tempfile.mkdtemp(prefix="trainlint-bench-others-"))
+    listing = []
+    for i, p in enumerate(files):
+        target = copy_root / f"{i:05d}_{p.name}"
+        target.write_bytes(p.read_bytes())
+        listing.append(str(target))
     commands = {
         "ruff (all rules, no cache)": ["ruff", "check", "--no-cache", "--select", "ALL",
                                        "--exit-zero", "--quiet"],
@@ -145,6 +152,7 @@ def _others(files: list[Path], runs: int) -> list[tuple[str, float]]:
             subprocess.run([*cmd, *listing], capture_output=True, check=False)
 
         out.append((name, median_time(go, runs)))
+    shutil.rmtree(copy_root, ignore_errors=True)
     return out
 
 

@@ -9,6 +9,7 @@ __all__ = ["Invalid", "Report", "Rule", "Valid", "builtin_rules"]
 
 def builtin_rules() -> list[type[Rule]]:
     from trainlint.rules import (
+        concurrency,
         gradients,
         memory,
         meta,
@@ -19,6 +20,6 @@ def builtin_rules() -> list[type[Rule]]:
     )
 
     rules: list[type[Rule]] = []
-    for module in (meta, gradients, schedules, memory, throughput, numerics, state):
+    for module in (meta, gradients, schedules, memory, throughput, concurrency, numerics, state):
         rules.extend(module.RULES)
     return sorted(rules, key=lambda r: r.code)
