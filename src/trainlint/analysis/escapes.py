@@ -327,24 +327,8 @@ class Escapes:
             return None
         if (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name)
                 and expr.value.id in ("self", "cls")):
-            cls = self.class_of_node(expr)
-            seen: set[int] = set()
-            while cls is not None and id(cls) not in seen:
-                seen.add(id(cls))
-                method = m.methods(cls).get(expr.attr)
-                if method is not None:
-                    return method
-                cls = m._local_base(cls)
-        return None
-
-    def class_of_node(self, node: ast.AST) -> ast.ClassDef | None:
-        fn = self.model.function_of(node)
-        while fn is not None:
-            cls = self.model.class_of(fn)
-            if cls is not None:
-                return cls
-            parent = self.model.parent_of(fn)
-            fn = self.model.function_of(parent) if parent is not None else None
+            cls = m.enclosing_class(expr)
+            return m.method_of(cls, expr.attr) if cls is not None else None
         return None
 
     def _is_ray_remote(self, expr: ast.AST) -> bool:

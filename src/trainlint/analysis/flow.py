@@ -331,7 +331,7 @@ class Flow:
 
     def _is_model_call(self, func: ast.AST) -> bool:
         if isinstance(func, ast.Name) and func.id == "self":
-            cls = self.model.roles._class_of_method(func)
+            cls = self.model.enclosing_class(func)
             return cls is not None and self.model.roles.is_module_class(cls)
         if isinstance(func, (ast.Name, ast.Attribute)):
             role = self.model.roles.role(func)

@@ -310,17 +310,31 @@ class FileModel:
             and isinstance(func.value, ast.Name)
             and func.value.id in ("self", "cls")
         ):
-            fn = self.function_of(call)
-            while fn is not None and self.class_of(fn) is None:
-                fn = self.function_of(self.parent[id(fn)]) if id(fn) in self.parent else None
-            cls = self.class_of(fn) if fn is not None else None
-            seen: set[int] = set()
-            while cls is not None and id(cls) not in seen:
-                seen.add(id(cls))
-                m = self.methods(cls).get(func.attr)
-                if m is not None:
-                    return m
-                cls = self._local_base(cls)
+            cls = self.enclosing_class(call)
+            return self.method_of(cls, func.attr) if cls is not None else None
+        return None
+
+    def enclosing_class(self, node: ast.AST) -> ast.ClassDef | None:
+        """The class whose method (possibly through nested functions) contains ``node``."""
+        fn = self.function_of(node)
+        while fn is not None:
+            cls = self.class_of(fn)
+            if cls is not None:
+                return cls
+            parent = self.parent_of(fn)
+            fn = self.function_of(parent) if parent is not None else None
+        return None
+
+    def method_of(self, cls: ast.ClassDef, name: str) -> FunctionNode | None:
+        """``name`` defined on ``cls`` or inherited from a same-file base class."""
+        seen: set[int] = set()
+        cur: ast.ClassDef | None = cls
+        while cur is not None and id(cur) not in seen:
+            seen.add(id(cur))
+            method = self.methods(cur).get(name)
+            if method is not None:
+                return method
+            cur = self.local_base(cur)
         return None
 
     def resolve_call_target_is_none(self, func: ast.AST) -> bool:
@@ -332,7 +346,8 @@ class FileModel:
             return not any(fn.name == func.id for fn in self.functions)
         return True
 
-    def _local_base(self, cls: ast.ClassDef) -> ast.ClassDef | None:
+    def local_base(self, cls: ast.ClassDef) -> ast.ClassDef | None:
+        """The first base class defined in this file, if any."""
         for base in cls.bases:
             if isinstance(base, ast.Name):
                 found = self.class_named(base.id)

@@ -146,7 +146,7 @@ class Roles:
         if isinstance(expr, ast.Attribute):
             base = expr.value
             if isinstance(base, ast.Name) and base.id in ("self", "cls"):
-                cls = self._class_of_method(expr)
+                cls = self.model.enclosing_class(expr)
                 if cls is not None:
                     return ("attr", id(cls), expr.attr)
             name = dotted(expr)
@@ -154,15 +154,6 @@ class Roles:
                 return ("dotted", name)
         return None
 
-    def _class_of_method(self, node: ast.AST) -> ast.ClassDef | None:
-        fn = self.model.function_of(node)
-        while fn is not None:
-            cls = self.model.class_of(fn)
-            if cls is not None:
-                return cls
-            parent = self.model.parent_of(fn)
-            fn = self.model.function_of(parent) if parent is not None else None
-        return None
 
     # -- queries ---------------------------------------------------------------------
     def lookup(self, expr: ast.AST) -> Binding | None:
@@ -171,11 +162,11 @@ class Roles:
         found = self.bindings.get(key) if key is not None else None
         if not found and isinstance(expr, ast.Attribute) and key and key[0] == "attr":
             # inherited attribute: look in same-file base classes
-            cls = self._class_of_method(expr)
+            cls = self.model.enclosing_class(expr)
             seen: set[int] = set()
             while cls is not None and not found and id(cls) not in seen:
                 seen.add(id(cls))
-                cls = self.model._local_base(cls)
+                cls = self.model.local_base(cls)
                 if cls is not None:
                     found = self.bindings.get(("attr", id(cls), expr.attr))
         if not found:

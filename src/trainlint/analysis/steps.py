@@ -322,7 +322,7 @@ class StepModel:
         if name is None:
             return False
         if name == "self":
-            cls = self.roles._class_of_method(expr)
+            cls = self.model.enclosing_class(expr)
             return cls is not None and self.roles.is_module_class(cls)
         last = name.rsplit(".", 1)[-1].lower()
         if any(w in last for w in ("trainer", "engine", "runner", "learner", "loop")):

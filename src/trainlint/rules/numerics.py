@@ -792,7 +792,7 @@ for x, y in loader:
         func = call.func
         cls: ast.ClassDef | None = None
         if isinstance(func, ast.Name) and func.id == "self":
-            cls = model.roles._class_of_method(func)
+            cls = model.enclosing_class(func)
             if cls is not None and not model.roles.is_module_class(cls):
                 return []  # `self(x)` runs `__call__`, which is `forward` only for modules
         elif isinstance(func, (ast.Name, ast.Attribute)):
@@ -843,7 +843,7 @@ for x, y in loader:
             fn = model.methods(cur).get("forward")
             if isinstance(fn, ast.FunctionDef):
                 return fn
-            cur = model._local_base(cur)
+            cur = model.local_base(cur)
         return None
 
 
