@@ -1,9 +1,11 @@
 """trainlint's pytest plugin (the ``pytest11`` entry point).
 
 It provides one fixture per runtime check in :mod:`trainlint.testing`, each returning that
-check, and ``train_device``, parametrized over ``"cpu"`` and ``"cuda"``. The plugin is loaded
-into every pytest session of every environment trainlint is installed in, torch or not, so it
-stays thin: nothing heavy is imported here, and torch only inside a fixture that needs it.
+check, and ``train_device``, parametrized over ``"cpu"`` and ``"cuda"``; and the
+``--trainlint`` confirmation report, whose state lives in :mod:`trainlint.confirm`. The plugin
+is loaded into every pytest session of every environment trainlint is installed in, torch or
+not, so it stays thin: nothing heavy is imported here, torch only inside a fixture that needs
+it, and coverage and the linter only when ``--trainlint`` is on.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # The cuda case of `train_device` carries this marker so `-m "not cuda"` deselects it;
     # registering it here keeps `--strict-markers` projects working without their own entry.
     config.addinivalue_line("markers", "cuda: needs a CUDA device; skipped without one")
+    if config.getoption("trainlint", default=False) or config.getini("trainlint"):
+        # Imported only now: without the option nothing is traced and nothing more loaded.
+        from trainlint.confirm import register
+
+        register(config)
 
 
 def _check(name: str) -> Callable[..., Any]:
@@ -93,3 +100,40 @@ def train_device(request: pytest.FixtureRequest) -> str:
         if not torch.cuda.is_available():
             pytest.skip("CUDA is not available")
     return device
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("trainlint", "trainlint: confirm static findings with the tests")
+    group.addoption(
+        "--trainlint",
+        action="store_true",
+        default=False,
+        dest="trainlint",
+        help="Record which lines each test runs, lint the project files the tests executed, "
+        "and report each finding as confirmed (a trainlint check failed in a test that ran "
+        "it), exercised or not exercised. Ini: trainlint = true.",
+    )
+    group.addoption(
+        "--trainlint-report",
+        metavar="PATH",
+        default=None,
+        dest="trainlint_report",
+        help="With --trainlint, also write the report as JSON to PATH. "
+        "Ini: trainlint_report (relative to the rootdir).",
+    )
+    group.addoption(
+        "--trainlint-paths",
+        nargs="+",
+        action="extend",
+        metavar="PATH",
+        default=None,
+        dest="trainlint_paths",
+        help="With --trainlint, lint these files/directories instead of the files the tests "
+        "executed (use --trainlint-paths=PATH before test paths).",
+    )
+    parser.addini(
+        "trainlint", type="bool", default=False, help="Turn on --trainlint for every run."
+    )
+    parser.addini(
+        "trainlint_report", type="string", default="", help="Where --trainlint writes JSON."
+    )

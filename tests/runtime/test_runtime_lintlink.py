@@ -51,7 +51,7 @@ def fake_linter(monkeypatch):
     calls = []
     here = os.path.realpath(__file__)
 
-    def lint_paths(paths):
+    def lint_paths(paths, **kwargs):
         calls.append([os.path.realpath(p) for p in paths])
         return [
             FakeFinding("TL302", "graph-accumulation", here, LEAK_LINE, 5, "kept with history"),
@@ -73,7 +73,7 @@ def test_findings_on_the_step_and_the_functions_it_calls_are_printed(fake_linter
 
 
 def test_a_broken_linter_never_hides_the_runtime_failure(monkeypatch):
-    def lint_paths(paths):
+    def lint_paths(paths, **kwargs):
         raise RuntimeError("linter mid-refactor")
 
     monkeypatch.setattr(trainlint, "lint_paths", lint_paths, raising=False)

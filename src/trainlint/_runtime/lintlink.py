@@ -32,7 +32,7 @@ def findings_section(sources: Sequence[Callable[..., Any]]) -> str:
         from trainlint import lint_paths
 
         paths = sorted({path for path, _, _ in spans})
-        findings = lint_paths(paths)
+        findings = lint_paths(paths, jobs=1)
         hits = []
         for f in findings:
             fpath = os.path.realpath(str(f.path))

@@ -562,10 +562,16 @@ for i, x in enumerate(loader):
                 continue  # unrolling time steps inside forward builds the graph on purpose
             loops = model.enclosing_loops(stmt)
             # a loop over FX nodes or profiler events is not a batch loop: some enclosing
-            # loop must run a model, and the accumulator must outlive its iterations
+            # loop must run a model, and the accumulator must outlive its iterations --
+            # or the statement is in a step function (its body is one iteration) and the
+            # accumulator comes from outside it (a parameter, an attribute, a global)
+            anchor: ast.AST = stmt
             if not any(_persists_across(model, target, lp) and self._runs_a_model(model, lp)
                        for lp in loops):
-                continue
+                step_anchor = self._in_step_function(model, stmt, target)
+                if step_anchor is None:
+                    continue
+                anchor = step_anchor
             if not grad_enabled_at(model, stmt)[0]:
                 continue
             v = model.flow.value(value)
@@ -576,7 +582,25 @@ for i, x in enumerate(loader):
             name = dotted(target)
             if name is not None and _backpropagated_later(model, name, stmt):
                 continue
-            yield self.report(stmt, fix=self._fix(model, value))
+            yield self.report(anchor, fix=self._fix(model, value) if anchor is stmt else None)
+
+    @staticmethod
+    def _in_step_function(model: FileModel, stmt: ast.stmt, target: ast.AST) -> ast.AST | None:
+        """Where to report when ``stmt`` runs once per training step (a step function, or
+        a helper the step loop calls) and accumulates into something from outside that
+        function (an attribute, a global, a parameter); else None."""
+        fn = model.function_of(stmt)
+        if fn is None or model.enclosing_loops(stmt):
+            return None
+        found_step = model.steps.per_step(stmt, limits=lambda g: False)
+        name = dotted(target)
+        if found_step is None or name is None:
+            return None
+        if "." not in name:
+            found = model.flow.definition(name, stmt)
+            if found is not None and found[0] is not fn:
+                return None  # a list made inside the function: gone after the call
+        return found_step[1]
 
     def _runs_a_model(self, model: FileModel, loop: ast.AST) -> bool:
         cache = self._loop_cache.setdefault(id(model), {})
