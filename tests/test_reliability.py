@@ -231,3 +231,20 @@ def test_fix_on_every_fixture_is_idempotent_and_parses(tmp_path):
         assert _parses(once), path
         run([copy], ALL, settings, jobs=1, fix=FixMode(write=True, unsafe=True))
         assert copy.read_bytes() == once, path
+
+
+def test_concurrent_runs_share_a_cache_safely(tmp_path):
+    """Two processes linting the same tree into one cache: same output, no damage."""
+    files = {f"m{i}.py": f"import torch\nsd = torch.load(p{i})\n" for i in range(40)}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "pyproject.toml").write_text('[tool.trainlint]\ncache-dir = "shared-cache"\n')
+    cmd = [sys.executable, "-m", "trainlint", "check", "--jobs", "1", str(tmp_path)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+             for _ in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 1 for p in procs), [o[1] for o in outs]
+    assert len({o[0] for o in outs}) == 1 and outs[0][0].count(b"TL702") == 40
+    again = subprocess.run(cmd, capture_output=True, cwd=tmp_path)
+    assert again.stdout == outs[0][0]
+    assert not list((tmp_path / "shared-cache").rglob("*.tmp"))
