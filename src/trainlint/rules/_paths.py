@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel
-from trainlint.analysis.steps import Event, Kind, Path, StepLoop
+from trainlint.analysis.steps import StepLoop
 
 
 def precise_step_loops(model: FileModel) -> Iterator[StepLoop]:
@@ -14,23 +14,6 @@ def precise_step_loops(model: FileModel) -> Iterator[StepLoop]:
     for sl in model.steps.step_loops:
         if sl.precise:
             yield sl
-
-
-def own(path: Path) -> list[Event]:
-    """Events of the analysed iteration itself (nested loops' events included: they run
-    inside this iteration)."""
-    return list(path)
-
-
-def index_of(path: Path, event: Event) -> int:
-    for i, e in enumerate(path):
-        if e is event:
-            return i
-    return -1
-
-
-def between(path: Path, start: int, end: int, *kinds: Kind) -> bool:
-    return any(e.kind in kinds for e in path[start + 1 : end])
 
 
 class Reported:

@@ -1238,10 +1238,10 @@ def run_fold(cfg, loader):
                 if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
                     continue
                 name = dotted(stmt.targets[0])
-                if name is None or name not in owners or not self._after_or_loops(
-                    model, stmt, opt_stmt
+                if name is None or name not in owners or (stmt.lineno, stmt.col_offset) <= (
+                    opt_stmt.lineno, opt_stmt.col_offset
                 ):
-                    continue
+                    continue  # a rebinding before the optimizer was built is harmless
                 if not self._new_object(model, stmt.value, name):
                     continue
                 if self._stepped_after(model, scope, stmt, opt_name):
@@ -1252,12 +1252,6 @@ def run_fold(cfg, loader):
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
             return dotted(stmt.targets[0])
         return None
-
-    @staticmethod
-    def _after_or_loops(model: FileModel, stmt: ast.stmt, opt_stmt: ast.stmt) -> bool:
-        if (stmt.lineno, stmt.col_offset) > (opt_stmt.lineno, opt_stmt.col_offset):
-            return True
-        return False
 
     @staticmethod
     def _new_object(model: FileModel, value: ast.AST, name: str) -> bool:

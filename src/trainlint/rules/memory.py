@@ -846,7 +846,6 @@ for epoch in range(10):
     def _after_eval(model: FileModel, call: ast.Call, fn: ast.AST | None) -> bool:
         """`X.eval()` earlier in the same function, with no `X.train()` in between."""
         target = dotted(call.func)
-        scope = fn if fn is not None else model.tree
         pos = (call.lineno, call.col_offset)
         last_eval = last_train = (-1, -1)
         for name in ("eval", "train"):
@@ -864,7 +863,6 @@ for epoch in range(10):
                         last_eval = max(last_eval, cpos)
                     else:
                         last_train = max(last_train, cpos)
-        del scope
         return last_eval > last_train
 
     @staticmethod

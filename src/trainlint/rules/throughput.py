@@ -386,10 +386,8 @@ def _param_gets_tensor(model: FileModel, expr: ast.AST) -> bool:
     if not isinstance(expr, ast.Name):
         return False
     fn = model.function_of(expr)
-    if fn is None or model.flow.definition(expr.id, expr) is None:
-        return False
-    stmt, _ = model.flow.definition(expr.id, expr)  # type: ignore[misc]
-    if stmt is not fn:
+    found = model.flow.definition(expr.id, expr) if fn is not None else None
+    if found is None or found[0] is not fn:
         return False  # reassigned inside the helper
     params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
     if expr.id not in params:
