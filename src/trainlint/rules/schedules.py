@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -119,8 +120,21 @@ def schedule_of(model: FileModel, binding: Binding) -> Schedule | None:
     return None
 
 
+_SCHEDULES: weakref.WeakKeyDictionary[FileModel, dict[int, Schedule]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def _schedules(model: FileModel) -> dict[int, Schedule]:
-    """Scheduler constructions (by id of the construction call) with their unit."""
+    """Scheduler constructions (by id of the construction call) with their unit; computed
+    once per file, since every `scheduler.step()` asks."""
+    cached = _SCHEDULES.get(model)
+    if cached is None:
+        cached = _SCHEDULES[model] = _compute_schedules(model)
+    return cached
+
+
+def _compute_schedules(model: FileModel) -> dict[int, Schedule]:
     out: dict[int, Schedule] = {}
     for _, b in model.roles.all_of(Role.SCHEDULER):
         if b.call is not None and id(b.call) not in out:
@@ -137,20 +151,22 @@ def _schedules(model: FileModel) -> dict[int, Schedule]:
     return out
 
 
+def _is_scheduler_qualname(qual: str) -> bool:
+    last = qual.rsplit(".", 1)[-1]
+    return (qual.startswith(LR_SCHEDULER) and last[:1].isupper()) or bool(
+        qual.startswith("transformers") and re.match(r"get_\w*schedule", last)
+    )
+
+
 def _scheduler_calls(model: FileModel) -> list[ast.Call]:
-    calls = []
-    for name, lst in model.calls.items():
-        if not name[:1].isupper() and not name.startswith("get_"):
-            if not any(model.imports._scopes.get(id(s)) for s in [model.tree]):
-                continue
-        for call in lst:
-            qual = model.qualname(call.func) or ""
-            last = qual.rsplit(".", 1)[-1]
-            if (qual.startswith(LR_SCHEDULER) and last[:1].isupper()) or (
-                qual.startswith("transformers") and re.match(r"get_\w*schedule", last)
-            ):
-                calls.append(call)
-    return calls
+    """Scheduler constructions, in source order. Only names that can spell one are
+    resolved: a class (`StepLR`), a factory (`get_..._schedule...`), or an import alias."""
+    names = {n for n in model.calls if n[:1].isupper() or n.startswith("get_")}
+    for b in model.imports._scopes.values():
+        names.update(local for local, q in b.imports.items() if _is_scheduler_qualname(q))
+    calls = [c for n in names for c in model.calls.get(n, ())
+             if _is_scheduler_qualname(model.qualname(c.func) or "")]
+    return sorted(calls, key=lambda c: (c.lineno, c.col_offset))
 
 
 def _schedule_for_step(model: FileModel, call: ast.Call) -> Schedule | None:
