@@ -233,7 +233,7 @@ class StepModel:
         self._fn_paths: dict[int, tuple[list[Path], bool]] = {}
         self._in_progress: set[int] = set()
         self._own_step: dict[int, bool] = {}
-        self._test_keys: dict[int, str] = {}  # If node id -> its test, per file
+        self._test_keys: dict[int, tuple[str, bool]] = {}  # If node id -> its condition
         self._may_train_cache: dict[int, bool] = {}
 
     # -- event classification --------------------------------------------------------
@@ -722,23 +722,35 @@ class _Walker:
         return paths or [()]
 
 
-def _feasible(path: Path, keys: dict[int, str]) -> bool:
+def condition_literal(test: ast.expr) -> tuple[ast.expr, bool]:
+    """The condition a test is about, and whether the test asserts it: ``not x`` ->
+    (x, False); ``x is None`` -> (x, False); ``x is not None`` -> (x, True)."""
+    positive = True
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, positive = test.operand, not positive
+    if (
+        isinstance(test, ast.Compare) and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Is, ast.IsNot))
+        and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
+    ):
+        positive = positive if isinstance(test.ops[0], ast.IsNot) else not positive
+        test = test.left
+    return test, positive
+
+
+def _feasible(path: Path, keys: dict[int, tuple[str, bool]]) -> bool:
     """A path cannot take both branches of the same condition: `if phase == "train":`
-    tested twice in one iteration goes the same way both times."""
+    tested twice in one iteration goes the same way both times, and `if amp:` ...
+    `if not amp:` (or `scaler is None` / `is not None`) go opposite ways."""
     taken: dict[str, bool] = {}
     for e in path:
         for g, branch in e.guards:
-            key = keys.get(id(g))
-            if key is None:
-                test = g.test
-                negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
-                key = keys[id(g)] = ("!" if negated else "") + ast.dump(
-                    test.operand if negated else test  # type: ignore[attr-defined]
-                )
-            value = branch
-            if key.startswith("!"):
-                key, value = key[1:], not branch
-            if taken.setdefault(key, value) != value:
+            literal = keys.get(id(g))
+            if literal is None:
+                expr, positive = condition_literal(g.test)
+                literal = keys[id(g)] = (ast.dump(expr), positive)
+            key, positive = literal
+            if taken.setdefault(key, positive == branch) != (positive == branch):
                 return False
     return True
 

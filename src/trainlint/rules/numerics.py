@@ -8,7 +8,15 @@ from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel, call_name, dotted, is_false, keyword, walk_local
 from trainlint.analysis.roles import Binding, Role, name_role
-from trainlint.analysis.steps import Event, Kind, Path, StepLoop, backward_calls, backward_value
+from trainlint.analysis.steps import (
+    Event,
+    Kind,
+    Path,
+    StepLoop,
+    backward_calls,
+    backward_value,
+    condition_literal,
+)
 from trainlint.rules._paths import Reported, precise_step_loops
 from trainlint.rules.base import Invalid, Report, Rule
 
@@ -117,38 +125,11 @@ class _Scalers:
 # -- path feasibility -----------------------------------------------------------------------
 
 
-def _literal(test: ast.expr) -> tuple[ast.expr, bool]:
-    """``not x`` -> (x, False); ``x is None`` -> (x, False); ``x is not None`` -> (x, True)."""
-    positive = True
-    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        test, positive = test.operand, not positive
-    if (
-        isinstance(test, ast.Compare) and len(test.ops) == 1
-        and isinstance(test.ops[0], (ast.Is, ast.IsNot))
-        and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
-    ):
-        positive = positive if isinstance(test.ops[0], ast.IsNot) else not positive
-        test = test.left
-    return test, positive
-
-
 def _condition(guard: tuple[ast.If, bool]) -> tuple[str, bool, ast.expr]:
     """(identity of the tested expression, its truth on this branch, the expression)."""
     if_node, branch = guard
-    expr, positive = _literal(if_node.test)
+    expr, positive = condition_literal(if_node.test)
     return ast.dump(expr), positive == branch, expr
-
-
-def _feasible(path: Path) -> bool:
-    """False when the path takes both ways of one condition (``if amp:`` ... ``if not amp:``):
-    paths are enumerated branch by branch, so correlated flags produce impossible ones."""
-    truth: dict[str, bool] = {}
-    for e in path:
-        for g in e.guards:
-            key, value, _ = _condition(g)
-            if truth.setdefault(key, value) != value:
-                return False
-    return True
 
 
 def _words(expr: ast.AST) -> list[str]:
@@ -466,8 +447,6 @@ for step, (x, y) in enumerate(loader):
                        for e in loop.events):
                 continue
             for path in loop.paths:
-                if not _feasible(path):
-                    continue
                 scaled: Event | None = None  # the scaled backward whose gradients are live
                 for e in path:
                     if e.kind is Kind.BACKWARD:
@@ -1228,8 +1207,6 @@ class Trainer:
             if not any(scalers.scaled(e) for e in loop.of(Kind.BACKWARD)):
                 continue
             for path in loop.paths:
-                if not _feasible(path):
-                    continue
                 scaled: Event | None = None
                 for e in path:
                     if e.kind is Kind.BACKWARD:
