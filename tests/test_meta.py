@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
 import re
+from pathlib import Path
 
 import pytest
 
@@ -35,14 +37,48 @@ def test_metadata_and_docs(rule):
     assert rule.message and not rule.message.endswith(".")
 
 
+def _rule_classes_defined_in(module):
+    return [
+        obj for _, obj in inspect.getmembers(module, inspect.isclass)
+        if issubclass(obj, Rule) and obj is not Rule and obj.__module__ == module.__name__
+    ]
+
+
 def test_every_rule_class_is_registered():
+    """Walk the whole package independently of the registry: nothing defined is missed."""
     defined = set()
-    for mod in pkgutil.iter_modules(trainlint.rules.__path__):
-        module = importlib.import_module(f"trainlint.rules.{mod.name}")
-        for _, obj in inspect.getmembers(module, inspect.isclass):
-            if issubclass(obj, Rule) and obj is not Rule and obj.__module__ == module.__name__:
-                defined.add(obj)
+    for mod in pkgutil.walk_packages(trainlint.rules.__path__, "trainlint.rules."):
+        defined.update(_rule_classes_defined_in(importlib.import_module(mod.name)))
     assert defined == set(RULES)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.code)
+def test_one_rule_per_module_named_after_it(rule):
+    module = importlib.import_module(rule.__module__)
+    family, _, stem = rule.__module__.removeprefix("trainlint.rules.").rpartition(".")
+    assert family, f"{rule.code} lives in {rule.__module__}, not in rules/<family>/<rule>.py"
+    assert stem == rule.name.replace("-", "_")
+    assert _rule_classes_defined_in(module) == [rule]
+
+
+RULES_DIR = Path(trainlint.rules.__file__).parent
+
+
+@pytest.mark.parametrize(
+    "path", sorted(p for p in RULES_DIR.rglob("*.py") if p.parent != RULES_DIR),
+    ids=lambda p: p.relative_to(RULES_DIR).as_posix(),
+)
+def test_rule_modules_import_no_other_rule_module(path):
+    """Rules share code through analysis/ (or their family's _shared.py), never each other."""
+    family = path.parent.name
+    allowed = {"trainlint.rules.base", f"trainlint.rules.{family}._shared", "trainlint.rules"}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(
+            "trainlint.rules"
+        ):
+            if path.name == "__init__.py" and node.module.startswith(f"trainlint.rules.{family}."):
+                continue  # the family package re-exports its rules
+            assert node.module in allowed, f"{path.name} imports {node.module}"
 
 
 def test_rule_examples_cover_aliases_and_no_torch():

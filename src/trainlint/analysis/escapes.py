@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import ast
 import re
-import weakref
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from trainlint.analysis.flow import grad_enabled_at
 from trainlint.analysis.model import FUNCTION_NODES, call_name, dotted, keyword, walk_local
 from trainlint.analysis.roles import Role, parameter_owners
 from trainlint.analysis.steps import Event, Kind
@@ -138,15 +138,9 @@ class Touch:
         return self.name.split(".", 1)[0]
 
 
-_CACHE: weakref.WeakKeyDictionary[FileModel, Escapes] = weakref.WeakKeyDictionary()
-
-
 def escapes(model: FileModel) -> Escapes:
     """The file's escape analysis, built once per FileModel on first use."""
-    found = _CACHE.get(model)
-    if found is None:
-        found = _CACHE[model] = Escapes(model)
-    return found
+    return model.memo(Escapes, Escapes)
 
 
 def params_of(fn: ast.AST) -> list[str]:
@@ -707,7 +701,7 @@ class Escapes:
             return []
         return parameter_owners(binding.call)
 
-    def _local_to(self, node: ast.AST, fn: ast.AST) -> bool:
+    def local_to(self, node: ast.AST, fn: ast.AST) -> bool:
         """Is the name at the root of ``node`` bound in ``fn`` (a parameter or a local)?"""
         root = _root_name(node)
         if root is None:
@@ -728,7 +722,7 @@ class Escapes:
         if home is not fs[level] and not name.startswith(("self.", "cls.")):
             # Seen in another function (an optimizer built in __init__ from its parameter):
             # only a module global or closure variable means the same object here.
-            if home is None or not self._local_to(node, home):
+            if home is None or not self.local_to(node, home):
                 return Touch(name, node)
             return None
         for _ in range(32):
@@ -742,7 +736,7 @@ class Escapes:
                     return None  # another object's attribute
                 level -= 1
                 continue
-            if not self._local_to(node, fn):
+            if not self.local_to(node, fn):
                 return Touch(name, node)  # a global or closure: one object at every level
             root, _, rest = name.partition(".")
             if root not in params_of(fn):
@@ -1040,3 +1034,58 @@ def _stepped(ev: Event) -> ast.expr | None:
     if name == "optimizer_step" and call.args:
         return call.args[0]
     return None
+
+
+class ThreadSharing:
+    """Which objects, named in a thread function's terms, every thread shares."""
+
+    def __init__(self, esc: Escapes, fn: FunctionNode, ds: list[Dispatch]) -> None:
+        self.esc = esc
+        self.fn = fn
+        self.params = set(params_of(fn))
+        self.shared_params: set[str] = set()
+        self.model_params: set[str] = set()
+        for p in self.params:
+            args = [d.arg(p) for d in ds]
+            if any(a is None for a in args):
+                continue
+            exprs = [a for a in args if a is not None]
+            if len({dotted(a) for a in exprs}) == 1 and all(esc.same_object(a) for a in exprs):
+                self.shared_params.add(p)
+                obj = esc.sent_object(exprs[0], through_put=False)
+                if obj is not None and esc.roles.role(obj) is Role.MODEL:
+                    self.model_params.add(p)
+        receivers = [d.receiver for d in ds]
+        self.self_shared = all(r is not None for r in receivers) and len(
+            {dotted(r) for r in receivers if r is not None}
+        ) == 1 and all(esc.same_object(r) for r in receivers if r is not None)
+        self.trained = esc.trained(fn)
+
+    def is_shared(self, touch: Touch) -> bool:
+        root = touch.root
+        if root in ("self", "cls"):
+            return self.self_shared
+        if root in self.params:
+            return root in self.shared_params
+        # a module global or closure variable is one object for every thread
+        return not self.esc.local_to(touch.node, self.fn)
+
+    def forwarded(self, call: ast.Call) -> str | None:
+        """The shared model ``call`` runs forward (``model(x)``, ``self.net.forward(x)``)
+        with autograd recording, or None."""
+        func = call.func
+        target = func.value if isinstance(func, ast.Attribute) and func.attr == "forward" else func
+        if not isinstance(target, (ast.Name, ast.Attribute)):
+            return None
+        name = dotted(target)
+        if name is None or not self.is_shared(Touch(name, target)):
+            return None
+        # `model(x)` itself, not `model.parameters()` or `model.train()`
+        is_model = self.esc.roles.role(target) is Role.MODEL or name in self.trained or (
+            name in self.model_params
+        )
+        if not is_model or self.esc.roles.role(target) is Role.OPTIMIZER:
+            return None
+        if not grad_enabled_at(self.esc.model, call)[0]:
+            return None  # inference under no_grad/inference_mode writes nothing
+        return name

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from trainlint.analysis.imports import FUNCTION_NODES, SCOPE_NODES, ImportTable
 from trainlint.source import Source
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 LOOP_NODES = (ast.For, ast.AsyncFor, ast.While)
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+T = TypeVar("T")
 
 
 def call_name(call: ast.Call) -> str | None:
@@ -85,7 +87,20 @@ class FileModel:
         self.assignments: list[ast.Assign | ast.AugAssign | ast.AnnAssign] = []
         self.withs: list[ast.With | ast.AsyncWith] = []
         self._scope_of: dict[int, ast.AST] = {}
+        self._memo: dict[object, Any] = {}
         self._index()
+
+    def memo(self, key: object, build: Callable[[FileModel], T]) -> T:
+        """A per-file analysis built once on first use and freed with this model.
+
+        Analyses keyed on the model in a module-level cache would keep every model alive
+        (their values point back at it); keeping them here frees them together.
+        """
+        try:
+            return cast(T, self._memo[key])
+        except KeyError:
+            found = self._memo[key] = build(self)
+            return found
 
     # -- the single indexing pass ------------------------------------------------------
     def _index(self) -> None:

@@ -1,4 +1,4 @@
-"""TL0: meta rules. The engine itself reports these; the classes carry metadata and docs."""
+"""TL002 unused-noqa."""
 
 from __future__ import annotations
 
@@ -6,41 +6,6 @@ from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel
 from trainlint.rules.base import Invalid, Report, Rule
-
-
-class SyntaxError_(Rule):
-    """## What it does
-    Reports a file that CPython's parser rejects (a syntax error, a bad encoding, a
-    null byte, Python 2 syntax), or that cannot be read at all. The finding sits at
-    the parser's error position.
-
-    ## Why is this bad?
-    A file that does not parse cannot be analysed, so every other rule is silent on
-    it. trainlint reports it instead of crashing, and lints every other file.
-
-    ## Example
-    ```python
-    print "loss", loss
-    ```
-
-    ## Use instead
-    ```python
-    print("loss", loss)
-    ```
-    """
-
-    code = "TL001"
-    name = "syntax-error"
-    message = "the file does not parse"
-    valid = ["x = 1\n", "import torch\nloss = torch.zeros(())\n"]
-    invalid = [
-        Invalid("import torch\nprint 'hello'\n", line=2),
-        Invalid("def f(:\n    pass\n", line=1),
-        Invalid("x = 1\x00\n", line=1),
-    ]
-
-    def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())  # reported by the engine while parsing
 
 
 class UnusedNoqa(Rule):
@@ -79,6 +44,3 @@ class UnusedNoqa(Rule):
 
     def check(self, model: FileModel) -> Iterator[Report]:
         return iter(())  # reported by the engine after suppression
-
-
-RULES = [SyntaxError_, UnusedNoqa]

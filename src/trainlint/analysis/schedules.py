@@ -1,0 +1,165 @@
+"""Learning-rate schedulers: which calls build one, what unit its length is in, where it is stepped."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from trainlint.analysis.model import FileModel, call_name, dotted, keyword
+from trainlint.analysis.roles import Binding, Role
+
+LR_SCHEDULER = "torch.optim.lr_scheduler."
+EPOCH_CLASSES = {"StepLR", "MultiStepLR", "ExponentialLR", "ReduceLROnPlateau"}
+ITERATION_CLASSES = {"OneCycleLR", "CyclicLR"}
+LENGTH_CLASSES = {"CosineAnnealingLR", "CosineAnnealingWarmRestarts", "LambdaLR",
+                  "PolynomialLR", "LinearLR", "MultiplicativeLR", "ConstantLR"}
+ITER_WORDS = re.compile(r"steps_per_epoch|total_steps|max_steps|num_training_steps|"
+                        r"training_steps|num_steps|total_iters?$|max_iters?|num_iters?|"
+                        r"iterations|num_updates|total_updates|train_steps|n_steps", re.I)
+EPOCH_WORD = re.compile(r"epoch", re.I)
+
+
+@dataclass
+class Schedule:
+    """A scheduler construction and what it counts in."""
+
+    binding: Binding
+    cls: str  # class or factory name
+    unit: str | None  # "epoch", "iteration" or None (cannot tell)
+
+
+def names_in(node: ast.AST, skip: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
+    out = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and sub.id not in skip:
+            out.append(sub.id)
+        elif isinstance(sub, ast.Attribute):
+            out.append(sub.attr)
+    return out
+
+
+def len_of_loader(node: ast.AST) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and call_name(sub) == "len" and sub.args:
+            text = (dotted(sub.args[0]) or "").lower()
+            if "loader" in text or "batches" in text or "data" in text or "iter" in text:
+                return True
+    return False
+
+
+def unit_of_length(model: FileModel, exprs: Sequence[ast.AST]) -> str | None:
+    iteration = epoch = False
+    for expr in exprs:
+        if len_of_loader(expr):
+            iteration = True
+        for name in names_in(expr):
+            if ITER_WORDS.search(name):
+                iteration = True
+            elif EPOCH_WORD.search(name):
+                epoch = True
+    if iteration:
+        return "iteration"  # `len(loader) * epochs` counts iterations
+    if epoch:
+        return "epoch"
+    return None
+
+
+def lambda_body(model: FileModel, node: ast.AST | None) -> tuple[ast.AST, set[str]] | None:
+    """The expression/def a LambdaLR multiplier is computed by, and its parameter names."""
+    if isinstance(node, ast.Lambda):
+        return node.body, {a.arg for a in node.args.args}
+    if isinstance(node, ast.Name):
+        for fn in model.functions:
+            if fn.name == node.id:
+                return fn, {a.arg for a in fn.args.args}
+        found = model.flow.definition(node.id, node)
+        if found is not None and isinstance(found[1], ast.Lambda):
+            return found[1].body, {a.arg for a in found[1].args.args}
+    if isinstance(node, ast.Call) and call_name(node) == "partial" and node.args:
+        return lambda_body(model, node.args[0])
+    return None
+
+
+def lambda_arg(call: ast.Call) -> ast.AST | None:
+    return keyword(call, "lr_lambda") or (call.args[1] if len(call.args) > 1 else None)
+
+
+def schedule_of(model: FileModel, binding: Binding) -> Schedule | None:
+    call = binding.call
+    qual = binding.qualname or ""
+    if call is None:
+        return None
+    cls = qual.rsplit(".", 1)[-1]
+    if qual.startswith(LR_SCHEDULER):
+        if cls in ITERATION_CLASSES:
+            return Schedule(binding, cls, "iteration")
+        args = [*call.args[1:], *(k.value for k in call.keywords if k.arg != "optimizer")]
+        if cls in EPOCH_CLASSES:
+            unit = unit_of_length(model, args)
+            return Schedule(binding, cls, "iteration" if unit == "iteration" else "epoch")
+        if cls in LENGTH_CLASSES:
+            if cls in ("LambdaLR", "MultiplicativeLR"):
+                body = lambda_body(model, lambda_arg(call))
+                if body is None:
+                    return Schedule(binding, cls, None)
+                node, params = body
+                names = [n for n in names_in(node, params)]
+                fake = [ast.Name(id=n) for n in names]
+                return Schedule(binding, cls, unit_of_length(model, fake))
+            return Schedule(binding, cls, unit_of_length(model, args))
+        return Schedule(binding, cls, None)
+    if qual.startswith("transformers") and (re.match(r"get_\w*schedule", cls)):
+        return Schedule(binding, cls, "iteration")
+    return None
+
+
+def schedules(model: FileModel) -> dict[int, Schedule]:
+    """Scheduler constructions (by id of the construction call) with their unit; computed
+    once per file, since every `scheduler.step()` asks."""
+    return model.memo(schedules, compute_schedules)
+
+
+def compute_schedules(model: FileModel) -> dict[int, Schedule]:
+    out: dict[int, Schedule] = {}
+    for _, b in model.roles.all_of(Role.SCHEDULER):
+        if b.call is not None and id(b.call) not in out:
+            sched = schedule_of(model, b)
+            if sched is not None:
+                out[id(b.call)] = sched
+    # constructions not bound to a name (returned directly, passed along)
+    for call in scheduler_calls(model):
+        if id(call) not in out:
+            qual = model.qualname(call.func)
+            sched = schedule_of(model, Binding(Role.SCHEDULER, qual, call, call))
+            if sched is not None:
+                out[id(call)] = sched
+    return out
+
+
+def is_scheduler_qualname(qual: str) -> bool:
+    last = qual.rsplit(".", 1)[-1]
+    return (qual.startswith(LR_SCHEDULER) and last[:1].isupper()) or bool(
+        qual.startswith("transformers") and re.match(r"get_\w*schedule", last)
+    )
+
+
+def scheduler_calls(model: FileModel) -> list[ast.Call]:
+    """Scheduler constructions, in source order. Only names that can spell one are
+    resolved: a class (`StepLR`), a factory (`get_..._schedule...`), or an import alias."""
+    names = {n for n in model.calls if n[:1].isupper() or n.startswith("get_")}
+    for b in model.imports._scopes.values():
+        names.update(local for local, q in b.imports.items() if is_scheduler_qualname(q))
+    calls = [c for n in names for c in model.calls.get(n, ())
+             if is_scheduler_qualname(model.qualname(c.func) or "")]
+    return sorted(calls, key=lambda c: (c.lineno, c.col_offset))
+
+
+def schedule_for_step(model: FileModel, call: ast.Call) -> Schedule | None:
+    if not isinstance(call.func, ast.Attribute):
+        return None
+    binding = model.roles.lookup(call.func.value)
+    if binding is None or binding.role is not Role.SCHEDULER or binding.call is None:
+        return None
+    return schedules(model).get(id(binding.call))

@@ -1,0 +1,332 @@
+"""TL501 module-sent-to-remote."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from trainlint.analysis.escapes import Dispatch, Escapes, escapes
+from trainlint.analysis.model import FileModel
+from trainlint.rules.base import Invalid, Report, Rule
+from trainlint.rules.concurrency._shared import shown
+
+
+def _trained_objects(esc: Escapes, d: Dispatch, *, through_put: bool) -> list[ast.expr]:
+    """The caller's models/optimizers that the dispatched function trains."""
+    trained = esc.trained_params(d)
+    out = []
+    for param, arg in d.args:
+        if param in trained:
+            obj = esc.sent_object(arg, through_put=through_put)
+            if obj is not None:
+                out.append(obj)
+    return out
+
+
+class ModuleSentToRemote(Rule):
+    """## What it does
+    Flags a Ray remote call (`train.remote(model, opt)`, `Actor.remote(model, opt)`,
+    `f.options(...).remote(...)`, `handle.method.remote(model)`, or an object put with
+    `ray.put(model)` and then passed) that hands an `nn.Module` or optimizer to a remote
+    function or actor which trains it (steps an optimizer over its parameters), when the
+    caller keeps using its model and never loads the weights back
+    (`model.load_state_dict(ray.get(...))`) nor rebinds the name to the returned model.
+
+    ## Why is this bad?
+    Ray pickles every argument: the remote worker trains a copy in another process.
+    `loss.backward()` and `optimizer.step()` run there, on that copy; the caller's model
+    does not move, and nothing raises. The script then evaluates, checkpoints or sends
+    out again (each round restarting from the same initial weights) a model that was
+    never trained, and the loss curves of the workers look perfectly healthy.
+
+    ## Example
+    ```python
+    @ray.remote
+    def train_step(model, optimizer, data, labels):
+        optimizer.zero_grad()
+        loss_fn(model(data), labels).backward()
+        optimizer.step()
+
+    for epoch in range(epochs):
+        ray.get(train_step.remote(model, optimizer, data, labels))
+    torch.save(model.state_dict(), "model.pt")  # the initial weights
+    ```
+
+    ## Use instead
+    Return the trained weights and load them back (or keep the model in an actor and
+    fetch its `state_dict()` when you need it):
+    ```python
+    @ray.remote
+    def train_step(model, optimizer, data, labels):
+        ...
+        return model.state_dict()
+
+    for epoch in range(epochs):
+        model.load_state_dict(ray.get(train_step.remote(model, optimizer, data, labels)))
+    ```
+    or compute gradients remotely and apply them with the caller's optimizer.
+
+    ## References
+    - [Ray: passing objects to tasks (arguments are copied)](https://docs.ray.io/en/latest/ray-core/objects.html)
+    - [Ray Train with PyTorch](https://docs.ray.io/en/latest/train/getting-started-pytorch.html)
+    """
+
+    code = "TL501"
+    name = "module-sent-to-remote"
+    message = "the Ray remote trains a copy of this model; the caller's weights never change"
+    triggers = ("remote",)
+    confirm_with = "assert_weights_updated"
+    valid = [
+        # the trained state dict is sent back and loaded
+        """
+import ray
+import torch
+
+@ray.remote
+def train(model, opt, batches):
+    for x, y in batches:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return model.state_dict()
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    ref = train.remote(model, opt, batches)
+    model.load_state_dict(ray.get(ref))
+evaluate(model)
+""",
+        # the remote only predicts (aliased import)
+        """
+import ray as r
+import torch
+
+@r.remote(num_gpus=1)
+def predict(model, batch):
+    with torch.no_grad():
+        return model(batch)
+
+model = torch.nn.Linear(4, 1)
+preds = r.get([predict.remote(model, b) for b in batches])
+print(model)
+""",
+        # gradients computed remotely, applied by the caller's optimizer
+        """
+import ray
+import torch
+
+@ray.remote
+def compute_gradients(model, x, y):
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    return [p.grad for p in model.parameters()]
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in batches:
+    grads = ray.get(compute_gradients.remote(model, x, y))
+    for p, g in zip(model.parameters(), grads):
+        p.grad = g
+    opt.step()
+""",
+        # the remote gets a state dict and builds its own model
+        """
+import ray
+import torch
+
+@ray.remote
+def fit(state, data):
+    model = Net()
+    model.load_state_dict(state)
+    opt = torch.optim.Adam(model.parameters())
+    for x in data:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+    return model.state_dict()
+
+model = Net()
+opt = torch.optim.Adam(model.parameters())
+new_state = ray.get(fit.remote(model.state_dict(), data))
+model.load_state_dict(new_state)
+""",
+        # the caller takes the trained model the remote returns
+        """
+import ray
+import torch
+
+@ray.remote
+def train(model, opt, data):
+    for x in data:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+    return model
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model = ray.get(train.remote(model, opt, data))
+torch.save(model.state_dict(), "model.pt")
+""",
+        # the actor trains its own model; the caller fetches the weights back
+        """
+import ray
+import torch
+
+@ray.remote
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+
+    def train_step(self, x):
+        self.optimizer.zero_grad()
+        self.model(x).sum().backward()
+        self.optimizer.step()
+
+    def weights(self):
+        return self.model.state_dict()
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+trainer = Trainer.remote(model, optimizer)
+ray.get(trainer.train_step.remote(x))
+model.load_state_dict(ray.get(trainer.weights.remote()))
+evaluate(model)
+""",
+        # a sweep: every trial gets the same initial weights on purpose, and the driver
+        # keeps only the scores
+        """
+import ray
+import torch
+
+@ray.remote
+def trial(model, lr, data):
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for x in data:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+    return score(model)
+
+model = torch.nn.Linear(4, 1)
+ref = ray.put(model)
+scores = ray.get([trial.remote(ref, lr, data) for lr in (0.1, 0.01)])
+""",
+        # shadowed: `ray` is a parameter, not the Ray module
+        """
+import torch
+
+def launch(ray, model, opt, data):
+    @ray.remote
+    def train(model, opt):
+        for x in data:
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+    ray.get(train.remote(model, opt))
+    evaluate(model)
+""",
+        # no Ray at all: a git-like `remote` API
+        """
+class Repo:
+    def remote(self, *args):
+        return args
+
+def train(model, optimizer):
+    optimizer.step()
+
+train = Repo()
+train.remote(model, optimizer)
+print(model)
+""",
+    ]
+    invalid = [
+        # the seed's first example: the caller prints its (unchanged) weights
+        Invalid(
+            """
+import ray
+import torch.nn as nn
+import torch.optim as optim
+
+@ray.remote
+def train_step(model, optimizer, data, labels):
+    optimizer.zero_grad()
+    loss = nn.MSELoss()(model(data), labels)
+    loss.backward()
+    optimizer.step()
+    return model
+
+model = nn.Linear(10, 1)
+optimizer = optim.SGD(model.parameters(), lr=0.01)
+trained_model = ray.get(train_step.remote(model, optimizer, data, labels))
+print(list(model.parameters())[0])
+""",
+            line=15,
+            column=25,
+        ),
+        # an actor built with the model (aliased import, `.options(...)`)
+        Invalid(
+            """
+from ray import remote as ray_remote
+import ray
+import torch
+
+@ray_remote
+class TrainerActor:
+    def __init__(self, model, lr):
+        self.model = model
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
+
+    def train_step(self, x, y):
+        self.optimizer.zero_grad()
+        torch.nn.functional.mse_loss(self.model(x), y).backward()
+        self.optimizer.step()
+
+model = torch.nn.Linear(10, 1)
+trainer = TrainerActor.options(num_gpus=1).remote(model, 0.01)
+for x, y in loader:
+    ray.get(trainer.train_step.remote(x, y))
+torch.save(model.state_dict(), "final.pt")
+""",
+            line=17,
+        ),
+        # `ray.put(model)` then passed every epoch; the caller evaluates its unchanged copy
+        Invalid(
+            """
+import ray
+import torch
+
+def fit_epoch(model, loader):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for x, y in loader:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+remote_fit = ray.remote(fit_epoch)
+model = torch.nn.Linear(8, 2)
+ref = ray.put(model)
+for epoch in range(10):
+    ray.get(remote_fit.remote(ref, loader))
+    print(epoch, evaluate(model))
+""",
+            line=15,
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Report]:
+        esc = escapes(model)
+        for d in esc.remote_dispatches:
+            sent = _trained_objects(esc, d, through_put=True)
+            if not sent:
+                continue
+            names = esc.caller_names(sent)
+            if esc.loaded_back(d.call, names) or not esc.used_after(d.call, names, loops=True):
+                continue
+            yield self.report(
+                d.call,
+                f"{shown(names)} trained inside the {d.via.value} `{d.name}`, on a copy: "
+                "the caller's weights never change; return the `state_dict()` and "
+                "`load_state_dict(ray.get(...))` it",
+            )

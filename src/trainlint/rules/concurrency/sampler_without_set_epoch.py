@@ -1,0 +1,347 @@
+"""TL504 sampler-without-set-epoch."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from trainlint.analysis.escapes import Escapes, escapes, params_of
+from trainlint.analysis.model import FileModel, is_false, keyword
+from trainlint.analysis.roles import Key, Role
+from trainlint.rules.base import Invalid, Report, Rule
+
+DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
+DATA_LOADER = "torch.utils.data.DataLoader"
+
+
+# Frameworks that take over the loader call `set_epoch` themselves (accelerate's
+# DataLoaderShard, Fabric, Lightning).
+_PREPARE_METHODS = {"prepare", "prepare_data_loader", "setup_dataloaders", "setup"}
+
+
+class SamplerWithoutSetEpoch(Rule):
+    """## What it does
+    Flags a `DistributedSampler` whose data is iterated in an epoch loop (through the
+    `DataLoader` it is passed to as `sampler=`, or directly) when `set_epoch` is never
+    called on it, nor on `loader.sampler`, anywhere in the file. Samplers built with
+    `shuffle=False` are not reported.
+
+    ## Why is this bad?
+    `DistributedSampler` shuffles with a generator seeded by `seed + epoch`, and the
+    epoch only changes when you call `sampler.set_epoch(epoch)`. Without it every epoch
+    (and every run) visits the samples in exactly the same order on every rank: the
+    model never sees a reshuffled dataset, which quietly hurts convergence and makes
+    results look more stable than they are. Nothing warns.
+
+    ## Example
+    ```python
+    sampler = DistributedSampler(dataset)
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+    for epoch in range(epochs):
+        for x, y in loader:
+            ...
+    ```
+
+    ## Use instead
+    ```python
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            ...
+    ```
+
+    ## References
+    - [torch.utils.data.distributed.DistributedSampler](https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler)
+    """
+
+    code = "TL504"
+    name = "sampler-without-set-epoch"
+    message = (
+        "`DistributedSampler` iterated every epoch without `set_epoch(epoch)`: every epoch "
+        "sees the same order"
+    )
+    triggers = ("DistributedSampler",)
+    valid = [
+        # set_epoch on the sampler, in the epoch loop
+        """
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+sampler = DistributedSampler(dataset)
+loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+for epoch in range(10):
+    sampler.set_epoch(epoch)
+    for x, y in loader:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+""",
+        # through `loader.sampler` (aliased import)
+        """
+from torch.utils.data.distributed import DistributedSampler as DS
+import torch
+
+loader = torch.utils.data.DataLoader(ds, sampler=DS(ds), batch_size=8)
+for epoch in range(10):
+    loader.sampler.set_epoch(epoch)
+    for x in loader:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+""",
+        # through a same-file helper
+        """
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+def start_epoch(loader, epoch):
+    loader.sampler.set_epoch(epoch)
+
+train_loader = DataLoader(ds, sampler=DistributedSampler(ds))
+for epoch in range(10):
+    start_epoch(train_loader, epoch)
+    for x in train_loader:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+""",
+        # no shuffling to vary
+        """
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+val_loader = DataLoader(ds, sampler=DistributedSampler(ds, shuffle=False))
+for epoch in range(10):
+    for x in val_loader:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+""",
+        # a single pass: no epoch loop
+        """
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(ds, sampler=DistributedSampler(ds))
+for x in loader:
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+""",
+        # the loader goes to accelerate, which sets the epoch itself
+        """
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(ds, sampler=DistributedSampler(ds))
+model, opt, loader = accelerator.prepare(model, opt, loader)
+for epoch in range(10):
+    for x in loader:
+        opt.zero_grad()
+        accelerator.backward(model(x).sum())
+        opt.step()
+""",
+        # shadowed: `data` is a parameter, not torch.utils.data
+        """
+import torch
+
+def fit(data, ds, model, opt):
+    loader = torch.utils.data.DataLoader(ds, sampler=data.DistributedSampler(ds))
+    for epoch in range(10):
+        for x in loader:
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+""",
+        # no torch: a project's own DistributedSampler
+        """
+class DistributedSampler:
+    def __init__(self, items):
+        self.items = items
+
+sampler = DistributedSampler(items)
+for epoch in range(3):
+    for item in sampler.items:
+        item.backward()
+        optimizer.step()
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+sampler = DistributedSampler(dataset)
+loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+for epoch in range(10):
+    for x, y in loader:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+""",
+            line=4,
+            column=11,
+        ),
+        # aliased module import; the loader is iterated in a helper called per epoch;
+        # only the validation sampler gets set_epoch
+        Invalid(
+            """
+import torch
+from torch.utils.data import distributed as dist_data
+
+def train_one_epoch(model, loader, opt):
+    for x, y in loader:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+train_sampler = dist_data.DistributedSampler(train_ds)
+val_sampler = dist_data.DistributedSampler(val_ds)
+train_loader = torch.utils.data.DataLoader(train_ds, sampler=train_sampler)
+val_loader = torch.utils.data.DataLoader(val_ds, sampler=val_sampler)
+for epoch in range(args.epochs):
+    val_sampler.set_epoch(epoch)
+    train_one_epoch(model, train_loader, opt)
+""",
+            line=10,
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Report]:
+        samplers = model.calls_to(DISTRIBUTED_SAMPLER)
+        if not samplers:
+            return
+        esc = escapes(model)
+        keys = {id(s): self._keys(model, s) for s in samplers}
+        holders = self._holders(model, samplers, keys)
+        for sampler in samplers:
+            if is_false(keyword(sampler, "shuffle")):
+                continue
+            seed = keyword(sampler, "seed")
+            if seed is not None and not isinstance(seed, ast.Constant):
+                continue  # a seed that changes (`seed=epoch`) reshuffles by itself
+            s_keys = keys[id(sampler)]
+            loaders = [h for h, s in holders if s is sampler]
+            l_keys = {k for h in loaders for k in self._keys(model, h)}
+            if self._handed_to_framework(model, loaders, l_keys):
+                continue
+            if self._epoch_set(model, sampler, s_keys, l_keys, holders):
+                continue
+            if self._iterated_per_epoch(model, esc, [sampler, *loaders], s_keys | l_keys):
+                yield self.report(sampler)
+
+    @staticmethod
+    def _keys(model: FileModel, call: ast.Call) -> set[Key]:
+        """Role keys of the names bound to the object ``call`` builds, including
+        ``sampler = DistributedSampler(ds) if distributed else None``."""
+        out: set[Key] = set()
+        for key, bindings in model.roles.bindings.items():
+            if any(b.call is call for b in bindings):
+                out.add(key)
+        node: ast.AST = call
+        parent = model.parent_of(node)
+        while isinstance(parent, (ast.IfExp, ast.BoolOp)) and node is not getattr(
+            parent, "test", None
+        ):
+            node, parent = parent, model.parent_of(parent)
+        targets: list[ast.expr] = []
+        if isinstance(parent, ast.Assign) and parent.value is node:
+            targets = parent.targets
+        elif isinstance(parent, (ast.AnnAssign, ast.NamedExpr)) and parent.value is node:
+            targets = [parent.target]
+        for target in targets:
+            if isinstance(target, (ast.Name, ast.Attribute)):
+                bound = model.roles.key(target)
+                if bound is not None:
+                    out.add(bound)
+        return out
+
+    @classmethod
+    def _holders(cls, model: FileModel, samplers: list[ast.Call],
+                 keys: dict[int, set[Key]]) -> list[tuple[ast.Call, ast.Call]]:
+        """(loader construction, sampler) for every `sampler=` that passes one of them."""
+        out = []
+        candidates = [*model.calls_to(DATA_LOADER), *(
+            c for name, calls in model.calls.items() if "Loader" in name for c in calls
+        )]
+        for call in {id(c): c for c in candidates}.values():
+            value = keyword(call, "sampler")
+            if value is None:
+                continue
+            for sampler in samplers:
+                if cls._refers(model, value, keys[id(sampler)], [sampler]):
+                    out.append((call, sampler))
+        return out
+
+    @staticmethod
+    def _refers(model: FileModel, expr: ast.AST, keys: set[Key], calls: list[ast.Call]) -> bool:
+        if any(expr is c for c in calls):
+            return True
+        if isinstance(expr, (ast.Name, ast.Attribute)):
+            return model.roles.key(expr) in keys
+        return False
+
+    def _handed_to_framework(self, model: FileModel, loaders: list[ast.Call],
+                             l_keys: set[Key]) -> bool:
+        for method in _PREPARE_METHODS:
+            for call in model.calls.get(method, ()):
+                if any(self._refers(model, a, l_keys, loaders) for a in call.args):
+                    return True
+        return False
+
+    def _epoch_set(self, model: FileModel, sampler: ast.Call, s_keys: set[Key],
+                   l_keys: set[Key], holders: list[tuple[ast.Call, ast.Call]]) -> bool:
+        """Is `set_epoch` called on this sampler, on its loader (`loader.sampler`), or on
+        something this file cannot tell apart from them?"""
+        for call in model.calls.get("set_epoch", ()):
+            func = call.func
+            if not isinstance(func, ast.Attribute):
+                return True
+            recv = func.value
+            if self._refers(model, recv, s_keys | l_keys, [sampler]):
+                return True
+            if isinstance(recv, ast.Attribute) and recv.attr in ("sampler", "batch_sampler"):
+                if self._refers(model, recv.value, l_keys, []):
+                    return True
+                other = model.roles.lookup(recv.value)
+                if other is not None and other.role is Role.LOADER and any(
+                    other.call is h for h, s in holders if s is not sampler
+                ):
+                    continue  # another loader's sampler
+                return True
+            other = model.roles.lookup(recv)
+            if other is not None and other.role is Role.SAMPLER and other.call is not sampler:
+                continue  # another sampler
+            return True
+        return False
+
+    def _iterated_per_epoch(self, model: FileModel, esc: Escapes, calls: list[ast.Call],
+                            keys: set[Key]) -> bool:
+        """A training loop over the sampler or its loader that itself runs in a loop."""
+        steps = model.steps
+        training = steps.step_loop_ids | {id(e) for e in steps.epoch_loops}
+        for loop in model.loops:
+            if not isinstance(loop, (ast.For, ast.AsyncFor)) or id(loop) not in training:
+                continue
+            refs = [n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute,
+                                                                    ast.Call))]
+            if any(self._refers(model, n, keys, calls) for n in refs):
+                if model.loop_contexts(loop):
+                    return True
+                continue
+            # `def train_one_epoch(model, loader, ...)`: the loader arrives as a parameter
+            fn = model.function_of(loop)
+            if fn is None:
+                continue
+            params = set(params_of(fn))
+            for n in refs:
+                if not (isinstance(n, ast.Name) and n.id in params):
+                    continue
+                for site in model.call_sites.get(id(fn), ()):
+                    arg = esc._argument_for(site, fn, n.id)
+                    if arg is not None and self._refers(model, arg, keys, calls) and (
+                        model.enclosing_loops(loop) or model.loop_contexts(site)
+                    ):
+                        return True
+        return False

@@ -1,0 +1,190 @@
+"""TL101 grad-norm-after-zero-grad."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from trainlint.analysis.context import is_test_file
+from trainlint.analysis.model import FileModel
+from trainlint.analysis.paths import Reported, precise_step_loops
+from trainlint.analysis.steps import Kind
+from trainlint.rules.base import Invalid, Report, Rule
+from trainlint.rules.gradients._shared import single_optimizer
+
+
+class GradNormAfterZeroGrad(Rule):
+    """## What it does
+    Flags a gradient read (a norm, a clip, a `.grad` statistic, a logged grad norm) that
+    runs after `zero_grad()` in the same training step, with no backward in between.
+
+    ## Why is this bad?
+    After `zero_grad()` every gradient is zero (or `None`): the logged gradient norm is
+    always 0.0 and a clip at that point does nothing. The dashboard says "no gradient
+    flow" while training runs normally, or hides a real explosion, and people lose days
+    chasing a measurement bug. A read placed at the top of the loop, before this step's
+    backward, sees the previous step's cleared gradients just the same.
+
+    ## Example
+    ```python
+    for step, (x, y) in enumerate(loader):
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if step % 100 == 0:
+            grad_norm = clip_grad_norm_(model.parameters(), float("inf"))  # always 0
+            wandb.log({"grad_norm": grad_norm})
+    ```
+
+    ## Use instead
+    ```python
+    for step, (x, y) in enumerate(loader):
+        loss = criterion(model(x), y)
+        loss.backward()
+        grad_norm = clip_grad_norm_(model.parameters(), float("inf"))
+        optimizer.step()
+        optimizer.zero_grad()
+        if step % 100 == 0:
+            wandb.log({"grad_norm": grad_norm})
+    ```
+
+    ## References
+    - [torch.nn.utils.clip_grad_norm_](https://pytorch.org/docs/stable/generated/torch.nn.utils.clip_grad_norm_.html)
+    """
+
+    code = "TL101"
+    name = "grad-norm-after-zero-grad"
+    message = "gradients are read after `zero_grad()` in the same step: the value is always zero"
+    triggers = ("grad",)
+    confirm_with = "assert_grads_nonzero"
+    valid = [
+        """
+import torch
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+""",
+        # read after the step but before the next zero_grad
+        """
+import torch
+for i, (x, y) in enumerate(loader):
+    optimizer.zero_grad(set_to_none=True)
+    criterion(model(x), y).backward()
+    optimizer.step()
+    if i % 50 == 0:
+        print(sum(p.grad.norm() for p in model.parameters()))
+""",
+        # `p.grad is None` checks are not statistics
+        """
+import torch
+for x in loader:
+    model(x).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    missing = [n for n, p in model.named_parameters() if p.grad is None]
+""",
+        # two optimizers (GAN): reads of one model's grads after the other's zero_grad
+        """
+import torch
+for real in loader:
+    opt_d.zero_grad()
+    loss_d(real).backward()
+    opt_d.step()
+    opt_g.zero_grad()
+    loss_g(real).backward()
+    g_norm = torch.nn.utils.clip_grad_norm_(gen.parameters(), 5.0)
+    opt_g.step()
+""",
+        # no torch: an unrelated `zero_grad`/`grad` API
+        """
+for item in queue:
+    item.zero_grad()
+    print(item.grad)
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+for step, (x, y) in enumerate(loader):
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    if step % 100 == 0:
+        wandb.log({"grad_norm": torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))})
+""",
+            line=8,
+        ),
+        # aliased import, helper that reads .grad, called from the step body
+        Invalid(
+            """
+from torch.nn import utils as U
+
+def grad_norm(model):
+    return sum(p.grad.norm() ** 2 for p in model.parameters()) ** 0.5
+
+for epoch in range(3):
+    for x, y in loader:
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        log(grad_norm(model))
+""",
+            line=12,
+        ),
+        # trainer class, reset helper, accumulation branch as in the seed
+        Invalid(
+            """
+import torch
+
+class Trainer:
+    def reset_grad(self):
+        self.optimizer.zero_grad()
+
+    def train_epoch(self):
+        for i, batch in enumerate(self.loader):
+            loss = self.model(batch).mean()
+            loss.backward()
+            if (i + 1) % self.accum == 0:
+                self.optimizer.step()
+                self.reset_grad()
+            gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+""",
+            line=14,
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Report]:
+
+        if is_test_file(model.path):
+            return  # tests read gradients after zero_grad() to assert that it worked
+        seen = Reported()
+        for loop in precise_step_loops(model):
+            if not single_optimizer(loop):
+                continue
+            end_states = set()
+            for path in loop.paths:
+                last = None
+                for e in path:
+                    if e.kind in (Kind.BACKWARD, Kind.ZERO):
+                        last = e.kind
+                end_states.add(last)
+            for path in loop.paths:
+                state: Kind | None = None
+                for e in path:
+                    if e.kind in (Kind.BACKWARD, Kind.ZERO):
+                        state = e.kind
+                    elif e.kind in (Kind.READ, Kind.CLIP):
+                        zeroed = state is Kind.ZERO or (
+                            state is None and end_states == {Kind.ZERO}
+                            and any(x.kind is Kind.BACKWARD for x in path)
+                        )
+                        if zeroed:
+                            node = model.steps.anchor(e)
+                            if seen.first(node):
+                                yield self.report(node)

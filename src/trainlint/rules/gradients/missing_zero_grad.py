@@ -1,0 +1,166 @@
+"""TL103 missing-zero-grad."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from trainlint.analysis.model import FileModel
+from trainlint.analysis.paths import Reported, precise_step_loops
+from trainlint.analysis.steps import STEP_LOOP_TRIGGERS, Kind
+from trainlint.rules.base import Invalid, Report, Rule
+
+
+class MissingZeroGrad(Rule):
+    """## What it does
+    Flags an optimizer step in a training loop where, on some path through the loop body
+    (helpers included), backward and the step run but nothing clears the gradients.
+
+    ## Why is this bad?
+    `backward()` adds to `.grad`. Without `zero_grad()` every step applies the sum of
+    all gradients so far: the effective learning rate grows each batch and training
+    diverges or oscillates, with no error. Gradient accumulation is deliberate only when
+    the step (and the clearing) happen every N batches; that form stays silent.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## References
+    - [Zeroing out gradients in PyTorch](https://pytorch.org/tutorials/recipes/recipes/zeroing_out_gradients.html)
+    """
+
+    code = "TL103"
+    name = "missing-zero-grad"
+    message = "no `zero_grad()` on this path of the training loop: gradients accumulate across batches"
+    triggers = STEP_LOOP_TRIGGERS
+    confirm_with = "assert_weights_updated"
+    valid = [
+        """
+import torch
+for x, y in loader:
+    optimizer.zero_grad()
+    criterion(model(x), y).backward()
+    optimizer.step()
+""",
+        # zeroing by hand, in a nested loop
+        """
+import torch
+for x, y in loader:
+    criterion(model(x), y).backward()
+    optimizer.step()
+    for p in model.parameters():
+        p.grad = None
+""",
+        # accumulation: zero_grad in the step's branch
+        """
+import torch
+for i, (x, y) in enumerate(loader):
+    (criterion(model(x), y) / accum).backward()
+    if (i + 1) % accum == 0:
+        optimizer.step()
+        optimizer.zero_grad()
+""",
+        # accumulation with the clearing at the start of a window
+        """
+import torch
+for i, (x, y) in enumerate(loader):
+    if i % accum == 0:
+        optimizer.zero_grad()
+    (criterion(model(x), y) / accum).backward()
+    if (i + 1) % accum == 0:
+        optimizer.step()
+""",
+        # LBFGS closure clears inside the step
+        """
+import torch.optim as optim
+opt = optim.LBFGS(model.parameters())
+for x, y in loader:
+    def closure():
+        opt.zero_grad()
+        loss = crit(model(x), y)
+        loss.backward()
+        return loss
+    opt.step(closure)
+""",
+        # no torch: a game environment
+        """
+for episode in range(10):
+    obs = env.reset()
+    for t in range(100):
+        obs, reward, done, info = env.step(agent.act(obs))
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+            line=5,
+        ),
+        # zero_grad only in the AMP branch
+        Invalid(
+            """
+import torch.optim as optim
+opt = optim.AdamW(model.parameters())
+for x, y in loader:
+    if use_amp:
+        scaler.scale(crit(model(x), y)).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+    else:
+        crit(model(x), y).backward()
+        opt.step()
+""",
+            line=11,
+        ),
+        # zero_grad once per epoch only
+        Invalid(
+            """
+import torch
+for epoch in range(10):
+    optimizer.zero_grad()
+    for x, y in loader:
+        criterion(model(x), y).backward()
+        optimizer.step()
+""",
+            line=6,
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Report]:
+        seen = Reported()
+        for loop in precise_step_loops(model):
+            if isinstance(loop.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue  # a step function called from elsewhere: its caller may clear grads
+            has_guarded_zero = any(e.under_counter_guard() for e in loop.of(Kind.ZERO))
+            for path in loop.paths:
+                kinds = {e.kind for e in path}
+                if Kind.STEP not in kinds or Kind.ZERO in kinds:
+                    continue
+                if not any(e.kind is Kind.BACKWARD and isinstance(e.node, ast.Call) for e in path):
+                    continue  # `p.grad = g` overwrites: nothing accumulates
+                step = next(e for e in path if e.kind is Kind.STEP)
+                if step.under_counter_guard() and has_guarded_zero:
+                    continue  # accumulation window cleared by a correlated guard
+                node = model.steps.anchor(step)
+                if seen.first(node):
+                    yield self.report(node)

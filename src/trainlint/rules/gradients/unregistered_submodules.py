@@ -1,0 +1,297 @@
+"""TL106 unregistered-submodules."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from trainlint.analysis.model import FileModel, call_name, walk_local
+from trainlint.analysis.roles import Role
+from trainlint.rules.base import Invalid, Report, Rule
+
+
+def _is_module_construction(model: FileModel, node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    found = model.roles.classify(node)
+    return len(found) == 1 and found[0] is not None and found[0].role is Role.MODEL and (
+        found[0].call is node
+    )
+
+
+def _module_elements(model: FileModel, value: ast.AST) -> str | None:
+    """"list" or "dict" when ``value`` builds a plain container of freshly built modules."""
+    if isinstance(value, ast.Call) and call_name(value) in ("list", "tuple", "dict") and (
+        model.qualname(value.func) or ""
+    ).startswith("builtins.") and len(value.args) == 1 and not value.keywords:
+        inner = _module_elements(model, value.args[0])
+        if inner is None and isinstance(value.args[0], ast.GeneratorExp):
+            return "list" if _is_module_construction(model, value.args[0].elt) else None
+        return inner
+    if isinstance(value, (ast.List, ast.Tuple)):
+        if value.elts and all(_is_module_construction(model, e) for e in value.elts):
+            return "list"
+        return None
+    if isinstance(value, ast.ListComp):
+        return "list" if _is_module_construction(model, value.elt) else None
+    if isinstance(value, ast.Dict):
+        if value.values and all(k is not None for k in value.keys) and all(
+            _is_module_construction(model, v) for v in value.values
+        ):
+            return "dict"
+        return None
+    if isinstance(value, ast.DictComp):
+        return "dict" if _is_module_construction(model, value.value) else None
+    return None
+
+
+def nn_prefix(model: FileModel) -> str | None:
+    """How this file can spell ``torch.nn``: ``nn`` or ``torch.nn`` (module scope)."""
+    b = model.imports._scopes.get(id(model.tree))
+    if b is None:
+        return None
+    for local, q in b.imports.items():
+        if q == "torch.nn" and local not in b.others:
+            return local
+    for local, q in b.imports.items():
+        if q == "torch" and local not in b.others:
+            return f"{local}.nn"
+    return None
+
+
+class UnregisteredSubmodules(Rule):
+    """## What it does
+    Flags an `nn.Module` that stores submodules in a plain `list`, `tuple` or `dict`
+    attribute (`self.layers = [nn.Linear(...) for _ in range(n)]`).
+
+    ## Why is this bad?
+    `nn.Module` registers only attributes that are modules themselves. Modules inside a
+    plain container are invisible to `.parameters()`, so the optimizer never updates
+    them; `.to(device)` leaves them on the CPU; `state_dict()` does not save them;
+    `.train()`/`.eval()` do not reach them. The model trains with those layers frozen at
+    their random initialisation, silently.
+
+    ## Example
+    ```python
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = [nn.Linear(64, 64) for _ in range(4)]
+    ```
+
+    ## Use instead
+    ```python
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(64, 64) for _ in range(4)])
+    ```
+
+    ## Fix safety
+    Wrapping the container in `nn.ModuleList` / `nn.ModuleDict` is safe: indexing,
+    iteration and `len()` keep working, and the submodules become registered. Dicts
+    whose keys are not all string literals are reported without a fix (`nn.ModuleDict`
+    needs string keys).
+
+    ## References
+    - [torch.nn.ModuleList](https://pytorch.org/docs/stable/generated/torch.nn.ModuleList.html)
+    """
+
+    code = "TL106"
+    name = "unregistered-submodules"
+    message = "submodules in a plain container are not registered: invisible to `.parameters()`, `.to()`, `state_dict()`"
+    triggers = ("Module",)
+    fix_safety = "safe"
+    confirm_with = "assert_weights_updated"
+    valid = [
+        """
+from torch import nn
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+""",
+        # a plain list that is then registered through nn.Sequential
+        """
+import torch.nn as nn
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        layers = [nn.Linear(4, 4), nn.ReLU()]
+        self.layers = [nn.Linear(4, 4), nn.ReLU()]
+        self.net = nn.Sequential(*self.layers)
+""",
+        # plain data in a list
+        """
+from torch import nn
+class Net(nn.Module):
+    def __init__(self, sizes):
+        super().__init__()
+        self.sizes = [64, 128, 256]
+        self.names = {"a": "relu"}
+""",
+        # not an nn.Module: a plain container class
+        """
+from torch import nn
+class Bag:
+    def __init__(self):
+        self.parts = [nn.Linear(2, 2), nn.Linear(2, 2)]
+""",
+        # no torch: a local `nn` namespace
+        """
+class Net(Base):
+    def __init__(self):
+        self.blocks = [Block() for _ in range(3)]
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.blocks = [nn.Linear(64, 64) for _ in range(n)]
+""",
+            line=6,
+            fixed="""
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(64, 64) for _ in range(n)])
+""",
+        ),
+        Invalid(
+            """
+import torch
+
+class Heads(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.heads = {"cls": torch.nn.Linear(8, 3), "box": torch.nn.Linear(8, 4)}
+""",
+            line=6,
+            fixed="""
+import torch
+
+class Heads(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.heads = torch.nn.ModuleDict({"cls": torch.nn.Linear(8, 3), "box": torch.nn.Linear(8, 4)})
+""",
+        ),
+        # an empty list filled with append
+        Invalid(
+            """
+import torch.nn as nn
+
+class Block(nn.Module):
+    pass
+
+class Tower(Block):
+    def __init__(self, depth):
+        super().__init__()
+        self.stages = []
+        for _ in range(depth):
+            self.stages.append(Block())
+""",
+            line=9,
+            fixed="""
+import torch.nn as nn
+
+class Block(nn.Module):
+    pass
+
+class Tower(Block):
+    def __init__(self, depth):
+        super().__init__()
+        self.stages = nn.ModuleList()
+        for _ in range(depth):
+            self.stages.append(Block())
+""",
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Report]:
+        from trainlint.fix import replace_node
+
+        prefix = nn_prefix(model)
+        for cls in model.classes:
+            if not model.roles.is_module_class(cls):
+                continue
+            uses = self._attribute_uses(model, cls)
+            if uses is None:
+                continue
+            for node in walk_local(cls):
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for stmt in walk_local(node):
+                    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+                        continue
+                    target = stmt.targets[0]
+                    if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                            and target.value.id == "self"):
+                        continue
+                    attr = target.attr
+                    if attr in uses["registered"]:
+                        continue
+                    kind = _module_elements(model, stmt.value)
+                    if kind is None and isinstance(stmt.value, ast.List) and not stmt.value.elts:
+                        if attr in uses["appended"]:
+                            kind = "empty"
+                    if kind is None:
+                        continue
+                    fix = None
+                    if prefix is not None:
+                        text = model.source.segment(stmt.value)
+                        if kind == "empty":
+                            new = f"{prefix}.ModuleList()"
+                        elif kind == "list":
+                            new = f"{prefix}.ModuleList({text})"
+                        elif isinstance(stmt.value, ast.Dict) and all(
+                            isinstance(k, ast.Constant) and isinstance(k.value, str)
+                            for k in stmt.value.keys
+                        ):
+                            new = f"{prefix}.ModuleDict({text})"
+                        else:
+                            new = None
+                        if new is not None:
+                            wrapper = "ModuleDict" if "Dict" in new else "ModuleList"
+                            fix = self.fix(replace_node(model, stmt.value, new),
+                                           message=f"wrap in `{prefix}.{wrapper}`")
+                    yield self.report(stmt, fix=fix)
+
+    @staticmethod
+    def _attribute_uses(model: FileModel, cls: ast.ClassDef) -> dict[str, set[str]] | None:
+        """Attributes registered some other way (passed to a call, add_module) or appended to."""
+        registered: set[str] = set()
+        appended: set[str] = set()
+        for node in ast.walk(cls):
+            if isinstance(node, ast.Call):
+                name = call_name(node)
+                if name in ("add_module", "register_module", "setattr", "register_buffer"):
+                    return None  # registration by hand: cannot tell which attributes
+                for arg in [*node.args, *(k.value for k in node.keywords)]:
+                    inner = arg.value if isinstance(arg, ast.Starred) else arg
+                    for sub in ast.walk(inner):
+                        if (isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name)
+                                and sub.value.id == "self"):
+                            registered.add(sub.attr)
+                func = node.func
+                if (isinstance(func, ast.Attribute) and func.attr in ("append", "extend", "insert")
+                        and isinstance(func.value, ast.Attribute)
+                        and isinstance(func.value.value, ast.Name)
+                        and func.value.value.id == "self"):
+                    registered.discard(func.value.attr)
+                    if any(_is_module_construction(model, a) for a in node.args) or any(
+                        _module_elements(model, a) for a in node.args
+                    ):
+                        appended.add(func.value.attr)
+            elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Attribute):
+                if _module_elements(model, node.value):
+                    appended.add(node.target.attr)
+        # `self.x.append(...)` puts self.x among call *receivers*, not arguments
+        return {"registered": registered - appended, "appended": appended}

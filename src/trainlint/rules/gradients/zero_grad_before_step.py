@@ -1,0 +1,156 @@
+"""TL102 zero-grad-before-step."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from trainlint.analysis.model import FileModel
+from trainlint.analysis.paths import Reported, precise_step_loops
+from trainlint.analysis.roles import Role
+from trainlint.analysis.steps import Event, Kind, StepLoop
+from trainlint.rules.base import Invalid, Report, Rule
+from trainlint.rules.gradients._shared import single_optimizer
+
+
+def _zero_matches_step(model: FileModel, zero: Event, step: Event, loop: StepLoop) -> bool:
+    """Does this zero_grad clear the gradients that this step applies?"""
+    if zero.target is not None and zero.target == step.target:
+        return True
+    if not single_optimizer(loop):
+        return False
+    if zero.target is None:
+        return True  # `p.grad = None` over the parameters
+    node = zero.node
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        role = model.roles.role(node.func.value, by_name=True)
+        if role is Role.MODEL:
+            return True
+        if role is Role.OPTIMIZER:
+            return False  # another optimizer's zero_grad (two-optimizer loops)
+        if isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
+            return True  # a LightningModule / nn.Module zeroing itself
+    return False
+
+
+class ZeroGradBeforeStep(Rule):
+    """## What it does
+    Flags `zero_grad()` called between `backward()` and the optimizer step of the same
+    step, clearing the gradients the step was about to apply.
+
+    ## Why is this bad?
+    The optimizer steps with zero (or `None`) gradients: the weights never change, or
+    only weight decay and momentum from earlier steps move them. The loss stays flat
+    and nothing raises.
+
+    ## Example
+    ```python
+    loss.backward()
+    optimizer.zero_grad()
+    optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    ```
+
+    ## References
+    - [Zeroing out gradients in PyTorch](https://pytorch.org/tutorials/recipes/recipes/zeroing_out_gradients.html)
+    """
+
+    code = "TL102"
+    name = "zero-grad-before-step"
+    message = "`zero_grad()` between `backward()` and the optimizer step: the step applies no update"
+    triggers = ("zero_grad", ".grad")
+    confirm_with = "assert_weights_updated"
+    valid = [
+        """
+import torch
+for x, y in loader:
+    optimizer.zero_grad()
+    criterion(model(x), y).backward()
+    optimizer.step()
+""",
+        # GAN: G's zero_grad between D's backward and... G's step after G's backward
+        """
+import torch
+for real in loader:
+    loss_d = d_loss(real)
+    loss_d.backward()
+    opt_g.zero_grad()
+    opt_d.step()
+""",
+        # accumulation with zero_grad after the step
+        """
+import torch.optim as optim
+opt = optim.SGD(model.parameters(), lr=0.1)
+for i, x in enumerate(loader):
+    (model(x).mean() / 4).backward()
+    if (i + 1) % 4 == 0:
+        opt.step()
+        opt.zero_grad()
+""",
+        # no torch
+        """
+for job in jobs:
+    job.backward()
+    job.zero_grad()
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.zero_grad()
+    optimizer.step()
+""",
+            line=5,
+        ),
+        Invalid(
+            """
+from torch import optim
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.opt = optim.Adam(model.parameters())
+
+    def clear(self):
+        for p in self.model.parameters():
+            p.grad = None
+
+    def train_step(self, batch):
+        loss = self.model(batch).sum()
+        loss.backward()
+        self.clear()
+        self.opt.step()
+""",
+            line=15,
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Report]:
+        seen = Reported()
+        for loop in precise_step_loops(model):
+            for path in loop.paths:
+                last_backward = -1
+                for i, e in enumerate(path):
+                    if e.kind is Kind.BACKWARD:
+                        last_backward = i
+                    elif e.kind is Kind.ZERO and last_backward >= 0:
+                        if any(x.kind is Kind.STEP for x in path[last_backward + 1 : i]):
+                            continue
+                        for s in path[i + 1 :]:
+                            if s.kind is Kind.BACKWARD:
+                                break
+                            if s.kind is Kind.STEP and _zero_matches_step(model, e, s, loop):
+                                node = model.steps.anchor(e)
+                                if seen.first(node):
+                                    yield self.report(node)
+                                break

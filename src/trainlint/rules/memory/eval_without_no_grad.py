@@ -1,0 +1,240 @@
+"""TL303 eval-without-no-grad."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from trainlint.analysis.context import is_test_file
+from trainlint.analysis.flow import grad_enabled_at
+from trainlint.analysis.model import FileModel, call_name, dotted, is_false, walk_local
+from trainlint.analysis.paths import Reported
+from trainlint.analysis.steps import Kind
+from trainlint.rules.base import Invalid, Report, Rule
+
+_EVAL_FUNC = re.compile(r"^(evaluate|validate|validation|eval|test|val)(_|$)|"
+                        r"_(evaluate|validate|validation|eval|val|test)$|^(evaluate|validate)\w*",
+                        re.IGNORECASE)
+
+
+class EvalWithoutNoGrad(Rule):
+    """## What it does
+    Flags a model call in an evaluation loop (after `model.eval()`, or in a function
+    named `evaluate`/`validate`/`test*`) that runs outside `torch.no_grad()` /
+    `torch.inference_mode()`.
+
+    ## Why is this bad?
+    `model.eval()` switches dropout and batch-norm behaviour; it does not stop autograd
+    from recording. Every activation of every validation batch is kept for a backward
+    that never comes: validation uses as much memory as training (often more, with
+    larger batches), runs slower, and OOMs at the first evaluation of a model that
+    trained fine.
+
+    ## Example
+    ```python
+    def evaluate(model, loader):
+        model.eval()
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+    ```
+
+    ## Use instead
+    ```python
+    @torch.no_grad()
+    def evaluate(model, loader):
+        model.eval()
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+    ```
+
+    ## References
+    - [torch.no_grad](https://pytorch.org/docs/stable/generated/torch.no_grad.html)
+    """
+
+    code = "TL303"
+    name = "eval-without-no-grad"
+    message = "model called during evaluation without `torch.no_grad()`: activations are kept for a backward that never comes"
+    triggers = ("eval", "valid", "test")
+    confirm_with = "assert_memory_stable"
+    valid = [
+        """
+import torch
+@torch.no_grad()
+def evaluate(model, loader):
+    model.eval()
+    for x, y in loader:
+        out = model(x)
+""",
+        """
+import torch
+def validate(model, loader):
+    model.eval()
+    with torch.inference_mode():
+        for x, y in loader:
+            out = model(x)
+""",
+        # the caller wraps the evaluation in no_grad
+        """
+import torch
+def evaluate(model, loader):
+    for x, y in loader:
+        out = model(x)
+
+with torch.no_grad():
+    evaluate(model, val_loader)
+""",
+        # test-time training backpropagates: not an evaluation-only loop
+        """
+import torch
+def test_time_adapt(model, loader, opt):
+    model.eval()
+    for x in loader:
+        loss = model(x).entropy()
+        loss.backward()
+        opt.step()
+""",
+        # no torch
+        """
+def evaluate(model, loader):
+    model.eval()
+    for x in loader:
+        model(x)
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+model = torch.nn.Linear(4, 2)
+def evaluate(loader):
+    model.eval()
+    correct = 0
+    for x, y in loader:
+        correct += (model(x).argmax(1) == y).sum().item()
+    return correct
+""",
+            line=7,
+        ),
+        Invalid(
+            """
+import torch
+from torch import nn
+
+net = nn.Sequential(nn.Linear(4, 4))
+for epoch in range(10):
+    train(net)
+    net.eval()
+    for xb, yb in val_loader:
+        preds = net(xb)
+        metric.update(preds, yb)
+""",
+            line=9,
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Report]:
+        if not model.imports_module("torch"):
+            return
+
+        in_tests = is_test_file(model.path)
+        seen = Reported()
+        for call in self._model_calls(model):
+            loops = model.enclosing_loops(call)
+            if not loops:
+                continue
+            fn = model.function_of(call)
+            if not (self._after_eval(model, call, fn) or (
+                fn is not None and _EVAL_FUNC.search(fn.name) and not fn.name.endswith("_step")
+                and not (in_tests and fn.name.startswith("test"))
+            )):
+                continue
+            if not grad_enabled_at(model, call)[0]:
+                continue
+            if self._backprops(model, loops[-1]) or self._grad_disabled_earlier(model, call, fn):
+                continue
+            if fn is not None and self._callers_disable_grad(model, fn):
+                continue
+            if seen.first(call):
+                yield self.report(call)
+
+    @staticmethod
+    def _model_calls(model: FileModel) -> Iterator[ast.Call]:
+        """Calls of a model: by role, a name put in eval mode in the same function, or a
+        model-like spelling (`model`, `net`) for parameters whose role is unknown."""
+        flow = model.flow
+        evaluated: set[tuple[int, str]] = set()
+        scopes: dict[int, ast.AST] = {}
+        for c in model.calls.get("eval", ()):
+            if isinstance(c.func, ast.Attribute) and not c.args:
+                name = dotted(c.func.value)
+                if name:
+                    fn = model.function_of(c)
+                    evaluated.add((id(fn), name))
+                    scopes[id(fn)] = fn if fn is not None else model.tree
+        for fn in model.functions:
+            if _EVAL_FUNC.search(fn.name):
+                scopes[id(fn)] = fn
+        # only calls inside evaluation candidates can be reported: skip the rest unseen
+        candidates = [sub for scope in scopes.values() for sub in walk_local(scope)
+                      if isinstance(sub, ast.Call)]
+        for call in candidates:
+            func = call.func
+            name = dotted(func)
+            if flow._is_model_call(func) or (
+                name is not None and (id(model.function_of(call)), name) in evaluated
+            ) or (isinstance(func, (ast.Name, ast.Attribute)) and model.qualname(func) is None
+                  and model.steps._is_model(func)):
+                yield call
+
+    @staticmethod
+    def _after_eval(model: FileModel, call: ast.Call, fn: ast.AST | None) -> bool:
+        """`X.eval()` earlier in the same function, with no `X.train()` in between."""
+        target = dotted(call.func)
+        pos = (call.lineno, call.col_offset)
+        last_eval = last_train = (-1, -1)
+        for name in ("eval", "train"):
+            for c in model.calls.get(name, ()):
+                if model.function_of(c) is not fn or not isinstance(c.func, ast.Attribute):
+                    continue
+                recv = dotted(c.func.value)
+                if recv is None or target is None or not (
+                    target == recv or target.startswith(recv + ".") or recv.startswith(target + ".")
+                ):
+                    continue
+                cpos = (c.lineno, c.col_offset)
+                if cpos < pos:
+                    if name == "eval":
+                        last_eval = max(last_eval, cpos)
+                    else:
+                        last_train = max(last_train, cpos)
+        return last_eval > last_train
+
+    @staticmethod
+    def _backprops(model: FileModel, loop: ast.AST) -> bool:
+        for sub in walk_local(loop):
+            if isinstance(sub, ast.Call) and (
+                model.steps.classify(sub) is not None
+                and model.steps.classify(sub).kind in (Kind.BACKWARD, Kind.STEP)  # type: ignore[union-attr]
+                or call_name(sub) == "grad" and model.qualname(sub.func) == "torch.autograd.grad"
+            ):
+                return True
+            if isinstance(sub, ast.Call):
+                target = model.resolve_call(sub)
+                if target is not None and model.steps._has_own_step(target):
+                    return True
+        return False
+
+    @staticmethod
+    def _grad_disabled_earlier(model: FileModel, call: ast.Call, fn: ast.AST | None) -> bool:
+        for c in model.calls.get("set_grad_enabled", ()):
+            if model.function_of(c) is fn and (c.lineno, c.col_offset) < (
+                call.lineno, call.col_offset
+            ) and isinstance(model.parent_of(c), ast.Expr) and c.args and is_false(c.args[0]):
+                return True
+        return False
+
+    @staticmethod
+    def _callers_disable_grad(model: FileModel, fn: ast.AST) -> bool:
+        sites = model.call_sites.get(id(fn), [])
+        return bool(sites) and all(not grad_enabled_at(model, s)[0] for s in sites)

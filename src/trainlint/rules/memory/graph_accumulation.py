@@ -1,0 +1,356 @@
+"""TL302 graph-accumulation."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from trainlint.analysis.flow import Taint, grad_enabled_at
+from trainlint.analysis.model import FileModel, dotted, walk_local
+from trainlint.analysis.steps import backward_calls, backward_value
+from trainlint.rules.base import Invalid, Report, Rule
+from trainlint.rules.memory._shared import value_names
+
+
+def _container_root(node: ast.AST) -> ast.AST | None:
+    """``totals["a"]`` -> ``totals``; ``self.metrics["x"]`` -> ``self.metrics``."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return node if isinstance(node, (ast.Name, ast.Attribute)) else None
+
+
+def _persists_across(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
+    """Does the accumulator outlive one iteration of ``loop``: defined before it, an
+    attribute (``self.x``, ``trainer.x``) or a module global?"""
+    name = dotted(target)
+    if name is None:
+        return False
+    if "." in name:
+        return True
+    fn = model.function_of(target)
+    if fn is None:
+        return True  # module-level name
+    found = model.flow.definition(name, target)
+    if found is None:
+        return True  # a parameter or a global: lives outside the loop
+    stmt, _ = found
+    return not any(anc is loop for anc in model.ancestors(stmt)) and stmt is not loop
+
+
+def _backpropagated_later(model: FileModel, name: str, after: ast.AST) -> bool:
+    """``total.backward()`` after the loop: accumulating the graph was the point."""
+    fn = model.function_of(after) or model.tree
+    for call in backward_calls(model):
+        if model.function_of(call) is not (fn if fn is not model.tree else None):
+            continue
+        value = backward_value(model, call)
+        if value is not None and name in value_names(value)[0]:
+            return True
+    return False
+
+
+class GraphAccumulation(Rule):
+    """## What it does
+    Flags a tensor that carries autograd history (a loss, a model output, anything
+    computed from them) accumulated across loop iterations without `.item()` or
+    `.detach()`: `total += loss`, `losses.append(loss)`, `history[k] = out`.
+
+    ## Why is this bad?
+    The accumulator keeps a reference to every batch's graph. After `backward()` the
+    saved buffers are freed, but the chain of autograd nodes still grows by one graph
+    per step; without a backward (evaluation without `no_grad`) every activation stays
+    alive. Memory grows every batch until the process is killed or CUDA runs out, hours
+    into the run.
+
+    ## Example
+    ```python
+    total_loss = 0
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total_loss += loss
+    ```
+
+    ## Use instead
+    ```python
+    total_loss = 0.0
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total_loss += loss.item()
+    ```
+
+    ## Fix safety
+    Adding `.detach()` is unsafe: if the accumulated value is later backpropagated on
+    purpose (one backward over several micro-batches), detaching it changes training.
+    Accumulators that reach a `backward()` in the same function are not reported.
+
+    ## References
+    - [PyTorch FAQ: don't accumulate history across your training loop](https://pytorch.org/docs/stable/notes/faq.html)
+    """
+
+    code = "TL302"
+    name = "graph-accumulation"
+    message = "a tensor with autograd history is accumulated across iterations: every batch's graph stays alive"
+    triggers = ("+=", "append", "extend", "] =", "]=", " + ")
+    fix_safety = "unsafe"
+    confirm_with = "assert_memory_stable"
+    valid = [
+        """
+import torch
+model = torch.nn.Linear(4, 1)
+total = 0.0
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    total += loss.item()
+""",
+        # detached before keeping
+        """
+import torch
+model = torch.nn.Linear(4, 1)
+losses = []
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    losses.append(loss.detach())
+""",
+        # accumulating on purpose: one backward over all micro-batches
+        """
+import torch
+model = torch.nn.Linear(4, 1)
+total = 0
+for chunk in chunks:
+    total = total + model(chunk).pow(2).mean()
+total.backward()
+""",
+        # under no_grad there is no graph to keep
+        """
+import torch
+model = torch.nn.Linear(4, 1)
+outs = []
+with torch.no_grad():
+    for x in loader:
+        outs.append(model(x))
+""",
+        # per-iteration container
+        """
+import torch
+model = torch.nn.Linear(4, 1)
+for x in loader:
+    parts = []
+    parts.append(model(x))
+    torch.cat(parts).sum().backward()
+""",
+        # an RNN unrolled in forward: the list is the output's graph
+        """
+import torch
+class Unrolled(torch.nn.Module):
+    def forward(self, x):
+        outs = []
+        h = None
+        for t in range(x.shape[0]):
+            h = self.cell(x[t], h)
+            outs.append(h)
+        return torch.stack(outs)
+""",
+        # no torch
+        """
+total = 0
+for x in items:
+    total += score(x)
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+model = torch.nn.Linear(4, 1)
+total_loss = 0
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    total_loss += loss
+""",
+            line=7,
+            fixed="""
+import torch
+model = torch.nn.Linear(4, 1)
+total_loss = 0
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    total_loss += loss.detach()
+""",
+        ),
+        Invalid(
+            """
+from torch import nn
+import torch.nn.functional as F
+
+class Trainer:
+    def __init__(self):
+        self.model = nn.Linear(8, 2)
+        self.history = []
+
+    def fit(self, loader):
+        for x, y in loader:
+            out = self.model(x)
+            loss = F.cross_entropy(out, y)
+            loss.backward()
+            self.history.append(loss)
+""",
+            line=14,
+            fixed="""
+from torch import nn
+import torch.nn.functional as F
+
+class Trainer:
+    def __init__(self):
+        self.model = nn.Linear(8, 2)
+        self.history = []
+
+    def fit(self, loader):
+        for x, y in loader:
+            out = self.model(x)
+            loss = F.cross_entropy(out, y)
+            loss.backward()
+            self.history.append(loss.detach())
+""",
+        ),
+        Invalid(
+            """
+import torch
+net = torch.nn.Linear(4, 4)
+outputs = {}
+for i, x in enumerate(loader):
+    out = net(x)
+    out.sum().backward()
+    outputs[i] = out + 1
+""",
+            line=7,
+            fixed="""
+import torch
+net = torch.nn.Linear(4, 4)
+outputs = {}
+for i, x in enumerate(loader):
+    out = net(x)
+    out.sum().backward()
+    outputs[i] = (out + 1).detach()
+""",
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Report]:
+        self._loop_cache: dict[int, dict[int, bool]] = {}
+        for stmt, target, value in self._accumulations(model):
+            fn = model.function_of(stmt)
+            if fn is not None and fn.name in ("forward", "__call__", "_forward"):
+                continue  # unrolling time steps inside forward builds the graph on purpose
+            loops = model.enclosing_loops(stmt)
+            # a loop over FX nodes or profiler events is not a batch loop: some enclosing
+            # loop must run a model, and the accumulator must outlive its iterations --
+            # or the statement is in a step function (its body is one iteration) and the
+            # accumulator comes from outside it (a parameter, an attribute, a global)
+            anchor: ast.AST = stmt
+            if not any(_persists_across(model, target, lp) and self._runs_a_model(model, lp)
+                       for lp in loops):
+                step_anchor = self._in_step_function(model, stmt, target)
+                if step_anchor is None:
+                    continue
+                anchor = step_anchor
+            if not grad_enabled_at(model, stmt)[0]:
+                continue
+            v = model.flow.value(value)
+            if v.taint is not Taint.GRAD:
+                continue
+            if self._defined_without_grad(model, value):
+                continue
+            name = dotted(target)
+            if name is not None and _backpropagated_later(model, name, stmt):
+                continue
+            yield self.report(anchor, fix=self._fix(model, value) if anchor is stmt else None)
+
+    @staticmethod
+    def _in_step_function(model: FileModel, stmt: ast.stmt, target: ast.AST) -> ast.AST | None:
+        """Where to report when ``stmt`` runs once per training step (a step function, or
+        a helper the step loop calls) and accumulates into something from outside that
+        function (an attribute, a global, a parameter); else None."""
+        fn = model.function_of(stmt)
+        if fn is None or model.enclosing_loops(stmt):
+            return None
+        found_step = model.steps.per_step(stmt, limits=lambda g: False)
+        name = dotted(target)
+        if found_step is None or name is None:
+            return None
+        if "." not in name:
+            found = model.flow.definition(name, stmt)
+            if found is not None and found[0] is not fn:
+                return None  # a list made inside the function: gone after the call
+        return found_step[1]
+
+    def _runs_a_model(self, model: FileModel, loop: ast.AST) -> bool:
+        cache = self._loop_cache.setdefault(id(model), {})
+        if id(loop) not in cache:
+            cache[id(loop)] = id(loop) in model.steps.step_loop_ids or any(
+                isinstance(sub, ast.Call) and model.flow._is_model_call(sub.func)
+                for sub in walk_local(loop)
+            )
+        return cache[id(loop)]
+
+    @staticmethod
+    def _accumulations(model: FileModel) -> Iterator[tuple[ast.stmt, ast.AST, ast.AST]]:
+        """(statement, accumulator, accumulated value) for += / x = x + v / append / [k] =."""
+        for node in model.assignments:
+            if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)):
+                target = _container_root(node.target)
+                if target is not None:
+                    value = node.value
+                    if isinstance(value, (ast.List, ast.Tuple)) and len(value.elts) == 1:
+                        value = value.elts[0]  # losses += [loss]
+                    yield node, target, value
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+                t = node.targets[0]
+                v = node.value
+                if isinstance(t, (ast.Name, ast.Attribute)) and isinstance(v, ast.BinOp) and (
+                    isinstance(v.op, ast.Add) and dotted(v.left) == dotted(t) is not None
+                ):
+                    yield node, t, v.right
+                elif isinstance(t, ast.Subscript) and isinstance(t.value, (ast.Name, ast.Attribute)):
+                    yield node, t.value, v
+        for name in ("append", "extend", "insert"):
+            for call in model.calls.get(name, ()):
+                func = call.func
+                if not isinstance(func, ast.Attribute) or not call.args:
+                    continue
+                parent = model.parent_of(call)
+                if not isinstance(parent, ast.Expr):
+                    continue
+                value = call.args[-1]
+                if name == "extend" and isinstance(value, (ast.List, ast.Tuple)) and len(
+                    value.elts
+                ) == 1:
+                    value = value.elts[0]
+                root = _container_root(func.value)
+                if root is not None:
+                    yield parent, root, value
+
+    @staticmethod
+    def _defined_without_grad(model: FileModel, value: ast.AST) -> bool:
+        name = dotted(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
+        if name is None:
+            return False
+        found = model.flow.definition(name, value)
+        return found is not None and not grad_enabled_at(model, found[0])[0]
+
+    def _fix(self, model: FileModel, value: ast.AST):  # type: ignore[no-untyped-def]
+        from trainlint.fix import replace_node
+
+        text = model.source.segment(value)
+        if "\n" in text or "#" in text:
+            return None
+        simple = isinstance(value, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
+        new = f"{text}.detach()" if simple else f"({text}).detach()"
+        return self.fix(replace_node(model, value, new), message="add `.detach()`")

@@ -1,0 +1,206 @@
+"""TL304 tensor-kept-on-self."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from trainlint.analysis.flow import Taint
+from trainlint.analysis.model import FileModel, dotted, walk_local
+from trainlint.analysis.roles import Role
+from trainlint.analysis.steps import Kind, backward_calls, backward_value
+from trainlint.rules.base import Invalid, Report, Rule
+from trainlint.rules.memory._shared import value_names
+
+
+class TensorKeptOnSelf(Rule):
+    """## What it does
+    Flags storing a tensor that carries autograd history on an object that outlives the
+    training step (`self.last_output = out`, `model.cache = logits`, a module-level
+    object) without `.detach()`, inside a training step.
+
+    ## Why is this bad?
+    The attribute keeps the batch's output, and through its `grad_fn` the whole graph
+    of that batch, alive until the next overwrite, often longer (a callback copies it,
+    a list on the object grows). Peak memory carries one extra batch of activations and
+    leaks turn into OOMs that only show up on long runs.
+
+    ## Example
+    ```python
+    def training_step(self, batch):
+        out = self.model(batch.x)
+        self.last_output = out
+        loss = self.criterion(out, batch.y)
+        ...
+    ```
+
+    ## Use instead
+    ```python
+    def training_step(self, batch):
+        out = self.model(batch.x)
+        self.last_output = out.detach()
+        loss = self.criterion(out, batch.y)
+        ...
+    ```
+
+    ## References
+    - [PyTorch FAQ: my model reports "cuda runtime error(2): out of memory"](https://pytorch.org/docs/stable/notes/faq.html)
+    """
+
+    code = "TL304"
+    name = "tensor-kept-on-self"
+    message = "a tensor with autograd history is stored on a long-lived object: the batch's graph stays alive"
+    triggers = ("self.", "backward")
+    confirm_with = "assert_memory_stable"
+    valid = [
+        """
+import torch
+class Trainer:
+    def train_step(self, x, y):
+        out = self.model(x)
+        self.last_output = out.detach()
+        loss = self.crit(out, y)
+        loss.backward()
+        self.opt.step()
+        self.last_loss = loss.item()
+""",
+        # the stored loss is the one backpropagated this step (buffers are freed)
+        """
+import torch
+class GAN:
+    def optimize(self):
+        self.fake = self.netG(self.real)
+        self.loss_G = self.crit(self.netD(self.fake), self.ones)
+        self.loss_G.backward()
+        self.opt_G.step()
+""",
+        # not a training step: a forward hook caching features
+        """
+import torch
+class Net(torch.nn.Module):
+    def forward(self, x):
+        self.features = self.body(x)
+        return self.head(self.features)
+""",
+        # no torch
+        """
+class Acc:
+    def step(self, x):
+        self.last = compute(x)
+        x.backward()
+        self.opt.step()
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+class Trainer:
+    def __init__(self):
+        self.model = torch.nn.Linear(4, 2)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def train_step(self, x, y):
+        out = self.model(x)
+        self.last_output = out
+        loss = torch.nn.functional.cross_entropy(out, y)
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+""",
+            line=9,
+        ),
+        Invalid(
+            """
+from torch import nn, optim
+model = nn.Linear(4, 1)
+opt = optim.Adam(model.parameters())
+for x, y in loader:
+    pred = model(x)
+    loss = nn.functional.mse_loss(pred, y)
+    model.last_pred = pred
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+""",
+            line=7,
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Report]:
+        if not model.imports_module("torch"):
+            return
+        for node in model.assignments:
+            if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+                continue
+            target = node.targets[0]
+            if not isinstance(target, ast.Attribute) or not self._long_lived(model, target):
+                continue
+            anchor = self._in_training_step(model, node)
+            if anchor is None:
+                continue
+            if model.flow.value(node.value).taint is not Taint.GRAD:
+                continue
+            if self._reaches_backward(model, node, target):
+                continue
+            yield self.report(anchor)
+
+    @staticmethod
+    def _long_lived(model: FileModel, target: ast.Attribute) -> bool:
+        root = target
+        while isinstance(root, ast.Attribute):
+            root = root.value  # type: ignore[assignment]
+        if not isinstance(root, ast.Name):
+            return False
+        if root.id == "self":
+            return True
+        fn = model.function_of(target)
+        if fn is None:
+            return True  # attribute of a module-level object
+        if model.roles.role(root) is Role.MODEL:
+            return True
+        found = model.flow.definition(root.id, target)
+        return found is None and root.id not in {a.arg for a in fn.args.args}
+
+    @staticmethod
+    def _in_training_step(model: FileModel, stmt: ast.stmt) -> ast.AST | None:
+        """Where to report when ``stmt`` runs inside a training step (SPEC 7), else None."""
+        steps = model.steps
+        found = steps.per_step(stmt, limits=lambda g: False)
+        if found is not None:
+            return found[1]
+        fn = model.function_of(stmt)
+        if fn is not None and steps._has_own_step(fn) and any(
+            isinstance(c, ast.Call) and (ev := steps.classify(c)) is not None
+            and ev.kind is Kind.BACKWARD for c in walk_local(fn)
+        ):
+            return stmt
+        return None
+
+    @staticmethod
+    def _reaches_backward(model: FileModel, stmt: ast.stmt, target: ast.Attribute) -> bool:
+        name = dotted(target)
+        fn = model.function_of(stmt)
+        for call in backward_calls(model):
+            if model.function_of(call) is not fn or (call.lineno, call.col_offset) < (
+                stmt.lineno, stmt.col_offset
+            ):
+                continue
+            value = backward_value(model, call)
+            if value is None:
+                continue
+            names = value_names(value)[0]
+            frontier = list(names)
+            seen: set[str] = set()
+            while frontier:
+                n = frontier.pop()
+                if n in seen or len(seen) > 40:
+                    continue
+                seen.add(n)
+                if n == name:
+                    return True
+                ref = ast.Name(id=n) if "." not in n else None
+                found = model.flow.definition(n, call) if ref is not None or n.startswith("self.") else None
+                if found is not None and isinstance(found[1], ast.expr):
+                    frontier.extend(value_names(found[1])[0])
+        return False

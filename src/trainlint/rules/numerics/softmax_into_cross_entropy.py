@@ -1,0 +1,373 @@
+"""TL602 softmax-into-cross-entropy."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from trainlint.analysis.model import FileModel, keyword, walk_local
+from trainlint.analysis.paths import Reported
+from trainlint.analysis.roles import Binding, Role
+from trainlint.rules.base import Invalid, Report, Rule
+
+_SOFTMAX_FUNCS = {"torch.nn.functional.softmax", "torch.softmax", "torch.special.softmax"}
+_SOFTMAX_MODULE = "torch.nn.Softmax"
+_CE_FUNCS = {"torch.nn.functional.cross_entropy": "cross_entropy",
+             "torch.nn.functional.nll_loss": "nll_loss"}
+_CE_CLASSES = {"torch.nn.CrossEntropyLoss": "CrossEntropyLoss", "torch.nn.NLLLoss": "NLLLoss"}
+
+
+# Methods that keep a tensor's values (reshaping, casting, selecting): probabilities stay
+# probabilities through them, so a softmax output is still one after `.view(-1, C)`.
+_SAME_VALUES = {"view", "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose",
+                "contiguous", "float", "double", "half", "bfloat16", "to", "type", "clone",
+                "gather", "view_as", "reshape_as", "cuda", "cpu"}
+
+
+def _int_literal(node: ast.AST) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
+def _dominates(model: FileModel, stmt: ast.AST, use: ast.AST) -> bool:
+    """Does ``stmt`` run before ``use`` on every way to it (same block, or a block enclosing
+    it)? A definition in one branch of an ``if`` does not dominate a use after the ``if``."""
+    if not isinstance(stmt, ast.stmt):
+        stmt = model.statement_of(stmt)
+    parent = model.parent_of(stmt)
+    if parent is None:
+        return False
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(parent, field, None)
+        if not isinstance(block, list):
+            continue
+        for i, s in enumerate(block):
+            if s is stmt:
+                later = {id(x) for x in block[i + 1 :]}
+                if id(use) in later:
+                    return True
+                for anc in model.ancestors(use):
+                    if id(anc) in later:
+                        return True
+                    if anc is parent:
+                        break
+                return False
+    return False
+
+
+class SoftmaxIntoCrossEntropy(Rule):
+    """## What it does
+    Flags a softmax whose output reaches `F.cross_entropy`/`nn.CrossEntropyLoss` (which
+    apply log-softmax themselves), `F.nll_loss`/`nn.NLLLoss` (which expect
+    log-probabilities), or `torch.log` / `.log()` instead of `log_softmax`. The softmax
+    may be applied directly, through a name, by an `nn.Softmax` module, as the last layer
+    of an `nn.Sequential`, or as the return value of a same-file model's `forward`.
+
+    ## Why is this bad?
+    Cross-entropy on probabilities is a double softmax: its inputs lie in [0, 1], so the
+    second softmax is nearly uniform, the loss plateaus near `log(num_classes)` and the
+    gradients shrink by orders of magnitude; training crawls or stalls without any error.
+    `nll_loss` on probabilities optimises `-p[y]` instead of `-log p[y]`, another objective.
+    `torch.log(softmax(x))` underflows: a probability that rounds to 0 (easily in float16)
+    gives `-inf`, and its gradient `inf * 0` gives NaN in every weight.
+
+    ## Example
+    ```python
+    probs = F.softmax(model(x), dim=1)
+    loss = F.cross_entropy(probs, y)
+    ```
+
+    ## Use instead
+    ```python
+    logits = model(x)
+    loss = F.cross_entropy(logits, y)  # or F.nll_loss(F.log_softmax(logits, dim=1), y)
+    probs = F.softmax(logits, dim=1)  # for metrics only
+    ```
+
+    ## References
+    - [torch.nn.CrossEntropyLoss](https://pytorch.org/docs/stable/generated/torch.nn.CrossEntropyLoss.html)
+    - [torch.nn.functional.log_softmax](https://pytorch.org/docs/stable/generated/torch.nn.functional.log_softmax.html)
+    """
+
+    code = "TL602"
+    name = "softmax-into-cross-entropy"
+    message = "softmax output fed to cross-entropy, which applies log-softmax itself: a double softmax"
+    triggers = ("softmax", "Softmax")
+    confirm_with = "assert_loss_decreases"
+    valid = [
+        # logits into the loss, softmax for metrics
+        """
+import torch.nn.functional as F
+for x, y in loader:
+    logits = model(x)
+    loss = F.cross_entropy(logits, y)
+    probs = F.softmax(logits, dim=1)
+    acc = (probs.argmax(1) == y).float().mean()
+""",
+        # log_softmax into nll_loss; soft targets (the second argument) may be probabilities
+        """
+import torch
+import torch.nn.functional as F
+loss = F.nll_loss(F.log_softmax(logits, dim=-1), y)
+kd = F.cross_entropy(student(x), F.softmax(teacher(x) / 2.0, dim=-1))
+kl = F.kl_div(F.log_softmax(s, -1), torch.softmax(t, -1), reduction="batchmean")
+""",
+        # an epsilon keeps the log finite; a softmax in one branch only does not dominate
+        """
+import torch
+import torch.nn.functional as F
+ent = -(p * torch.log(F.softmax(z, -1) + 1e-8)).sum()
+out = model(x)
+if calibrate:
+    out = out.softmax(-1)
+else:
+    out = model(x)
+loss = F.cross_entropy(out, y)
+""",
+        # forward returns probabilities only in eval mode
+        """
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+class Net(nn.Module):
+    def forward(self, x):
+        logits = self.fc(x)
+        if self.training:
+            return logits
+        return F.softmax(logits, dim=-1)
+
+net = Net()
+loss = nn.CrossEntropyLoss()(net(x), y)
+""",
+        # shadowed: a parameter named F is not torch.nn.functional
+        """
+import torch
+
+def loss_of(F, logits, y):
+    return F.cross_entropy(F.softmax(logits, 1), y)
+""",
+        # no torch
+        """
+def loss_of(logits, y):
+    return cross_entropy(softmax(logits), y)
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch.nn.functional as F
+for x, y in loader:
+    probs = F.softmax(model(x), dim=1)
+    loss = F.cross_entropy(probs, y)
+    loss.backward()
+""",
+            line=3,
+            column=13,
+        ),
+        # aliased import and a reshaped tensor method softmax into a criterion
+        Invalid(
+            """
+from torch import nn
+from torch.nn import functional as Fn
+
+criterion = nn.CrossEntropyLoss(label_smoothing=0.1)
+out = Fn.softmax(head(x), -1)
+loss = criterion(out.view(-1, n_cls), y.view(-1))
+other = criterion(h.softmax(dim=-1), y)
+""",
+            lines=(5, 7),
+        ),
+        # log of a softmax fed to nll_loss: reported once, at the softmax
+        Invalid(
+            """
+import torch
+import torch.nn.functional as F
+loss = F.nll_loss(torch.log(torch.softmax(logits, dim=1)), y)
+ent = -(p * F.softmax(z, -1).log()).sum(-1)
+""",
+            lines=(3, 4),
+        ),
+        # the model's last layer is a softmax
+        Invalid(
+            """
+import torch
+from torch import nn
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(128, 10)
+
+    def forward(self, x):
+        return torch.softmax(self.fc(x), dim=1)
+
+model = Classifier()
+seq = nn.Sequential(nn.Linear(4, 3), nn.Softmax(dim=1))
+crit = nn.NLLLoss()
+for x, y in loader:
+    loss = nn.functional.cross_entropy(model(x), y) + crit(seq(x), y)
+""",
+            lines=(10, 13),
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Report]:
+        if not model.imports_module("torch"):
+            return
+        seen = Reported()
+        for label, expr in self._sinks(model):
+            for node in self._softmax_sources(model, expr, 0, set()):
+                if seen.first(node):
+                    yield self.report(node, self._message(label))
+
+    @staticmethod
+    def _message(label: str) -> str:
+        if label == "log":
+            return "`log(softmax(x))` underflows to -inf and NaN gradients: use `log_softmax`"
+        if label in ("nll_loss", "NLLLoss"):
+            return (f"softmax output fed to `{label}`, which expects log-probabilities: "
+                    "use `log_softmax`")
+        return (f"softmax output fed to `{label}`, which applies log-softmax itself: "
+                "a double softmax")
+
+    def _sinks(self, model: FileModel) -> Iterator[tuple[str, ast.AST]]:
+        """(label, the expression whose softmax-ness matters), in source order."""
+        out: list[tuple[ast.Call, str, ast.AST]] = []
+        for call in model.calls_to(*_CE_FUNCS):
+            arg = call.args[0] if call.args else keyword(call, "input")
+            if arg is not None:
+                out.append((call, _CE_FUNCS[model.qualname(call.func) or ""], arg))
+        # criterion objects: `crit = nn.CrossEntropyLoss()` ... `crit(out, y)`
+        names: set[str] = set()
+        for key, binding in model.roles.all_of(Role.CRITERION):
+            if binding.qualname in _CE_CLASSES and isinstance(key[-1], str):
+                names.add(key[-1].rsplit(".", 1)[-1])
+        for name in names:
+            for call in model.calls.get(name, ()):
+                if not isinstance(call.func, (ast.Name, ast.Attribute)) or not call.args:
+                    continue
+                crit = model.roles.lookup(call.func)
+                if crit is not None and crit.qualname in _CE_CLASSES:
+                    out.append((call, _CE_CLASSES[crit.qualname], call.args[0]))
+        # `nn.CrossEntropyLoss()(out, y)`
+        for ctor in model.calls_to(*_CE_CLASSES):
+            parent = model.parent_of(ctor)
+            if isinstance(parent, ast.Call) and parent.func is ctor and parent.args:
+                label = _CE_CLASSES[model.qualname(ctor.func) or ""]
+                out.append((parent, label, parent.args[0]))
+        for call in model.calls_to("torch.log"):
+            if call.args:
+                out.append((call, "log", call.args[0]))
+        for call in model.calls.get("log", ()):
+            func = call.func
+            if isinstance(func, ast.Attribute) and not call.args and not call.keywords and (
+                model.qualname(func) is None
+            ):
+                out.append((call, "log", func.value))
+        out.sort(key=lambda t: (t[0].lineno, t[0].col_offset))
+        for _, label, expr in out:
+            yield label, expr
+
+    def _softmax_sources(self, model: FileModel, expr: ast.AST, depth: int,
+                         classes: set[int]) -> list[ast.AST]:
+        """The softmax node(s) whose output ``expr`` certainly is; [] when not certain."""
+        if depth > 8:
+            return []
+        d = depth + 1
+        if isinstance(expr, ast.Subscript):
+            return self._softmax_sources(model, expr.value, d, classes)
+        if isinstance(expr, ast.Name):
+            found = model.flow.definition(expr.id, expr)
+            if found is None or not isinstance(found[1], ast.expr):
+                return []
+            if not _dominates(model, found[0], expr):
+                return []
+            return self._softmax_sources(model, found[1], d, classes)
+        if not isinstance(expr, ast.Call):
+            return []
+        func = expr.func
+        qual = model.qualname(func)
+        if qual in _SOFTMAX_FUNCS:
+            return [expr]
+        if isinstance(func, ast.Attribute) and qual is None:
+            if func.attr == "softmax" and self._method_form(expr):
+                return [expr]
+            if func.attr in _SAME_VALUES:
+                return self._softmax_sources(model, func.value, d, classes)
+        if isinstance(func, ast.Call) and model.qualname(func.func) == _SOFTMAX_MODULE:
+            return [expr]  # nn.Softmax(dim=1)(x)
+        return self._module_output(model, expr, d, classes)
+
+    @staticmethod
+    def _method_form(call: ast.Call) -> bool:
+        """``t.softmax(-1)`` / ``t.softmax(dim=1)``, told apart from an unresolved
+        ``F.softmax(t, 1)`` (a shadowed module) by its arguments."""
+        kws = {k.arg for k in call.keywords}
+        if not kws <= {"dim", "dtype"}:
+            return False
+        if not call.args:
+            return "dim" in kws
+        return len(call.args) == 1 and _int_literal(call.args[0]) and "dim" not in kws
+
+    def _module_output(self, model: FileModel, call: ast.Call, depth: int,
+                       classes: set[int]) -> list[ast.AST]:
+        """Softmax at the end of a module called here: an `nn.Softmax` instance, the last
+        layer of an `nn.Sequential`, or every return of a same-file class's `forward`."""
+        func = call.func
+        cls: ast.ClassDef | None = None
+        if isinstance(func, ast.Name) and func.id == "self":
+            cls = model.enclosing_class(func)
+            if cls is not None and not model.roles.is_module_class(cls):
+                return []  # `self(x)` runs `__call__`, which is `forward` only for modules
+        elif isinstance(func, (ast.Name, ast.Attribute)):
+            binding = model.roles.lookup(func)
+            if binding is None or binding.call is None:
+                return []
+            if binding.qualname == _SOFTMAX_MODULE:
+                return [call]
+            if binding.qualname == "torch.nn.Sequential":
+                last = binding.call.args[-1] if binding.call.args else None
+                if isinstance(last, ast.Call) and model.qualname(last.func) == _SOFTMAX_MODULE:
+                    return [last]
+                return []
+            cls = self._local_module_class(model, binding)
+        if cls is None or id(cls) in classes:
+            return []
+        forward = self._forward_of(model, cls)
+        if forward is None:
+            return []
+        returns = [n for n in walk_local(forward) if isinstance(n, ast.Return)]
+        if not returns:
+            return []
+        found: list[ast.AST] = []
+        for ret in returns:
+            if ret.value is None:
+                return []
+            nodes = self._softmax_sources(model, ret.value, depth, classes | {id(cls)})
+            if not nodes:
+                return []  # some return is not a softmax output: not certain
+            found.extend(nodes)
+        return found
+
+    @staticmethod
+    def _local_module_class(model: FileModel, binding: Binding) -> ast.ClassDef | None:
+        call = binding.call
+        if binding.role is not Role.MODEL or call is None or not isinstance(call.func, ast.Name):
+            return None
+        if model.qualname(call.func) is not None:
+            return None
+        return model.class_named(call.func.id)
+
+    @staticmethod
+    def _forward_of(model: FileModel, cls: ast.ClassDef) -> ast.FunctionDef | None:
+        seen: set[int] = set()
+        cur: ast.ClassDef | None = cls
+        while cur is not None and id(cur) not in seen:
+            seen.add(id(cur))
+            fn = model.methods(cur).get("forward")
+            if isinstance(fn, ast.FunctionDef):
+                return fn
+            cur = model.local_base(cur)
+        return None

@@ -1,0 +1,131 @@
+"""TL202 scheduler-before-optimizer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from trainlint.analysis.model import FileModel
+from trainlint.analysis.paths import Reported, precise_step_loops
+from trainlint.analysis.steps import Kind
+from trainlint.rules.base import Invalid, Report, Rule
+
+
+class SchedulerBeforeOptimizer(Rule):
+    """## What it does
+    Flags `scheduler.step()` called before `optimizer.step()` in the same iteration (of a
+    batch loop, or of an epoch loop whose training happens after it).
+
+    ## Why is this bad?
+    Since PyTorch 1.1 the scheduler must step *after* the optimizer. Stepping it first
+    skips the schedule's first value: the warmup starts one step in, or the first epoch
+    already runs at the decayed LR. PyTorch only warns once, easy to miss in logs.
+
+    ## Example
+    ```python
+    for epoch in range(epochs):
+        scheduler.step()
+        train_one_epoch(model, loader, optimizer)
+    ```
+
+    ## Use instead
+    ```python
+    for epoch in range(epochs):
+        train_one_epoch(model, loader, optimizer)
+        scheduler.step()
+    ```
+
+    ## References
+    - [How to adjust learning rate](https://pytorch.org/docs/stable/optim.html#how-to-adjust-learning-rate)
+    """
+
+    code = "TL202"
+    name = "scheduler-before-optimizer"
+    message = "`scheduler.step()` before `optimizer.step()`: the schedule's first value is skipped"
+    triggers = ("sched", "lr_scheduler", "Scheduler")
+    confirm_with = "assert_lr_schedule"
+    valid = [
+        """
+import torch
+for epoch in range(10):
+    for x, y in loader:
+        optimizer.zero_grad()
+        crit(model(x), y).backward()
+        optimizer.step()
+        scheduler.step()
+""",
+        # epoch loop: train first, then step the schedule
+        """
+import torch
+
+def train_one_epoch(model, loader, optimizer):
+    for x, y in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+
+for epoch in range(10):
+    train_one_epoch(model, loader, optimizer)
+    scheduler.step()
+""",
+        # no torch
+        """
+for t in range(10):
+    scheduler.step()
+    optimizer.step()
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    optimizer.zero_grad()
+    crit(model(x), y).backward()
+    scheduler.step()
+    optimizer.step()
+""",
+            line=5,
+        ),
+        Invalid(
+            """
+from torch.optim import lr_scheduler
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+
+sched = lr_scheduler.StepLR(optimizer, 30)
+for epoch in range(90):
+    sched.step()
+    train(model, loader, optimizer)
+""",
+            line=11,
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Report]:
+        seen = Reported()
+        loops = [(loop.node, loop.paths) for loop in precise_step_loops(model)]
+        for ep in model.steps.epoch_loops:
+            paths, precise = model.steps.loop_paths(ep)
+            if precise:
+                loops.append((ep, paths))
+        for _node, paths in loops:
+            scheds = {id(e): e for p in paths for e in p if e.kind is Kind.SCHED and e.depth == 0}
+            for sched in scheds.values():
+                containing = [p for p in paths if any(e is sched for e in p)]
+                first = True
+                later = False
+                for p in containing:
+                    i = next(k for k, e in enumerate(p) if e is sched)
+                    if any(e.kind is Kind.STEP for e in p[:i]):
+                        first = False
+                        break
+                    if any(e.kind is Kind.STEP for e in p[i + 1 :]):
+                        later = True
+                if first and later:
+                    node = model.steps.anchor(sched)
+                    if seen.first(node):
+                        yield self.report(node)
