@@ -58,7 +58,7 @@ class SamplerWithoutSetEpoch(Rule):
     name = "sampler-without-set-epoch"
     message = (
         "`DistributedSampler` iterated every epoch without `set_epoch(epoch)`: every epoch "
-        "sees the same order"
+        "sees the same order; call `sampler.set_epoch(epoch)` at the start of each epoch"
     )
     triggers = ("DistributedSampler",)
     valid = [

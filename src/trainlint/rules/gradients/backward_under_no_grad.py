@@ -60,7 +60,9 @@ class BackwardUnderNoGrad(Rule):
 
     code = "TL105"
     name = "backward-under-no-grad"
-    message = "`backward()` on a value computed without autograd recording (`no_grad`/`inference_mode`)"
+    message = (
+        "`backward()` on a value computed without autograd recording (`no_grad`/`inference_mode`): compute the loss outside that block"
+    )
     triggers = ("no_grad", "inference_mode", "set_grad_enabled")
     confirm_with = "assert_grads_nonzero"
     valid = [

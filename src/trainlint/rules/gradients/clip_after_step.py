@@ -42,7 +42,9 @@ class ClipAfterStep(Rule):
 
     code = "TL110"
     name = "clip-after-step"
-    message = "gradients clipped after the optimizer step: the update already used unclipped gradients"
+    message = (
+        "gradients clipped after the optimizer step: the update already used unclipped gradients; clip between `backward()` and `step()`"
+    )
     triggers = ("clip_grad",)
     confirm_with = "assert_grads_nonzero"
     valid = [

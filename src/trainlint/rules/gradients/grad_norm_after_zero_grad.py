@@ -54,7 +54,9 @@ class GradNormAfterZeroGrad(Rule):
 
     code = "TL101"
     name = "grad-norm-after-zero-grad"
-    message = "gradients are read after `zero_grad()` in the same step: the value is always zero"
+    message = (
+        "gradients are read after `zero_grad()` in the same step: the value is always zero; read them between `backward()` and `zero_grad()`"
+    )
     triggers = ("grad",)
     confirm_with = "assert_grads_nonzero"
     valid = [

@@ -45,7 +45,9 @@ class MissingZeroGrad(Rule):
 
     code = "TL103"
     name = "missing-zero-grad"
-    message = "no `zero_grad()` on this path of the training loop: gradients accumulate across batches"
+    message = (
+        "no `zero_grad()` on this path of the training loop: gradients accumulate across batches; call `optimizer.zero_grad()` once per step"
+    )
     triggers = STEP_LOOP_TRIGGERS
     confirm_with = "assert_weights_updated"
     valid = [

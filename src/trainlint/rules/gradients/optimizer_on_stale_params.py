@@ -52,7 +52,9 @@ class OptimizerOnStaleParams(Rule):
 
     code = "TL107"
     name = "optimizer-on-stale-params"
-    message = "model rebound after its optimizer was built: the optimizer updates the old parameters"
+    message = (
+        "model rebound after its optimizer was built: the optimizer updates the old parameters; build the optimizer from the final model"
+    )
     triggers = ("parameters",)
     confirm_with = "assert_weights_updated"
     valid = [

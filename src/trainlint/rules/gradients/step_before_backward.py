@@ -62,7 +62,9 @@ class StepBeforeBackward(Rule):
 
     code = "TL104"
     name = "step-before-backward"
-    message = "the optimizer steps before this iteration's backward: it applies stale gradients"
+    message = (
+        "the optimizer steps before this iteration's backward: it applies stale gradients; call `step()` after `backward()`"
+    )
     triggers = STEP_LOOP_TRIGGERS
     confirm_with = "assert_weights_updated"
     valid = [

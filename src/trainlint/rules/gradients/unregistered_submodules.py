@@ -99,7 +99,9 @@ class UnregisteredSubmodules(Rule):
 
     code = "TL106"
     name = "unregistered-submodules"
-    message = "submodules in a plain container are not registered: invisible to `.parameters()`, `.to()`, `state_dict()`"
+    message = (
+        "submodules in a plain container are not registered: invisible to `.parameters()`, `.to()`, `state_dict()`; use `nn.ModuleList`/`nn.ModuleDict`"
+    )
     triggers = ("Module",)
     fix_safety = "safe"
     confirm_with = "assert_weights_updated"

@@ -65,7 +65,9 @@ class UnscaledAccumulatedLoss(Rule):
 
     code = "TL109"
     name = "unscaled-accumulated-loss"
-    message = "gradient accumulation without dividing the loss by the accumulation count"
+    message = (
+        "gradient accumulation without dividing the loss by the accumulation count: each update is that many times larger; divide the loss by it"
+    )
     severity = "warning"
     triggers = ("%",)
     valid = [

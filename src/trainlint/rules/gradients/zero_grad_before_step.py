@@ -63,7 +63,9 @@ class ZeroGradBeforeStep(Rule):
 
     code = "TL102"
     name = "zero-grad-before-step"
-    message = "`zero_grad()` between `backward()` and the optimizer step: the step applies no update"
+    message = (
+        "`zero_grad()` between `backward()` and the optimizer step: the step applies no update; call it before the forward pass or after `step()`"
+    )
     triggers = ("zero_grad", ".grad")
     confirm_with = "assert_weights_updated"
     valid = [

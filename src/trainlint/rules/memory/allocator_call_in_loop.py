@@ -45,7 +45,9 @@ class AllocatorCallInLoop(Rule):
 
     code = "TL305"
     name = "allocator-call-in-loop"
-    message = "allocator/GC call on every training step: costs time and does not fix leaks"
+    message = (
+        "allocator/GC call on every training step: costs time and does not fix leaks; remove it or run it every N steps"
+    )
     severity = "warning"
     triggers = ("empty_cache", "reset_peak_memory_stats", "gc.collect", "collect(")
     confirm_with = "assert_step_time_stable"

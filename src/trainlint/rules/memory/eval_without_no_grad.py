@@ -54,7 +54,9 @@ class EvalWithoutNoGrad(Rule):
 
     code = "TL303"
     name = "eval-without-no-grad"
-    message = "model called during evaluation without `torch.no_grad()`: activations are kept for a backward that never comes"
+    message = (
+        "model called during evaluation without `torch.no_grad()`: activations are kept for a backward that never comes; wrap the evaluation in `with torch.no_grad():`"
+    )
     triggers = ("eval", "valid", "test")
     confirm_with = "assert_memory_stable"
     valid = [

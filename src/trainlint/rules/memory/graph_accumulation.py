@@ -93,7 +93,9 @@ class GraphAccumulation(Rule):
 
     code = "TL302"
     name = "graph-accumulation"
-    message = "a tensor with autograd history is accumulated across iterations: every batch's graph stays alive"
+    message = (
+        "a tensor with autograd history is accumulated across iterations: every batch's graph stays alive; accumulate `.detach()` (or `.item()` outside the hot loop)"
+    )
     triggers = ("+=", "append", "extend", "] =", "]=", " + ")
     fix_safety = "unsafe"
     confirm_with = "assert_memory_stable"

@@ -49,7 +49,9 @@ class TensorKeptOnSelf(Rule):
 
     code = "TL304"
     name = "tensor-kept-on-self"
-    message = "a tensor with autograd history is stored on a long-lived object: the batch's graph stays alive"
+    message = (
+        "a tensor with autograd history is stored on a long-lived object: the batch's graph stays alive; store `.detach()`"
+    )
     triggers = ("self.", "backward")
     confirm_with = "assert_memory_stable"
     valid = [

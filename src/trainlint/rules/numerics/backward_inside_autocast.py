@@ -89,7 +89,9 @@ class BackwardInsideAutocast(Rule):
 
     code = "TL603"
     name = "backward-inside-autocast"
-    message = "`backward()` inside an `autocast` region: autocast should wrap only the forward pass and loss"
+    message = (
+        "`backward()` inside an `autocast` region: autocast should wrap only the forward pass and loss; move `backward()` out of the block"
+    )
     severity = "warning"
     triggers = ("autocast",)
     confirm_with = "assert_finite_grads"

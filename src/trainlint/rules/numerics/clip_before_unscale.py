@@ -86,7 +86,9 @@ class ClipBeforeUnscale(Rule):
 
     code = "TL601"
     name = "clip-before-unscale"
-    message = "gradients clipped before `scaler.unscale_(optimizer)`: the threshold applies to scaled gradients"
+    message = (
+        "gradients clipped before `scaler.unscale_(optimizer)`: the threshold applies to scaled gradients; call `scaler.unscale_(optimizer)` first"
+    )
     triggers = ("scale(",)
     confirm_with = "assert_loss_decreases"
     valid = [

@@ -95,7 +95,9 @@ class ScalerStepBypassed(Rule):
 
     code = "TL604"
     name = "scaler-step-bypassed"
-    message = "gradients from `scaler.scale(loss).backward()` applied by `optimizer.step()`: no unscaling, no inf/NaN check"
+    message = (
+        "gradients from `scaler.scale(loss).backward()` applied by `optimizer.step()`: no unscaling, no inf/NaN check; use `scaler.step(optimizer)`"
+    )
     triggers = ("scale(", "GradScaler")
     confirm_with = "assert_finite_grads"
     valid = [

@@ -92,7 +92,9 @@ class SoftmaxIntoCrossEntropy(Rule):
 
     code = "TL602"
     name = "softmax-into-cross-entropy"
-    message = "softmax output fed to cross-entropy, which applies log-softmax itself: a double softmax"
+    message = (
+        "softmax output fed to cross-entropy, which applies log-softmax itself: a double softmax; pass the logits"
+    )
     triggers = ("softmax", "Softmax")
     confirm_with = "assert_loss_decreases"
     valid = [
@@ -230,7 +232,7 @@ for x, y in loader:
             return (f"softmax output fed to `{label}`, which expects log-probabilities: "
                     "use `log_softmax`")
         return (f"softmax output fed to `{label}`, which applies log-softmax itself: "
-                "a double softmax")
+                "a double softmax; pass the logits")
 
     def _sinks(self, model: FileModel) -> Iterator[tuple[str, ast.AST]]:
         """(label, the expression whose softmax-ness matters), in source order."""

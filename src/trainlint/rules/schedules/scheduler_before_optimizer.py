@@ -40,7 +40,9 @@ class SchedulerBeforeOptimizer(Rule):
 
     code = "TL202"
     name = "scheduler-before-optimizer"
-    message = "`scheduler.step()` before `optimizer.step()`: the schedule's first value is skipped"
+    message = (
+        "`scheduler.step()` before `optimizer.step()`: the schedule's first value is skipped; step the scheduler after the optimizer"
+    )
     triggers = ("sched", "lr_scheduler", "Scheduler")
     confirm_with = "assert_lr_schedule"
     valid = [

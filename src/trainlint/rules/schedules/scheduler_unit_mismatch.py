@@ -191,12 +191,12 @@ def fit(model, loader, epochs):
                     yield self.report(
                         node,
                         f"`{sched.cls}` counts epochs but is stepped every batch: the "
-                        "schedule runs len(loader) times too fast",
+                        "schedule runs len(loader) times too fast; step it once per epoch, or size it in steps",
                     )
             elif event is None and sched.unit == "iteration" and _per_epoch(model, call):
                 if seen.first(call):
                     yield self.report(
                         call,
                         f"`{sched.cls}` counts iterations but is stepped once per epoch: the "
-                        "schedule barely moves",
+                        "schedule barely moves; step it after every batch",
                     )

@@ -54,7 +54,9 @@ class EvalModeNotRestored(Rule):
 
     code = "TL701"
     name = "eval-mode-not-restored"
-    message = "`eval()` in the training loop and no `train()` before the next training step"
+    message = (
+        "`eval()` in the training loop and no `train()` before the next training step: dropout and batch norm stay in eval mode; call `.train()` after evaluating"
+    )
     triggers = ("eval(",)
     confirm_with = "assert_weights_updated"
     valid = [

@@ -51,7 +51,9 @@ class AnomalyDetectionEnabled(Rule):
 
     code = "TL403"
     name = "anomaly-detection-enabled"
-    message = "autograd anomaly detection left on: training runs several times slower"
+    message = (
+        "autograd anomaly detection left on: training runs several times slower; enable it only while debugging"
+    )
     triggers = ("anomaly",)
     confirm_with = "assert_step_time_stable"
     valid = [

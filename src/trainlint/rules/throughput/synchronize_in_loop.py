@@ -45,7 +45,9 @@ class SynchronizeInLoop(Rule):
 
     code = "TL402"
     name = "synchronize-in-loop"
-    message = "device synchronize on every training step: the host waits for the GPU each batch"
+    message = (
+        "device synchronize on every training step: the host waits for the GPU each batch; remove it or run it only when timing"
+    )
     triggers = ("synchronize",)
     confirm_with = "assert_step_time_stable"
     valid = [
