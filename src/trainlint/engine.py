@@ -47,6 +47,8 @@ class FileResult:
     errors: list[InternalError] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     parsed: bool = False
+    #: the text was rejected by the parser (whether or not TL001 is selected)
+    syntax_error: bool = False
     fixed: int = 0
     diff: str = ""
 
@@ -87,7 +89,7 @@ class Linter:
         ignored = tuple(ignored)
 
         def on(code: str) -> bool:
-            return code in self.enabled and not any(code.startswith(i) for i in ignored)
+            return self.is_on(code, ignored)
 
         if len(data) > MAX_FILE_BYTES:
             if on(SYNTAX_ERROR):
@@ -114,6 +116,7 @@ class Linter:
                 return result  # `# trainlint: noqa` skips the whole file
             tree = parse(text, path)
         except SourceError as exc:
+            result.syntax_error = True
             if on(SYNTAX_ERROR):
                 result.findings.append(
                     self._meta_finding(SYNTAX_ERROR, path, exc.line, exc.column, exc.message)
@@ -146,6 +149,10 @@ class Linter:
         result.findings.extend(self._suppress(raw, source, on(UNUSED_NOQA), path))
         result.findings.sort(key=Finding.sort_key)
         return result
+
+    def is_on(self, code: str, ignored: Iterable[str] = ()) -> bool:
+        """Whether ``code`` is selected and not turned off by ``ignored`` (per-file-ignores)."""
+        return code in self.enabled and not any(code.startswith(i) for i in ignored)
 
     # -- internals ------------------------------------------------------------------------
     def _meta_finding(

@@ -19,11 +19,15 @@ from trainlint.findings import Finding
 if TYPE_CHECKING:
     from trainlint.engine import FileResult, Linter
 
-_MAGIC_LINE = re.compile(r"^(\s*)(%|!|\?)")
-_HELP_SUFFIX = re.compile(r"^(\s*)[\w.]+\?{1,2}\s*$")
-_ASSIGN_MAGIC = re.compile(r"^(\s*)[\w.,\s]+=\s*[%!]")
+# IPython's escapes (inputtransformer2.ESCAPE_SINGLES; `!!`, `??` and `%%` begin with one):
+# a logical line that starts with one of these is IPython syntax, not Python.
+_ESCAPES = ("!", "%", "?", ",", ";", "/")
+# `name = %magic ...` / `name = !cmd ...`: IPython's MagicAssign and SystemAssign. The
+# target keeps its name (bound to a placeholder); `+=`, `==`, `<=`... are not assignments.
+_ASSIGN_MAGIC = re.compile(r"^([^=#'\"]*?[^=<>!+\-*/%&|^@:~\s])\s*=\s*(?:%[A-Za-z_]|!)")
 # Cell magics whose body is still Python; any other cell magic masks the whole cell.
 _PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug", "python", "python3", "pypy"}
+_BRACKETS = {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}
 
 
 @dataclass
@@ -49,28 +53,120 @@ def cell_source(cell: dict[str, Any]) -> str:
 
 
 def mask_cell(text: str) -> str:
+    """Replace IPython syntax with Python of the same line count, as IPython reads it.
+
+    A cell magic (``%%name`` on the first non-blank line) owns its cell: its body is
+    kept (and masked in turn) only when IPython runs it as Python in the kernel.
+    Line magics, shell escapes and help requests are recognised only where a logical
+    line starts, never inside brackets, strings or after a backslash, and take their
+    backslash-continued lines with them.
+    """
     lines = text.split("\n")
-    first = lines[0].strip() if lines else ""
-    if first.startswith("%%"):
-        magic = first[2:].split(None, 1)[0] if len(first) > 2 else ""
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is not None and lines[first].lstrip().startswith("%%"):
+        header = lines[first].strip()
+        magic = header[2:].split(None, 1)[0] if len(header) > 2 else ""
+        head = [*lines[:first], "pass"]
+        body = lines[first + 1 :]
         if magic in _PYTHON_CELL_MAGICS:
-            return "\n".join(["pass", *lines[1:]])
-        return "\n".join("" if i else "pass" for i, _ in enumerate(lines))
-    out = []
-    for line in lines:
-        m = _MAGIC_LINE.match(line) or _HELP_SUFFIX.match(line) or _ASSIGN_MAGIC.match(line)
-        out.append(f"{m.group(1)}pass" if m else line)
-    return "\n".join(out)
+            return "\n".join([*head, *_mask_lines(body)])
+        return "\n".join([*head, *("" for _ in body)])
+    return "\n".join(_mask_lines(lines))
 
 
-def to_module(notebook: dict[str, Any]) -> tuple[str, CellMap]:
+def _mask_lines(lines: list[str]) -> list[str]:
+    out: list[str] = []
+    lexer = _LogicalLines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.lstrip()
+        indent = line[: len(line) - len(stripped)]
+        assign = _ASSIGN_MAGIC.match(stripped)
+        if stripped.startswith(_ESCAPES) or assign:
+            end = i
+            while end + 1 < len(lines) and lines[end].rstrip("\r").endswith("\\"):
+                end += 1
+            out.append(f"{indent}{assign.group(1)} = ..." if assign else f"{indent}pass")
+            out.extend("" for _ in range(i + 1, end + 1))
+            i = end + 1
+            continue
+        # An ordinary logical line: feed physical lines until brackets, strings and
+        # backslashes close, then check for IPython's trailing help (`obj?`).
+        end = i
+        lexer.feed(line)
+        while lexer.continues and end + 1 < len(lines):
+            end += 1
+            lexer.feed(lines[end])
+        help_request = lexer.last_code == "?"
+        lexer.reset()
+        if help_request:
+            out.append(f"{indent}pass")
+            out.extend("" for _ in range(i + 1, end + 1))
+        else:
+            out.extend(lines[i : end + 1])
+        i = end + 1
+    return out
+
+
+class _LogicalLines:
+    """Just enough of Python's tokenizer to know where a logical line ends: open
+    brackets, strings (triple-quoted ones span lines), comments, backslashes."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.quote = ""  # the delimiter of the string being read, "" outside strings
+        self.backslash = False
+        self.last_code = ""  # last character outside comments of this logical line
+
+    @property
+    def continues(self) -> bool:
+        return bool(self.depth or self.quote or self.backslash)
+
+    def reset(self) -> None:
+        self.depth, self.quote, self.backslash, self.last_code = 0, "", False, ""
+
+    def feed(self, line: str) -> None:
+        line = line.rstrip("\r")
+        self.backslash = False
+        i, n = 0, len(line)
+        while i < n:
+            c = line[i]
+            if self.quote:
+                if c == "\\":
+                    i += 2
+                    continue
+                if line.startswith(self.quote, i):
+                    i += len(self.quote)
+                    self.quote = ""
+                    self.last_code = c
+                    continue
+                i += 1
+                continue
+            if c == "#":
+                break
+            if c in "'\"":
+                self.quote = c * 3 if line.startswith(c * 3, i) else c
+                i += len(self.quote)
+                self.last_code = c
+                continue
+            if c == "\\" and i == n - 1:
+                self.backslash = True
+                break
+            self.depth = max(0, self.depth + _BRACKETS.get(c, 0))
+            if not c.isspace():
+                self.last_code = c
+            i += 1
+        if len(self.quote) == 1 and not self.backslash and not line.endswith("\\"):
+            self.quote = ""  # an unterminated one-line string: a syntax error; resync here
+
+
+def join(cells: Iterable[tuple[int, str]]) -> tuple[str, CellMap]:
+    """(cell number, masked text) pairs as one module, and the map back to cells."""
     parts: list[str] = []
     starts: list[tuple[int, int]] = []
     line = 1
-    for number, cell in enumerate(notebook.get("cells", []), 1):
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-            continue
-        text = mask_cell(cell_source(cell))
+    for number, text in cells:
         if not text.endswith("\n"):
             text += "\n"
         starts.append((line, number))
@@ -92,13 +188,57 @@ def remap(findings: Iterable[Finding], cells: CellMap) -> list[Finding]:
     return out
 
 
+def lint_cells(
+    linter: Linter, sources: dict[int, str], path: str, ignored: Iterable[str]
+) -> tuple[FileResult, CellMap, list[Finding]]:
+    """Lint code cells as one module, as the kernel runs them.
+
+    A cell that does not parse on its own is left out, so one bad cell does not blind
+    the linter to the notebook: the others are linted together (each still sees the
+    names earlier good cells define). Returns the module's result, its cell map, and
+    a cell-relative TL001 for each cell left out.
+    """
+    from trainlint.engine import SYNTAX_ERROR
+    from trainlint.source import SourceError, parse
+
+    ignored = tuple(ignored)
+    masked = [(n, mask_cell(src)) for n, src in sources.items()]
+    text, cells = join(masked)
+    result = linter.lint_bytes(text.encode("utf-8"), path, ignored=ignored, text=text)
+    if not result.syntax_error:
+        return result, cells, []
+    errors: dict[int, SourceError] = {}
+    for number, cell_text in masked:
+        try:
+            parse(cell_text, path)
+        except SourceError as exc:
+            errors[number] = exc
+    if not errors:  # every cell parses alone: the module's own TL001 stands
+        return result, cells, []
+    text, cells = join((n, t) for n, t in masked if n not in errors)
+    result = linter.lint_bytes(text.encode("utf-8"), path, ignored=ignored, text=text)
+    broken = []
+    if linter.is_on(SYNTAX_ERROR, ignored):
+        for number, err in errors.items():
+            f = linter._meta_finding(SYNTAX_ERROR, path, err.line, err.column, err.message)
+            broken.append(replace(f, cell=number))
+    return result, cells, broken
+
+
+def _load(data: bytes) -> dict[str, Any]:
+    nb = json.loads(data.decode("utf-8-sig"))
+    if not isinstance(nb, dict):
+        raise ValueError("top level is not an object")
+    if not isinstance(nb.get("cells", []), list):
+        raise ValueError("`cells` is not a list")
+    return nb
+
+
 def lint_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str]) -> FileResult:
     from trainlint.engine import SYNTAX_ERROR, FileResult
 
     try:
-        nb = json.loads(data.decode("utf-8-sig"))
-        if not isinstance(nb, dict):
-            raise ValueError("top level is not an object")
+        nb = _load(data)
     except (UnicodeDecodeError, ValueError) as exc:
         result = FileResult(path)
         if SYNTAX_ERROR in linter.enabled:
@@ -106,9 +246,8 @@ def lint_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str]
                 linter._meta_finding(SYNTAX_ERROR, path, 1, 1, f"not a valid notebook: {exc}")
             )
         return result
-    text, cells = to_module(nb)
-    result = linter.lint_bytes(text.encode("utf-8"), path, ignored=ignored, text=text)
-    result.findings = remap(result.findings, cells)
+    result, cells, broken = lint_cells(linter, _cell_sources(nb), path, ignored)
+    result.findings = sorted(remap(result.findings, cells) + broken, key=Finding.sort_key)
     return result
 
 
@@ -133,15 +272,14 @@ def fix_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str],
     )
 
     try:
-        nb = json.loads(data.decode("utf-8-sig"))
+        nb = _load(data)
     except (UnicodeDecodeError, ValueError):
         return lint_notebook(linter, data, path, ignored)
     sources = _cell_sources(nb)
     original = dict(sources)
     applied = 0
     for _ in range(MAX_FIX_PASSES):
-        text, cells = to_module(nb_with(nb, sources))
-        result = linter.lint_bytes(text.encode("utf-8"), path, ignored=ignored, text=text)
+        result, cells, _broken = lint_cells(linter, sources, path, ignored)
         edits = selected_edits(result.findings, mode.unsafe)
         if not edits:
             break
@@ -161,9 +299,8 @@ def fix_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str],
                 changed = True
         if not changed:
             break
-    text, cells = to_module(nb_with(nb, sources))
-    final = linter.lint_bytes(text.encode("utf-8"), path, ignored=ignored, text=text)
-    final.findings = remap(final.findings, cells)
+    final, cells, broken = lint_cells(linter, sources, path, ignored)
+    final.findings = sorted(remap(final.findings, cells) + broken, key=Finding.sort_key)
     final.fixed = applied
     if sources != original:
         before = "".join(f"# cell {n}\n{src}\n" for n, src in original.items())
