@@ -165,3 +165,67 @@ def test_a_broken_cell_does_not_stop_fixes_in_other_cells(run_cli, tree):
     cells = json.loads((root / "nb.ipynb").read_text())["cells"]
     assert cells[0]["source"][1] == "sd = torch.load(p, weights_only=True)\n"
     assert cells[1]["source"] == ["def broken(:\n"]
+
+
+# -- locations -------------------------------------------------------------------------------
+
+
+def _json_position(nb_text, needle, column):
+    """(line, column) in the notebook file of the cell character at ``column`` of the
+    source line that contains ``needle``; each source line sits on its own JSON line."""
+    for number, raw in enumerate(nb_text.splitlines(), 1):
+        if needle in raw:
+            return number, raw.index('"') + 1 + column
+    raise AssertionError(needle)
+
+
+def test_findings_print_in_cell_order(run_cli, tree):
+    nb = notebook(["import torch\n"], LEAK_CELL, ["sd = torch.load(p)\n"])
+    _, out, _ = check(run_cli, tree, nb)
+    assert [ln.split(": ")[0] for ln in out.splitlines() if ln.startswith("nb.ipynb")] == [
+        "nb.ipynb:cell 2:4:5", "nb.ipynb:cell 3:1:6"]
+
+
+def test_github_annotation_points_into_the_notebook_file_and_names_the_cell(run_cli, tree):
+    nb = notebook(["import torch\n"], LEAK_CELL)
+    _, out, _ = check(run_cli, tree, nb, "--output-format", "github")
+    line, col = _json_position(nb, "loss.backward(retain_graph=True)", 5)
+    assert out.startswith(f"::error file=nb.ipynb,line={line},col={col},")
+    assert "::cell 2, line 4, col 5: TL301 " in out
+
+
+def test_sarif_region_is_on_the_notebook_file_with_the_cell_in_its_properties(run_cli, tree):
+    nb = notebook(["import torch\n"], LEAK_CELL)
+    _, out, _ = check(run_cli, tree, nb, "--output-format", "sarif")
+    (result,) = json.loads(out)["runs"][0]["results"]
+    loc = result["locations"][0]["physicalLocation"]
+    assert loc["artifactLocation"]["uri"] == "nb.ipynb"
+    line, col = _json_position(nb, "loss.backward(retain_graph=True)", 5)
+    region = loc["region"]
+    assert (region["startLine"], region["startColumn"]) == (line, col)
+    assert (region["endLine"], region["endColumn"]) == (line, col + 32)
+    assert region["properties"] == {
+        "cell": 2, "cellLine": 4, "cellColumn": 5, "cellEndLine": 4, "cellEndColumn": 37}
+
+
+def test_notebook_file_positions_follow_escapes_and_one_string_sources(run_cli, tree):
+    # source as one string, non-ASCII escaped as \\u00e9, a tab and quotes before the finding
+    src = 'import torch\nname = "caf\u00e9\\t"; sd = torch.load(p)\n'
+    nb = json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "outputs": [],
+                                "execution_count": None, "source": src}],
+                     "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=2)
+    _, out, _ = check(run_cli, tree, nb, "--output-format", "sarif")
+    (result,) = json.loads(out)["runs"][0]["results"]
+    region = result["locations"][0]["physicalLocation"]["region"]
+    raw_lines = nb.splitlines()
+    line = next(i for i, raw in enumerate(raw_lines, 1) if "torch.load(p)" in raw)
+    assert region["startLine"] == line
+    assert region["startColumn"] == raw_lines[line - 1].index("torch.load(p)") + 1
+    assert region["properties"]["cellLine"] == 2
+
+
+def test_json_keeps_the_cell_field(run_cli, tree):
+    nb = notebook(["import torch\n"], LEAK_CELL)
+    _, out, _ = check(run_cli, tree, nb, "--output-format", "json")
+    (f,) = json.loads(out)
+    assert (f["cell"], f["line"], f["column"]) == (2, 4, 5)
