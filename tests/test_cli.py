@@ -170,6 +170,22 @@ def test_bad_config_names_key_and_file(run_cli, tree):
     assert code == 2 and "TOML" in err
 
 
+def test_unknown_code_in_per_file_ignores_names_key_and_file(run_cli, tree):
+    # `TL1O1` with a letter O: it used to pass silently and ignore nothing
+    root = tree({
+        "pyproject.toml": '[tool.trainlint.per-file-ignores]\n"tests/*" = ["TL1O1"]\n',
+        "tests/test_a.py": LEAK,
+    })
+    code, out, err = run_cli("check", str(root))
+    assert code == 2 and out == ""
+    assert "TL1O1" in err and "per-file-ignores" in err and "tests/*" in err
+    assert str(root / "pyproject.toml") in err
+    (root / "pyproject.toml").write_text(
+        '[tool.trainlint.per-file-ignores]\n"tests/*" = ["TL3", "TL702"]\n')
+    code, out, _ = run_cli("check", str(root))
+    assert code == 0, out
+
+
 def test_explicit_config_flag(run_cli, tree):
     root = tree({"cfg/custom.toml": "select = ['TL7']\n", "train.py": LEAK + "torch.load(p)\n"})
     code, out, _ = run_cli("check", "--config", str(root / "cfg/custom.toml"), str(root))
