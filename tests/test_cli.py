@@ -37,17 +37,32 @@ def test_exit_codes_and_concise(run_cli, tree):
     code, out, _ = run_cli("check", str(root))
     assert code == 1
     assert "train.py:6:5: TL301 retain-graph-in-loop:" in out
-    assert "Found 1 finding" in out
+    # how many files have findings, of how many were checked
+    assert out.splitlines()[-2] == "Found 1 finding in 1 of 2 files."
 
 
 def test_exit_zero_quiet_statistics(run_cli, tree):
     root = tree({"train.py": LEAK, "load.py": LOAD})
     code, out, _ = run_cli("check", "--exit-zero", "--quiet", str(root))
     assert code == 0 and "Found" not in out and "TL301" in out
-    code, out, _ = run_cli("check", "--statistics", str(root))
+    code, out, _ = run_cli("check", "--statistics", "--no-cache", str(root))
     assert code == 1
     assert out.split("\n")[0].split() == ["1", "TL301", "retain-graph-in-loop"] or "TL301" in out
     assert "TL702" in out and "train.py:" not in out
+    assert "Found 2 findings in 2 of 2 files." in out.splitlines()  # the total
+    code, out, _ = run_cli("check", "--statistics", "--quiet", "--no-cache", str(root))
+    assert "Found" not in out and len(out.splitlines()) == 2
+
+
+def test_diff_exit_status_ignores_findings_without_a_fix(run_cli, tree):
+    # TL301's fix is unsafe: without --unsafe-fixes there is nothing to show
+    root = tree({"train.py": LEAK})
+    code, out, err = run_cli("check", "--diff", "--no-cache", str(root))
+    assert code == 0 and out == ""
+    assert "Would fix 0 findings; 1 finding would remain" in err
+    code, out, err = run_cli("check", "--diff", "--unsafe-fixes", "--no-cache", str(root))
+    assert code == 1 and "+    loss.backward()" in out
+    assert err.strip() == "Would fix 1 finding."
 
 
 def test_select_ignore_prefixes(run_cli, tree):
