@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from trainlint import __version__
 
@@ -282,3 +283,19 @@ def test_corrupt_cache_entry_is_a_miss(run_cli, tree):
         entry.write_text('{"key": "trunc')
     code, warm, err = run_cli("check", "--jobs", "1", str(root))
     assert warm == cold and code == 1 and err == ""
+
+
+def test_cache_is_keyed_on_trainlints_own_code(tmp_path):
+    # a checkout changes what it reports without changing its version
+    import shutil
+
+    from trainlint import cli
+
+    package = tmp_path / "trainlint"
+    shutil.copytree(Path(cli.__file__).parent, package,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    before = cli.code_fingerprint(package)
+    assert before == cli.code_fingerprint.__wrapped__(package)
+    with (package / "notebook.py").open("a") as fh:
+        fh.write("# masking changed\n")
+    assert cli.code_fingerprint.__wrapped__(package) != before
