@@ -229,3 +229,18 @@ def test_json_keeps_the_cell_field(run_cli, tree):
     _, out, _ = check(run_cli, tree, nb, "--output-format", "json")
     (f,) = json.loads(out)
     assert (f["cell"], f["line"], f["column"]) == (2, 4, 5)
+
+
+def test_a_notebook_that_cannot_be_mapped_gets_no_cell_relative_file_line(tmp_path, monkeypatch):
+    from trainlint.findings import Finding
+    from trainlint.reporting.github import format_github
+    from trainlint.reporting.sarif import format_sarif
+
+    monkeypatch.chdir(tmp_path)  # gone.ipynb does not exist (deleted after linting)
+    f = Finding("TL301", "retain-graph-in-loop", "gone.ipynb", 4, 5, 4, 37, "m", cell=2)
+    assert format_github([f]) == (
+        "::error file=gone.ipynb,title=TL301 retain-graph-in-loop::cell 2, line 4, col 5: TL301 m\n")
+    region = json.loads(format_sarif([f]))["runs"][0]["results"][0]["locations"][0][
+        "physicalLocation"]["region"]
+    assert region == {"startLine": 1, "properties": {
+        "cell": 2, "cellLine": 4, "cellColumn": 5, "cellEndLine": 4, "cellEndColumn": 37}}
