@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from trainlint import __version__
 
@@ -37,17 +38,32 @@ def test_exit_codes_and_concise(run_cli, tree):
     code, out, _ = run_cli("check", str(root))
     assert code == 1
     assert "train.py:6:5: TL301 retain-graph-in-loop:" in out
-    assert "Found 1 finding" in out
+    # how many files have findings, of how many were checked
+    assert out.splitlines()[-2] == "Found 1 finding in 1 of 2 files."
 
 
 def test_exit_zero_quiet_statistics(run_cli, tree):
     root = tree({"train.py": LEAK, "load.py": LOAD})
     code, out, _ = run_cli("check", "--exit-zero", "--quiet", str(root))
     assert code == 0 and "Found" not in out and "TL301" in out
-    code, out, _ = run_cli("check", "--statistics", str(root))
+    code, out, _ = run_cli("check", "--statistics", "--no-cache", str(root))
     assert code == 1
     assert out.split("\n")[0].split() == ["1", "TL301", "retain-graph-in-loop"] or "TL301" in out
     assert "TL702" in out and "train.py:" not in out
+    assert "Found 2 findings in 2 of 2 files." in out.splitlines()  # the total
+    code, out, _ = run_cli("check", "--statistics", "--quiet", "--no-cache", str(root))
+    assert "Found" not in out and len(out.splitlines()) == 2
+
+
+def test_diff_exit_status_ignores_findings_without_a_fix(run_cli, tree):
+    # TL301's fix is unsafe: without --unsafe-fixes there is nothing to show
+    root = tree({"train.py": LEAK})
+    code, out, err = run_cli("check", "--diff", "--no-cache", str(root))
+    assert code == 0 and out == ""
+    assert "Would fix 0 findings; 1 finding would remain" in err
+    code, out, err = run_cli("check", "--diff", "--unsafe-fixes", "--no-cache", str(root))
+    assert code == 1 and "+    loss.backward()" in out
+    assert err.strip() == "Would fix 1 finding."
 
 
 def test_select_ignore_prefixes(run_cli, tree):
@@ -170,6 +186,22 @@ def test_bad_config_names_key_and_file(run_cli, tree):
     assert code == 2 and "TOML" in err
 
 
+def test_unknown_code_in_per_file_ignores_names_key_and_file(run_cli, tree):
+    # `TL1O1` with a letter O: it used to pass silently and ignore nothing
+    root = tree({
+        "pyproject.toml": '[tool.trainlint.per-file-ignores]\n"tests/*" = ["TL1O1"]\n',
+        "tests/test_a.py": LEAK,
+    })
+    code, out, err = run_cli("check", str(root))
+    assert code == 2 and out == ""
+    assert "TL1O1" in err and "per-file-ignores" in err and "tests/*" in err
+    assert str(root / "pyproject.toml") in err
+    (root / "pyproject.toml").write_text(
+        '[tool.trainlint.per-file-ignores]\n"tests/*" = ["TL3", "TL702"]\n')
+    code, out, _ = run_cli("check", str(root))
+    assert code == 0, out
+
+
 def test_explicit_config_flag(run_cli, tree):
     root = tree({"cfg/custom.toml": "select = ['TL7']\n", "train.py": LEAK + "torch.load(p)\n"})
     code, out, _ = run_cli("check", "--config", str(root / "cfg/custom.toml"), str(root))
@@ -251,3 +283,19 @@ def test_corrupt_cache_entry_is_a_miss(run_cli, tree):
         entry.write_text('{"key": "trunc')
     code, warm, err = run_cli("check", "--jobs", "1", str(root))
     assert warm == cold and code == 1 and err == ""
+
+
+def test_cache_is_keyed_on_trainlints_own_code(tmp_path):
+    # a checkout changes what it reports without changing its version
+    import shutil
+
+    from trainlint import cli
+
+    package = tmp_path / "trainlint"
+    shutil.copytree(Path(cli.__file__).parent, package,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    before = cli.code_fingerprint(package)
+    assert before == cli.code_fingerprint.__wrapped__(package)
+    with (package / "notebook.py").open("a") as fh:
+        fh.write("# masking changed\n")
+    assert cli.code_fingerprint.__wrapped__(package) != before

@@ -89,6 +89,18 @@ def test_unused_noqa_is_off_by_default_and_precise():
     assert lint_source(used, select=["TL"]) == []
 
 
+def test_unused_noqa_reports_unknown_trainlint_codes():
+    # as ruff's RUF100: a typo or a retired code suppresses nothing, forever
+    src = "import torch\nx = torch.zeros(3)  # noqa: TL999, E501\ny = 2  # noqa: TL1O1\n"
+    assert lint_source(src) == []  # TL002 is off by default
+    found = lint_source(src, select=["TL"])
+    assert codes(found) == [("TL002", 2), ("TL002", 3)]
+    assert "unknown rule code `TL999`" in found[0].message
+    assert "TL1O1" in found[1].message
+    # a known code that this run does not select is still left alone
+    assert lint_source("x = 1  # noqa: TL301\n", select=["TL002"]) == []
+
+
 def test_files_without_triggers_are_not_analysed(monkeypatch):
     import trainlint.engine as engine
 

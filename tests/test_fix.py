@@ -136,3 +136,33 @@ def test_notebook_fix_rewrites_only_changed_cells(run_cli, tree):
     assert new["cells"][0] == nb["cells"][0] and new["cells"][2] == nb["cells"][2]
     assert new["metadata"] == nb["metadata"]
     assert (root / "n.ipynb").read_text().startswith('{\n "cells": [\n  {')
+
+
+def test_fix_writes_through_a_symlink_and_keeps_the_link(run_cli, tree):
+    root = tree({"real/a.py": "import torch\nsd = torch.load(p)\n", "links/.keep": ""})
+    target = root / "real" / "a.py"
+    os.chmod(target, 0o640)
+    link = root / "links" / "a.py"
+    link.symlink_to(os.path.relpath(target, link.parent))
+    code, out, _ = run_cli("check", "--fix", "--no-cache", str(link))
+    assert code == 0 and "Fixed 1 finding" in out
+    assert link.is_symlink() and os.readlink(link) == os.path.join("..", "real", "a.py")
+    assert target.read_text() == "import torch\nsd = torch.load(p, weights_only=True)\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    # the temp file went beside the target, and nothing was left behind in either folder
+    assert sorted(p.name for p in (root / "real").iterdir()) == ["a.py"]
+    assert sorted(p.name for p in (root / "links").iterdir()) == [".keep", "a.py"]
+
+
+def test_fix_through_a_chain_of_symlinks_to_a_notebook(run_cli, tree):
+    nb = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {},
+                     "outputs": [], "source": ["import torch\n", "sd = torch.load(p)\n"]}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    root = tree({"nb.ipynb": json.dumps(nb, indent=1) + "\n"})
+    (root / "one.ipynb").symlink_to("nb.ipynb")
+    (root / "two.ipynb").symlink_to("one.ipynb")
+    code, _, _ = run_cli("check", "--fix", "--no-cache", str(root / "two.ipynb"))
+    assert code == 0
+    assert (root / "two.ipynb").is_symlink() and (root / "one.ipynb").is_symlink()
+    fixed = json.loads((root / "nb.ipynb").read_text())
+    assert fixed["cells"][0]["source"][1] == "sd = torch.load(p, weights_only=True)\n"

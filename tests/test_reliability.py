@@ -33,6 +33,7 @@ def _parses(data: bytes) -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
 def test_torch_package_sweep():
     """Every .py file of the installed torch package, all rules: no internal error and
@@ -95,6 +96,7 @@ def mutated_fixtures(draw):
     return "".join(lines)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(mutated_fixtures())
 def test_fuzz_mutated_training_code(source):
@@ -104,12 +106,14 @@ def test_fuzz_mutated_training_code(source):
 hypothesmith = pytest.importorskip("hypothesmith")
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(hypothesmith.from_grammar())
 def test_fuzz_generated_programs(source):
     _lint_and_fix(source)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(hypothesmith.from_node())
 def test_fuzz_generated_syntax_trees(source):

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import hashlib
 import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainlint import __version__
 from trainlint.cache import Cache
@@ -20,6 +23,9 @@ from trainlint.config import (
     select_rules,
 )
 from trainlint.rules.base import Rule
+
+if TYPE_CHECKING:
+    from trainlint.runner import RunResult
 
 FORMATS = ("concise", "full", "json", "sarif", "github")
 
@@ -158,8 +164,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         for diff in result.diffs:
             sys.stdout.write(diff)
         if not args.quiet:
-            print(f"Would fix {result.fixed} finding{'s' if result.fixed != 1 else ''}.",
-                  file=sys.stderr)
+            left = len(result.findings)
+            rest = (f"; {_count(left, 'finding')} would remain (run without `--diff` to list "
+                    "them; they do not change the exit status)" if left else "")
+            print(f"Would fix {_count(result.fixed, 'finding')}{rest}.", file=sys.stderr)
         for err in result.errors:
             print(f"trainlint: error: {err}", file=sys.stderr)
         if result.errors:
@@ -176,27 +184,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         counts = Counter((f.code, f.name) for f in result.findings)
         for (code, name), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
             print(f"{n:>5}  {code}  {name}")
+        if not args.quiet:
+            _print_summary(result, args)
     else:
         sys.stdout.write(formats[fmt](result.findings, rules))
         if fmt in ("concise", "full") and not args.quiet:
-            n = len(result.findings)
-            if result.fixed:
-                print(f"Fixed {result.fixed} finding{'s' if result.fixed != 1 else ''}.")
-            if n:
-                print(f"Found {n} finding{'s' if n != 1 else ''} in {result.files} "
-                      f"file{'s' if result.files != 1 else ''}.")
-                safe = sum(1 for f in result.findings
-                           if f.fix is not None and f.fix.applicability == "safe")
-                unsafe = sum(1 for f in result.findings
-                             if f.fix is not None and f.fix.applicability == "unsafe")
-                if safe or (unsafe and args.unsafe_fixes):
-                    k = safe + (unsafe if args.unsafe_fixes else 0)
-                    flag = "--fix --unsafe-fixes" if args.unsafe_fixes and unsafe else "--fix"
-                    print(f"[*] {k} fixable with `{flag}`.")
-                if unsafe and not args.unsafe_fixes:
-                    print(f"({unsafe} more fixable with `--fix --unsafe-fixes`.)")
-            else:
-                print(f"All checks passed ({result.files} file{'s' if result.files != 1 else ''}).")
+            _print_summary(result, args)
     for err in result.errors:
         print(f"trainlint: error: {err}", file=sys.stderr)
     if args.timings:
@@ -207,6 +200,32 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.exit_zero:
         return 0
     return result.exit_code
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
+def _print_summary(result: RunResult, args: argparse.Namespace) -> None:
+    """The closing lines: what was fixed, found (in how many of the files checked), fixable."""
+    n = len(result.findings)
+    if result.fixed:
+        print(f"Fixed {_count(result.fixed, 'finding')}.")
+    if not n:
+        print(f"All checks passed ({_count(result.files, 'file')}).")
+        return
+    print(f"Found {_count(n, 'finding')} in {result.files_with_findings} of "
+          f"{_count(result.files, 'file')}.")
+    safe = sum(1 for f in result.findings
+               if f.fix is not None and f.fix.applicability == "safe")
+    unsafe = sum(1 for f in result.findings
+                 if f.fix is not None and f.fix.applicability == "unsafe")
+    if safe or (unsafe and args.unsafe_fixes):
+        k = safe + (unsafe if args.unsafe_fixes else 0)
+        flag = "--fix --unsafe-fixes" if args.unsafe_fixes and unsafe else "--fix"
+        print(f"[*] {k} fixable with `{flag}`.")
+    if unsafe and not args.unsafe_fixes:
+        print(f"({unsafe} more fixable with `--fix --unsafe-fixes`.)")
 
 
 def _check_stdin(args: argparse.Namespace) -> int:
@@ -260,12 +279,26 @@ def _make_cache(settings: Settings, selection: RuleSelection, rules: Sequence[ty
         directory = (settings.root if settings.config_path else Path.cwd()) / directory
     fingerprint = Cache.fingerprint_of([
         sys.version_info[:2],  # what the parser accepts depends on the interpreter
+        code_fingerprint(Path(__file__).parent),
         sorted(r.code for r in selection.rules),
         selection.options,
         sorted(f"{r.code}:{r.__module__}:{r.origin}" for r in rules),
         settings.plugins,
     ])
     return Cache(directory, fingerprint)
+
+
+@functools.cache
+def code_fingerprint(package: Path) -> str:
+    """A hash of trainlint's own modules. A checkout (or an editable install) changes
+    what it reports without changing its version; results cached by another build of
+    the same version must not be served. Reading ~60 small files costs a millisecond."""
+    h = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        h.update(path.relative_to(package).as_posix().encode())
+        with contextlib.suppress(OSError):
+            h.update(path.read_bytes())
+    return h.hexdigest()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

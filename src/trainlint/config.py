@@ -154,6 +154,8 @@ class RuleSelection:
 
     rules: list[type[Rule]]
     options: dict[str, dict[str, Any]]
+    #: every code the run knows (selected or not, plugins included); empty: the built-ins
+    known: frozenset[str] = frozenset()
 
     @property
     def codes(self) -> set[str]:
@@ -185,6 +187,8 @@ def select_rules(
     _check_selectors(settings.select or [], all_rules, "select", origin)
     _check_selectors(settings.ignore, all_rules, "ignore", origin)
     _check_selectors(settings.extend_select, all_rules, "extend-select", origin)
+    for pattern, codes in settings.per_file_ignores.items():
+        _check_selectors(codes, all_rules, f'per-file-ignores."{pattern}"', origin)
     for key, values in (
         ("--select", cli_select or []),
         ("--ignore", cli_ignore or []),
@@ -223,7 +227,7 @@ def select_rules(
                     f"{origin}: `rules.{code}.{key}` must be {type(default).__name__}"
                 )
         options[code] = opts
-    return RuleSelection(chosen, options)
+    return RuleSelection(chosen, options, frozenset(by_code))
 
 
 def per_file_ignored(settings: Settings, path: Path) -> set[str]:

@@ -23,10 +23,15 @@ from trainlint.findings import Finding, InternalError
 from trainlint.rules.base import Report, Rule
 from trainlint.source import Source, SourceError, decode, parse
 
+# A code is letters then a digit, then letters or digits: `TL1O1` (a letter O) is read
+# whole, so TL002 can name it, rather than as `TL1` plus trailing text.
 NOQA_RE = re.compile(
-    r"#\s*noqa(?![\w-])(?:\s*:\s*(?P<codes>[A-Z]+[0-9]+(?:\s*[,\s]\s*[A-Z]+[0-9]+)*))?",
+    r"#\s*noqa(?![\w-])(?:\s*:\s*(?P<codes>[A-Z]+[0-9][0-9A-Z]*"
+    r"(?:\s*[,\s]\s*[A-Z]+[0-9][0-9A-Z]*)*))?",
     re.IGNORECASE,
 )
+#: Codes starting with this are trainlint's own: an unknown one in a `noqa` is a mistake.
+OWN_PREFIX = "TL"
 FILE_NOQA_RE = re.compile(
     r"^\s*#\s*trainlint\s*:\s*noqa(?:\s*:\s*(?P<codes>[A-Z]+[0-9]*(?:\s*[,\s]\s*[A-Z]+[0-9]*)*))?\s*$",
     re.IGNORECASE | re.MULTILINE,
@@ -47,6 +52,8 @@ class FileResult:
     errors: list[InternalError] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     parsed: bool = False
+    #: the text was rejected by the parser (whether or not TL001 is selected)
+    syntax_error: bool = False
     fixed: int = 0
     diff: str = ""
 
@@ -69,6 +76,7 @@ class Linter:
             if cls.code not in ENGINE_RULES
         ]
         self.rule_classes = {cls.code: cls for cls in selection.rules}
+        self.known = selection.known or _builtin_codes() | self.enabled
         self._triggers = [
             (rule, tuple(t.encode() for t in rule.triggers)) for rule in self.rules
         ]
@@ -87,7 +95,7 @@ class Linter:
         ignored = tuple(ignored)
 
         def on(code: str) -> bool:
-            return code in self.enabled and not any(code.startswith(i) for i in ignored)
+            return self.is_on(code, ignored)
 
         if len(data) > MAX_FILE_BYTES:
             if on(SYNTAX_ERROR):
@@ -114,6 +122,7 @@ class Linter:
                 return result  # `# trainlint: noqa` skips the whole file
             tree = parse(text, path)
         except SourceError as exc:
+            result.syntax_error = True
             if on(SYNTAX_ERROR):
                 result.findings.append(
                     self._meta_finding(SYNTAX_ERROR, path, exc.line, exc.column, exc.message)
@@ -146,6 +155,10 @@ class Linter:
         result.findings.extend(self._suppress(raw, source, on(UNUSED_NOQA), path))
         result.findings.sort(key=Finding.sort_key)
         return result
+
+    def is_on(self, code: str, ignored: Iterable[str] = ()) -> bool:
+        """Whether ``code`` is selected and not turned off by ``ignored`` (per-file-ignores)."""
+        return code in self.enabled and not any(code.startswith(i) for i in ignored)
 
     # -- internals ------------------------------------------------------------------------
     def _meta_finding(
@@ -210,16 +223,28 @@ class Linter:
         if report_unused:
             for line, codes in sorted(directives.items()):
                 for code in codes:
-                    # Codes of other tools, and of rules not enabled now, are not ours to judge.
-                    if code in self.enabled and code not in used[line]:
-                        col = source.lines[line - 1].find("#") + 1
-                        kept.append(
-                            self._meta_finding(
-                                UNUSED_NOQA, path, line, max(col, 1),
-                                f"unused `noqa` directive: {code} is not reported on this line",
-                            )
+                    # Codes of other tools, and of rules not enabled now, are not ours to
+                    # judge; a trainlint code that no rule has can never suppress anything.
+                    if code not in self.known and code.startswith(OWN_PREFIX):
+                        why = f"unknown rule code `{code}` (see `trainlint rules`)"
+                    elif code in self.enabled and code not in used[line]:
+                        why = f"{code} is not reported on this line"
+                    else:
+                        continue
+                    col = source.lines[line - 1].find("#") + 1
+                    kept.append(
+                        self._meta_finding(
+                            UNUSED_NOQA, path, line, max(col, 1),
+                            f"unused `noqa` directive: {why}",
                         )
+                    )
         return kept
+
+
+def _builtin_codes() -> frozenset[str]:
+    from trainlint.rules import builtin_rules
+
+    return frozenset(r.code for r in builtin_rules())
 
 
 def _noqa_on_lines(source: Source, lines: set[int]) -> dict[int, list[str]]:

@@ -44,8 +44,9 @@ class Finding:
     cell: int | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    def sort_key(self) -> tuple[str, int, int, str]:
-        return (self.path, self.line, self.column, self.code)
+    def sort_key(self) -> tuple[str, int, int, int, str]:
+        # Notebook lines count from each cell's start: order by cell first.
+        return (self.path, self.cell or 0, self.line, self.column, self.code)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

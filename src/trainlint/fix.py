@@ -169,7 +169,13 @@ def encode_like(text: str, original: bytes, encoding: str) -> bytes:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write via a temp file in the same directory and rename: readers never see a
-    half-written file; the original's permission bits are kept."""
+    half-written file; the original's permission bits are kept.
+
+    A symlink is written through: the temp file goes beside the file it finally points
+    to and replaces that, so the link stays a link (renaming onto the link itself would
+    turn it into a regular file and leave the real file unfixed).
+    """
+    path = Path(os.path.realpath(path))
     mode = None
     with contextlib.suppress(OSError):
         mode = stat.S_IMODE(os.stat(path).st_mode)

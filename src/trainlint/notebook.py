@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -19,11 +20,15 @@ from trainlint.findings import Finding
 if TYPE_CHECKING:
     from trainlint.engine import FileResult, Linter
 
-_MAGIC_LINE = re.compile(r"^(\s*)(%|!|\?)")
-_HELP_SUFFIX = re.compile(r"^(\s*)[\w.]+\?{1,2}\s*$")
-_ASSIGN_MAGIC = re.compile(r"^(\s*)[\w.,\s]+=\s*[%!]")
+# IPython's escapes (inputtransformer2.ESCAPE_SINGLES; `!!`, `??` and `%%` begin with one):
+# a logical line that starts with one of these is IPython syntax, not Python.
+_ESCAPES = ("!", "%", "?", ",", ";", "/")
+# `name = %magic ...` / `name = !cmd ...`: IPython's MagicAssign and SystemAssign. The
+# target keeps its name (bound to a placeholder); `+=`, `==`, `<=`... are not assignments.
+_ASSIGN_MAGIC = re.compile(r"^([^=#'\"]*?[^=<>!+\-*/%&|^@:~\s])\s*=\s*(?:%[A-Za-z_]|!)")
 # Cell magics whose body is still Python; any other cell magic masks the whole cell.
 _PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug", "python", "python3", "pypy"}
+_BRACKETS = {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}
 
 
 @dataclass
@@ -41,6 +46,142 @@ class CellMap:
         return cell, line - first + 1
 
 
+@dataclass
+class FilePositions:
+    """Where each character of each code cell sits in the notebook's own JSON text.
+
+    Tools that annotate files (GitHub annotations, SARIF regions) need a position in
+    the ``.ipynb`` file itself, not one relative to a cell.
+    """
+
+    cells: dict[int, tuple[list[int], list[int]]]  # cell -> (file offset per char, line starts)
+    newlines: list[int]  # offsets of the file's "\n"
+
+    def locate(self, cell: int, line: int, column: int) -> tuple[int, int] | None:
+        """1-based (line, column) in the file of a 1-based (line, column) in a cell."""
+        entry = self.cells.get(cell)
+        if entry is None:
+            return None
+        offsets, starts = entry
+        if not 1 <= line <= len(starts) or column < 1:
+            return None
+        offset = offsets[min(starts[line - 1] + column - 1, len(offsets) - 1)]
+        before = bisect_left(self.newlines, offset)
+        start = self.newlines[before - 1] + 1 if before else 0
+        return before + 1, offset - start + 1
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_SKIP = json.JSONDecoder()
+
+
+def file_positions(text: str) -> FilePositions | None:
+    """Map the code cells of a notebook's JSON text; None when it is not one we can map."""
+    text = text.removeprefix("\ufeff")
+    spans: dict[int, list[tuple[int, int]]] = {}
+    try:
+        _walk_notebook(text, spans)
+        nb = json.loads(text)
+    except (ValueError, IndexError, RecursionError):
+        return None
+    cells: dict[int, tuple[list[int], list[int]]] = {}
+    for number, source in _cell_sources(nb).items():
+        offsets: list[int] = []
+        for start, end in spans.get(number - 1, []):
+            _literal_offsets(text, start, end, offsets)
+        if len(offsets) != len(source):
+            continue  # not the shape we understand: leave this cell unmapped
+        last = spans[number - 1][-1][1] - 1 if spans.get(number - 1) else 0
+        offsets.append(last)  # "just past the end" maps to the closing quote
+        starts = [0, *(i + 1 for i, ch in enumerate(source) if ch == "\n")]
+        cells[number] = (offsets, starts)
+    newlines = [m.start() for m in re.finditer("\n", text)]
+    return FilePositions(cells, newlines)
+
+
+def _walk_notebook(text: str, spans: dict[int, list[tuple[int, int]]]) -> None:
+    """Record the literal spans of ``cells[i].source`` (a string or a list of strings),
+    keyed by the cell's 0-based index; every other value is skipped by the C decoder."""
+    def ws(i: int) -> int:
+        return _WS.match(text, i).end()  # type: ignore[union-attr]  # `*` always matches
+
+    def skip(i: int) -> int:
+        return _SKIP.raw_decode(text, i)[1]
+
+    def container(i: int, on_value: Any) -> int:
+        """``text[i]`` opens an object or array; ``on_value(key, offset)`` returns the
+        end of each member's value. Returns the offset just past the container."""
+        close = "}" if text[i] == "{" else "]"
+        i = ws(i + 1)
+        if text[i] == close:
+            return i + 1
+        index = 0
+        while True:
+            key: Any = index
+            if close == "}":
+                if text[i] != '"':
+                    raise ValueError("expected a key")
+                key, i = _SKIP.raw_decode(text, i)
+                i = ws(i)
+                if text[i] != ":":
+                    raise ValueError("expected ':'")
+                i = ws(i + 1)
+            i = ws(on_value(key, i))
+            index += 1
+            if text[i] == ",":
+                i = ws(i + 1)
+            elif text[i] == close:
+                return i + 1
+            else:
+                raise ValueError(f"expected ',' or {close!r}")
+
+    def source_string(cell: int, i: int) -> int:
+        if text[i] != '"':
+            return skip(i)
+        end = skip(i)
+        spans.setdefault(cell, []).append((i, end))
+        return end
+
+    def cell_member(cell: int, key: Any, i: int) -> int:
+        if key != "source":
+            return skip(i)
+        if text[i] == "[":
+            return container(i, lambda _k, j: source_string(cell, j))
+        return source_string(cell, i)
+
+    def cell(index: int, i: int) -> int:
+        if text[i] != "{":
+            return skip(i)
+        return container(i, lambda key, j: cell_member(index, key, j))
+
+    def top_member(key: Any, i: int) -> int:
+        if key != "cells" or text[i] != "[":
+            return skip(i)
+        return container(i, cell)
+
+    i = ws(0)
+    if text[i] != "{":
+        raise ValueError("not a JSON object")
+    container(i, top_member)
+
+
+def _literal_offsets(text: str, start: int, end: int, out: list[int]) -> None:
+    """Append the file offset of each character a JSON string literal decodes to."""
+    i, stop = start + 1, end - 1
+    while i < stop:
+        out.append(i)
+        if text[i] != "\\":
+            i += 1
+        elif text[i + 1] != "u":
+            i += 2
+        elif (0xD800 <= int(text[i + 2 : i + 6], 16) < 0xDC00
+              and text.startswith("\\u", i + 6)
+              and 0xDC00 <= int(text[i + 8 : i + 12], 16) < 0xE000):
+            i += 12  # a surrogate pair decodes to one character
+        else:
+            i += 6
+
+
 def cell_source(cell: dict[str, Any]) -> str:
     src = cell.get("source", "")
     if isinstance(src, list):
@@ -49,28 +190,120 @@ def cell_source(cell: dict[str, Any]) -> str:
 
 
 def mask_cell(text: str) -> str:
+    """Replace IPython syntax with Python of the same line count, as IPython reads it.
+
+    A cell magic (``%%name`` on the first non-blank line) owns its cell: its body is
+    kept (and masked in turn) only when IPython runs it as Python in the kernel.
+    Line magics, shell escapes and help requests are recognised only where a logical
+    line starts, never inside brackets, strings or after a backslash, and take their
+    backslash-continued lines with them.
+    """
     lines = text.split("\n")
-    first = lines[0].strip() if lines else ""
-    if first.startswith("%%"):
-        magic = first[2:].split(None, 1)[0] if len(first) > 2 else ""
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is not None and lines[first].lstrip().startswith("%%"):
+        header = lines[first].strip()
+        magic = header[2:].split(None, 1)[0] if len(header) > 2 else ""
+        head = [*lines[:first], "pass"]
+        body = lines[first + 1 :]
         if magic in _PYTHON_CELL_MAGICS:
-            return "\n".join(["pass", *lines[1:]])
-        return "\n".join("" if i else "pass" for i, _ in enumerate(lines))
-    out = []
-    for line in lines:
-        m = _MAGIC_LINE.match(line) or _HELP_SUFFIX.match(line) or _ASSIGN_MAGIC.match(line)
-        out.append(f"{m.group(1)}pass" if m else line)
-    return "\n".join(out)
+            return "\n".join([*head, *_mask_lines(body)])
+        return "\n".join([*head, *("" for _ in body)])
+    return "\n".join(_mask_lines(lines))
 
 
-def to_module(notebook: dict[str, Any]) -> tuple[str, CellMap]:
+def _mask_lines(lines: list[str]) -> list[str]:
+    out: list[str] = []
+    lexer = _LogicalLines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.lstrip()
+        indent = line[: len(line) - len(stripped)]
+        assign = _ASSIGN_MAGIC.match(stripped)
+        if stripped.startswith(_ESCAPES) or assign:
+            end = i
+            while end + 1 < len(lines) and lines[end].rstrip("\r").endswith("\\"):
+                end += 1
+            out.append(f"{indent}{assign.group(1)} = ..." if assign else f"{indent}pass")
+            out.extend("" for _ in range(i + 1, end + 1))
+            i = end + 1
+            continue
+        # An ordinary logical line: feed physical lines until brackets, strings and
+        # backslashes close, then check for IPython's trailing help (`obj?`).
+        end = i
+        lexer.feed(line)
+        while lexer.continues and end + 1 < len(lines):
+            end += 1
+            lexer.feed(lines[end])
+        help_request = lexer.last_code == "?"
+        lexer.reset()
+        if help_request:
+            out.append(f"{indent}pass")
+            out.extend("" for _ in range(i + 1, end + 1))
+        else:
+            out.extend(lines[i : end + 1])
+        i = end + 1
+    return out
+
+
+class _LogicalLines:
+    """Just enough of Python's tokenizer to know where a logical line ends: open
+    brackets, strings (triple-quoted ones span lines), comments, backslashes."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.quote = ""  # the delimiter of the string being read, "" outside strings
+        self.backslash = False
+        self.last_code = ""  # last character outside comments of this logical line
+
+    @property
+    def continues(self) -> bool:
+        return bool(self.depth or self.quote or self.backslash)
+
+    def reset(self) -> None:
+        self.depth, self.quote, self.backslash, self.last_code = 0, "", False, ""
+
+    def feed(self, line: str) -> None:
+        line = line.rstrip("\r")
+        self.backslash = False
+        i, n = 0, len(line)
+        while i < n:
+            c = line[i]
+            if self.quote:
+                if c == "\\":
+                    i += 2
+                    continue
+                if line.startswith(self.quote, i):
+                    i += len(self.quote)
+                    self.quote = ""
+                    self.last_code = c
+                    continue
+                i += 1
+                continue
+            if c == "#":
+                break
+            if c in "'\"":
+                self.quote = c * 3 if line.startswith(c * 3, i) else c
+                i += len(self.quote)
+                self.last_code = c
+                continue
+            if c == "\\" and i == n - 1:
+                self.backslash = True
+                break
+            self.depth = max(0, self.depth + _BRACKETS.get(c, 0))
+            if not c.isspace():
+                self.last_code = c
+            i += 1
+        if len(self.quote) == 1 and not self.backslash and not line.endswith("\\"):
+            self.quote = ""  # an unterminated one-line string: a syntax error; resync here
+
+
+def join(cells: Iterable[tuple[int, str]]) -> tuple[str, CellMap]:
+    """(cell number, masked text) pairs as one module, and the map back to cells."""
     parts: list[str] = []
     starts: list[tuple[int, int]] = []
     line = 1
-    for number, cell in enumerate(notebook.get("cells", []), 1):
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-            continue
-        text = mask_cell(cell_source(cell))
+    for number, text in cells:
         if not text.endswith("\n"):
             text += "\n"
         starts.append((line, number))
@@ -92,13 +325,57 @@ def remap(findings: Iterable[Finding], cells: CellMap) -> list[Finding]:
     return out
 
 
+def lint_cells(
+    linter: Linter, sources: dict[int, str], path: str, ignored: Iterable[str]
+) -> tuple[FileResult, CellMap, list[Finding]]:
+    """Lint code cells as one module, as the kernel runs them.
+
+    A cell that does not parse on its own is left out, so one bad cell does not blind
+    the linter to the notebook: the others are linted together (each still sees the
+    names earlier good cells define). Returns the module's result, its cell map, and
+    a cell-relative TL001 for each cell left out.
+    """
+    from trainlint.engine import SYNTAX_ERROR
+    from trainlint.source import SourceError, parse
+
+    ignored = tuple(ignored)
+    masked = [(n, mask_cell(src)) for n, src in sources.items()]
+    text, cells = join(masked)
+    result = linter.lint_bytes(text.encode("utf-8"), path, ignored=ignored, text=text)
+    if not result.syntax_error:
+        return result, cells, []
+    errors: dict[int, SourceError] = {}
+    for number, cell_text in masked:
+        try:
+            parse(cell_text, path)
+        except SourceError as exc:
+            errors[number] = exc
+    if not errors:  # every cell parses alone: the module's own TL001 stands
+        return result, cells, []
+    text, cells = join((n, t) for n, t in masked if n not in errors)
+    result = linter.lint_bytes(text.encode("utf-8"), path, ignored=ignored, text=text)
+    broken = []
+    if linter.is_on(SYNTAX_ERROR, ignored):
+        for number, err in errors.items():
+            f = linter._meta_finding(SYNTAX_ERROR, path, err.line, err.column, err.message)
+            broken.append(replace(f, cell=number))
+    return result, cells, broken
+
+
+def _load(data: bytes) -> dict[str, Any]:
+    nb = json.loads(data.decode("utf-8-sig"))
+    if not isinstance(nb, dict):
+        raise ValueError("top level is not an object")
+    if not isinstance(nb.get("cells", []), list):
+        raise ValueError("`cells` is not a list")
+    return nb
+
+
 def lint_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str]) -> FileResult:
     from trainlint.engine import SYNTAX_ERROR, FileResult
 
     try:
-        nb = json.loads(data.decode("utf-8-sig"))
-        if not isinstance(nb, dict):
-            raise ValueError("top level is not an object")
+        nb = _load(data)
     except (UnicodeDecodeError, ValueError) as exc:
         result = FileResult(path)
         if SYNTAX_ERROR in linter.enabled:
@@ -106,9 +383,8 @@ def lint_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str]
                 linter._meta_finding(SYNTAX_ERROR, path, 1, 1, f"not a valid notebook: {exc}")
             )
         return result
-    text, cells = to_module(nb)
-    result = linter.lint_bytes(text.encode("utf-8"), path, ignored=ignored, text=text)
-    result.findings = remap(result.findings, cells)
+    result, cells, broken = lint_cells(linter, _cell_sources(nb), path, ignored)
+    result.findings = sorted(remap(result.findings, cells) + broken, key=Finding.sort_key)
     return result
 
 
@@ -133,15 +409,14 @@ def fix_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str],
     )
 
     try:
-        nb = json.loads(data.decode("utf-8-sig"))
+        nb = _load(data)
     except (UnicodeDecodeError, ValueError):
         return lint_notebook(linter, data, path, ignored)
     sources = _cell_sources(nb)
     original = dict(sources)
     applied = 0
     for _ in range(MAX_FIX_PASSES):
-        text, cells = to_module(nb_with(nb, sources))
-        result = linter.lint_bytes(text.encode("utf-8"), path, ignored=ignored, text=text)
+        result, cells, _broken = lint_cells(linter, sources, path, ignored)
         edits = selected_edits(result.findings, mode.unsafe)
         if not edits:
             break
@@ -161,9 +436,8 @@ def fix_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str],
                 changed = True
         if not changed:
             break
-    text, cells = to_module(nb_with(nb, sources))
-    final = linter.lint_bytes(text.encode("utf-8"), path, ignored=ignored, text=text)
-    final.findings = remap(final.findings, cells)
+    final, cells, broken = lint_cells(linter, sources, path, ignored)
+    final.findings = sorted(remap(final.findings, cells) + broken, key=Finding.sort_key)
     final.fixed = applied
     if sources != original:
         before = "".join(f"# cell {n}\n{src}\n" for n, src in original.items())

@@ -25,6 +25,10 @@ class RunResult:
     diffs: list[str] = field(default_factory=list)
 
     @property
+    def files_with_findings(self) -> int:
+        return len({f.path for f in self.findings})
+
+    @property
     def exit_code(self) -> int:
         if self.errors:
             return 2

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainlint.findings import Finding
 
 if TYPE_CHECKING:
+    from trainlint.notebook import FilePositions
     from trainlint.rules.base import Rule
 
 Formatter = Callable[[Sequence[Finding], "Sequence[type[Rule]]"], str]
@@ -29,3 +31,37 @@ def location(f: Finding) -> str:
     if f.cell is not None:
         return f"{f.path}:cell {f.cell}:{f.line}:{f.column}"
     return f"{f.path}:{f.line}:{f.column}"
+
+
+class NotebookFiles:
+    """Positions of notebook findings in the ``.ipynb`` file itself, for formats whose
+    consumers annotate files (a cell-relative line would point at the wrong JSON line).
+    Each notebook is read once per report."""
+
+    def __init__(self) -> None:
+        self._maps: dict[str, FilePositions | None] = {}
+
+    def _map(self, path: str) -> FilePositions | None:
+        if path not in self._maps:
+            from trainlint.notebook import file_positions
+
+            try:
+                text = Path(path).read_bytes().decode("utf-8")
+            except (OSError, UnicodeDecodeError):
+                self._maps[path] = None
+            else:
+                self._maps[path] = file_positions(text)
+        return self._maps[path]
+
+    def region(self, f: Finding) -> tuple[int, int, int, int] | None:
+        """(line, column, end_line, end_column) of a notebook finding in its file."""
+        if f.cell is None:
+            return None
+        positions = self._map(f.path)
+        if positions is None:
+            return None
+        start = positions.locate(f.cell, f.line, f.column)
+        end = positions.locate(f.cell, f.end_line, f.end_column)
+        if start is None or end is None:
+            return None
+        return (*start, *end)

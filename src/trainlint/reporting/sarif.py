@@ -8,9 +8,27 @@ from typing import Any
 
 from trainlint import __version__
 from trainlint.findings import Finding
+from trainlint.reporting import NotebookFiles
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 DOCS_URL = "https://github.com/trainlint/trainlint/blob/main/docs/rules/{code}.md"
+
+
+def _region(f: Finding, notebooks: NotebookFiles) -> dict[str, Any]:
+    if f.cell is None:
+        return {"startLine": f.line, "startColumn": f.column,
+                "endLine": f.end_line, "endColumn": f.end_column}
+    # GitHub code scanning reads a region as lines and columns of the artifact, here the
+    # notebook's JSON text; the cell and the position inside it go in the region's
+    # property bag (SARIF 2.1.0 §3.8) for tools that open notebooks.
+    cell = {"cell": f.cell, "cellLine": f.line, "cellColumn": f.column,
+            "cellEndLine": f.end_line, "cellEndColumn": f.end_column}
+    span = notebooks.region(f)
+    if span is None:  # the file changed or is not ours to map: point at the notebook only
+        return {"startLine": 1, "properties": cell}
+    line, col, end_line, end_col = span
+    return {"startLine": line, "startColumn": col, "endLine": end_line, "endColumn": end_col,
+            "properties": cell}
 
 
 def format_sarif(findings: Sequence[Finding], rules: Sequence[Any] = ()) -> str:
@@ -35,15 +53,9 @@ def format_sarif(findings: Sequence[Finding], rules: Sequence[Any] = ()) -> str:
             }
         )
     results = []
+    notebooks = NotebookFiles()
     for f in findings:
-        region: dict[str, Any] = {
-            "startLine": f.line,
-            "startColumn": f.column,
-            "endLine": f.end_line,
-            "endColumn": f.end_column,
-        }
-        if f.cell is not None:
-            region["properties"] = {"cell": f.cell}
+        region = _region(f, notebooks)
         result: dict[str, Any] = {
             "ruleId": f.code,
             "level": "error" if f.severity == "error" else "warning",
