@@ -9,22 +9,11 @@ pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Slow tests whose files carry no `slow` marker of their own yet.
-SLOW_ELSEWHERE = {"tests/test_sweep.py::test_stdlib_sweep"}
-
-
 def pytest_configure(config):
     # The `slow` marker is the one switch: `-m "not slow"` for daily work, and a run that
     # keeps slow tests (CI's plain `python -m pytest`) runs every one of them, the
     # runtime stress test that otherwise waits for TRAINLINT_SLOW=1 included.
     os.environ.setdefault("TRAINLINT_SLOW", "1")
-
-
-@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.nodeid in SLOW_ELSEWHERE:
-            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

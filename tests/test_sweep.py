@@ -11,9 +11,13 @@ import sysconfig
 import warnings
 from pathlib import Path
 
+import pytest
+
 from trainlint.config import Settings, select_rules
 from trainlint.rules import builtin_rules
 from trainlint.runner import run
+
+pytestmark = pytest.mark.slow
 
 
 def _parses(path: Path) -> bool:

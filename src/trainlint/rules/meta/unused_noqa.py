@@ -12,7 +12,9 @@ class UnusedNoqa(Rule):
     """## What it does
     Reports a `# noqa: TL...` comment naming a trainlint code that is not reported
     on that line. Codes of other tools (`E501`) and of rules not enabled in this run
-    are left alone, and so is a bare `# noqa`, which other linters also read.
+    are left alone, and so is a bare `# noqa`, which other linters also read. A `noqa`
+    naming a `TL` code that no rule has (`# noqa: TL999`, or `TL1O1` with a letter O) is
+    reported too: it can never suppress anything.
 
     ## Why is this bad?
     A stale suppression hides the next real finding on that line: the bug it once
@@ -40,7 +42,10 @@ class UnusedNoqa(Rule):
         "    loss = model(b)\n"
         "    loss.backward(retain_graph=True)  # noqa: TL301\n    opt.step()\n",
     ]
-    invalid = [Invalid("import torch\nx = torch.zeros(3)  # noqa: TL301\n", line=2)]
+    invalid = [
+        Invalid("import torch\nx = torch.zeros(3)  # noqa: TL301\n", line=2),
+        Invalid("import torch\nx = 1  # noqa: TL999\n", line=2),
+    ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
         return iter(())  # reported by the engine after suppression
