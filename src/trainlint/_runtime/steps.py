@@ -16,7 +16,9 @@ ParamSpec = str | torch.Tensor | torch.nn.Module
 class StepRunner:
     """Calls ``step()``, or ``step(batch)`` cycling over ``batches`` when they are given."""
 
-    def __init__(self, step: Callable[..., Any], batches: Iterable[Any] | None) -> None:
+    def __init__(
+        self, step: Callable[..., Any], batches: Iterable[Any] | None, *, check: str = "check"
+    ) -> None:
         if not callable(step):
             raise TypeError(f"step must be callable, got {type(step).__name__}")
         self.step = step
@@ -52,11 +54,6 @@ class StepRunner:
             return self.step()
         self._last = next(self._iter)
         return self.step(self._last)
-
-
-def check_count(name: str, value: int, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
