@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from trainlint._runtime.arguments import check_step
+
 ParamSpec = str | torch.Tensor | torch.nn.Module
 
 
@@ -19,8 +21,7 @@ class StepRunner:
     def __init__(
         self, step: Callable[..., Any], batches: Iterable[Any] | None, *, check: str = "check"
     ) -> None:
-        if not callable(step):
-            raise TypeError(f"step must be callable, got {type(step).__name__}")
+        check_step(check, step, batches=batches is not None)
         self.step = step
         self._batches = batches
         self._iter: Iterator[Any] | None = None if batches is None else self._cycle(batches)

@@ -54,9 +54,10 @@ def assert_finite_grads(
     gradient on CUDA; ``locate=False`` only records.
     """
     __tracebackhide__ = True
-    from trainlint._runtime.arguments import check_count
+    from trainlint._runtime.arguments import check_count, check_model
     from trainlint._runtime.steps import StepRunner
 
+    check_model(CHECK, model, step)
     check_count("steps", steps, 1)
     run = StepRunner(step, batches, check=CHECK)
     named = trainable(model)

@@ -77,9 +77,10 @@ def assert_grads_nonzero(
     Fails listing the parameters with no or all-zero gradients by module path and shape.
     """
     __tracebackhide__ = True
-    from trainlint._runtime.arguments import check_count
+    from trainlint._runtime.arguments import check_count, check_model
     from trainlint._runtime.steps import StepRunner, match_params
 
+    check_model(CHECK, model, step)
     check_count("steps", steps, 1)
     run = StepRunner(step, batches, check=CHECK)
     ignored = match_params(model, ignore, "ignore") if ignore else set()

@@ -87,6 +87,11 @@ def _measure(scheduler_factory: Callable[[Any], Any], steps: int, base_lr: float
     __tracebackhide__ = True
     import torch
 
+    if not callable(scheduler_factory):
+        raise TypeError(
+            "scheduler_factory must build a scheduler from an optimizer (e.g. "
+            f"`lambda opt: StepLR(opt, ...)`), got {type(scheduler_factory).__name__}"
+        )
     param = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([param], lr=base_lr)
     scheduler = scheduler_factory(optimizer)

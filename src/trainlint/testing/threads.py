@@ -61,11 +61,11 @@ def assert_thread_safe(
     parameters, buffers and gradients are restored afterwards.
     """
     __tracebackhide__ = True
-    from trainlint._runtime.arguments import check_count
+    from trainlint._runtime.arguments import check_count, check_model, check_step
 
+    check_model(CHECK, model, step)
     check_count("threads", threads, 2)
-    if not callable(step):
-        raise TypeError(f"step must be callable, got {type(step).__name__}")
+    check_step(CHECK, step, batches=True)
     batch_list = list(batches)
     if len(batch_list) < 2:
         raise ValueError("assert_thread_safe needs at least two batches")

@@ -88,9 +88,10 @@ def assert_weights_updated(
     fail the check even where the weights happen to move.
     """
     __tracebackhide__ = True
-    from trainlint._runtime.arguments import check_count
+    from trainlint._runtime.arguments import check_count, check_model
     from trainlint._runtime.steps import StepRunner, match_params
 
+    check_model(CHECK, model, step)
     check_count("steps", steps, 1)
     run = StepRunner(step, batches, check=CHECK)
     frozen_names = match_params(model, frozen, "frozen") if frozen else set()
