@@ -1,60 +1,18 @@
 """Failure messages: aligned tables, the static rules that explain a symptom, lint findings.
 
-No torch here: a message is built from plain numbers the checks have already measured.
+This is the reporting half of every check (its measuring and diagnosing live in the check's
+module). No torch here: a message is built from plain numbers the checks have already
+measured, and rule names and messages come from the rule registry (:mod:`.links`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-# Names as in the rule catalog; each line says how the rule shows up at runtime, which is
-# what a reader of a failing check needs (the rule pages say the rest).
-RULES: dict[str, tuple[str, str]] = {
-    "TL101": ("grad-norm-after-zero-grad", "gradients read after zero_grad() are always 0"),
-    "TL102": ("zero-grad-before-step", "zero_grad() between backward() and step(): no update"),
-    "TL103": ("missing-zero-grad", "gradients are never cleared and pile up across steps"),
-    "TL104": ("step-before-backward", "step() runs before backward(): stale or no gradients"),
-    "TL105": ("backward-under-no-grad", "the loss was computed under no_grad/inference_mode"),
-    "TL106": ("unregistered-submodules", "modules kept in a plain list/dict are invisible"),
-    "TL107": (
-        "optimizer-on-stale-params",
-        "the model was replaced after the optimizer was built; it updates orphaned tensors",
-    ),
-    "TL108": ("graph-broken-loss", "the loss was cut from the graph (.detach(), .item(), .data)"),
-    "TL201": (
-        "scheduler-unit-mismatch",
-        "an epoch schedule stepped per batch (or the reverse) restarts or stalls",
-    ),
-    "TL202": ("scheduler-before-optimizer", "scheduler.step() before optimizer.step()"),
-    "TL203": ("warmup-starts-at-zero", "the warmup multiplier is 0 at step 0"),
-    "TL204": ("scheduler-never-stepped", "the LR stays frozen at its first value"),
-    "TL205": ("scheduler-step-with-epoch", "scheduler.step(i) with a batch counter jumps"),
-    "TL301": ("retain-graph-in-loop", "backward(retain_graph=True) keeps every graph's buffers"),
-    "TL302": (
-        "graph-accumulation",
-        "a loss/output with history is accumulated (total += loss, losses.append(loss))",
-    ),
-    "TL303": ("eval-without-no-grad", "evaluation outside no_grad() builds graphs nobody frees"),
-    "TL304": ("tensor-kept-on-self", "a tensor with history is stored on an object"),
-    "TL305": ("allocator-call-in-loop", "empty_cache()/gc.collect() each step cost time"),
-    "TL401": ("host-sync-in-loop", ".item()/.cpu()/print(t) each step waits for the GPU"),
-    "TL402": ("synchronize-in-loop", "torch.cuda.synchronize() each step"),
-    "TL403": ("anomaly-detection-enabled", "anomaly detection slows every step"),
-    "TL501": (
-        "module-sent-to-remote",
-        "a Ray remote/actor trains a copy; the caller's model never changes",
-    ),
-    "TL502": (
-        "module-sent-to-process",
-        "a forked process trains a copy; the parent's model never changes",
-    ),
-    "TL503": ("unlocked-shared-model", "threads run forward/backward/step on one shared model"),
-    "TL601": ("clip-before-unscale", "clipping scaled gradients (GradScaler)"),
-    "TL602": ("softmax-into-cross-entropy", "log of a softmax underflows to -inf, then NaN"),
-    "TL604": ("scaler-step-bypassed", "optimizer.step() skips GradScaler's inf/NaN check"),
-}
+if TYPE_CHECKING:
+    from trainlint._runtime.links import Explanation, Symptom
 
 _MAX_ROWS = 40
 _MAX_CELL = 70
@@ -115,17 +73,55 @@ def fmt_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def rules_section(codes: Sequence[str]) -> str:
-    """The 'static rules that explain this symptom' block, in the order given."""
-    known = [c for c in dict.fromkeys(codes) if c in RULES]
-    if not known:
+def symptom_texts(symptoms: Iterable[Symptom]) -> list[str]:
+    """The symptoms' explanatory paragraphs, each once, in order."""
+    return list(dict.fromkeys(s.text for s in symptoms if s.text))
+
+
+def rules_section(check: str, explanation: Explanation) -> str:
+    """The rules a failure names: those it confirms, then those it only points to.
+
+    Names and messages are the rules' own (``Rule.name``, ``Rule.message``).
+    """
+    from trainlint._runtime.links import rule_info
+
+    confirmed = [rule_info(c) for c in explanation.rules]
+    related = [rule_info(c) for c in explanation.see_also]
+    infos = [i for i in [*confirmed, *related] if i is not None]
+    if not infos:
         return ""
-    width = max(len(f"{c} {RULES[c][0]}") for c in known)
-    lines = ["Static rules that explain this symptom (`trainlint rule CODE` for details):"]
-    for code in known:
-        name, why = RULES[code]
-        lines.append(f"  {f'{code} {name}'.ljust(width)}  {why}")
+    width = max(len(f"{i.code} {i.name}") for i in infos)
+
+    def line(code: str, name: str, why: str) -> str:
+        return f"  {f'{code} {name}'.ljust(width)}  {why}"
+
+    lines = []
+    if explanation.rules:
+        lines.append(
+            "Static rules that explain this symptom (`trainlint rule CODE` for details):"
+        )
+        lines += [line(i.code, i.name, i.message) for i in confirmed if i is not None]
+    if related:
+        lines.append(
+            "See also (related rules this failure does not confirm; [the check that does]):"
+            if explanation.rules
+            else "Related static rules (this failure does not confirm them; [the check that "
+            "does]; `trainlint rule CODE` for details):"
+        )
+        for i in related:
+            if i is not None:
+                by = f" [{i.confirm_with}]" if i.confirm_with not in (None, check) else ""
+                lines.append(line(i.code, i.name, i.message + by))
     return "\n".join(lines)
+
+
+def _explain(check: str, symptoms: Sequence[Symptom]) -> Explanation:
+    from trainlint._runtime.links import Explanation, explain
+
+    try:
+        return explain(check, symptoms)
+    except Exception:  # noqa: BLE001 - a broken rule registry must not mask the failure
+        return Explanation()
 
 
 def fail(
@@ -133,23 +129,26 @@ def fail(
     headline: str,
     sections: Sequence[str],
     *,
-    rules: Sequence[str] = (),
+    symptoms: Sequence[Symptom] = (),
     sources: Sequence[Callable[..., Any]] = (),
     result: Any = None,
 ) -> NoReturn:
     """Raise :class:`trainlint.testing.CheckFailed` with a message built from the parts.
 
-    ``sources`` are the user's callables (the step, a scheduler factory) whose lines are
-    linted; the lint section is left out when the linter or the source is unavailable.
+    ``symptoms`` are what the check's diagnosis found; the rules that explain them and name
+    ``check`` in their ``confirm_with`` become ``CheckFailed.rules``. ``sources`` are the
+    user's callables (the step, a scheduler factory) whose lines are linted; the lint
+    section is left out when the linter or the source is unavailable.
     """
     __tracebackhide__ = True
     from trainlint._runtime.lintlink import findings_section
     from trainlint.testing import CheckFailed
 
+    explanation = _explain(check, symptoms)
     parts = [f"{check}: {headline}"]
     parts += [s for s in sections if s]
-    parts.append(rules_section(rules))
+    parts.append(rules_section(check, explanation))
     if sources:
         parts.append(findings_section(sources))
     message = "\n\n".join(p for p in parts if p)
-    raise CheckFailed(message, check=check, rules=tuple(rules), result=result)
+    raise CheckFailed(message, check=check, rules=explanation.rules, result=result)

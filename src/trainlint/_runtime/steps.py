@@ -10,15 +10,18 @@ from typing import Any
 
 import torch
 
+from trainlint._runtime.arguments import check_step
+
 ParamSpec = str | torch.Tensor | torch.nn.Module
 
 
 class StepRunner:
     """Calls ``step()``, or ``step(batch)`` cycling over ``batches`` when they are given."""
 
-    def __init__(self, step: Callable[..., Any], batches: Iterable[Any] | None) -> None:
-        if not callable(step):
-            raise TypeError(f"step must be callable, got {type(step).__name__}")
+    def __init__(
+        self, step: Callable[..., Any], batches: Iterable[Any] | None, *, check: str = "check"
+    ) -> None:
+        check_step(check, step, batches=batches is not None)
         self.step = step
         self._batches = batches
         self._iter: Iterator[Any] | None = None if batches is None else self._cycle(batches)
@@ -52,11 +55,6 @@ class StepRunner:
             return self.step()
         self._last = next(self._iter)
         return self.step(self._last)
-
-
-def check_count(name: str, value: int, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

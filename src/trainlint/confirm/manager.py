@@ -1,18 +1,9 @@
-"""``pytest --trainlint``: confirm static findings with the tests that ran them.
+"""The session's state behind ``--trainlint``: which tests ran which lines, whose check failed.
 
-While the tests run, coverage.py records which lines each test executed, under a dynamic
-context per test. At the end of the session the project files that tests executed (or the
-``--trainlint-paths``) are linted, and each finding gets a status:
-
-* **confirmed**: a trainlint runtime check (:class:`trainlint.testing.CheckFailed`) failed in
-  a test that ran the finding's line;
-* **exercised**: tests ran the line and none of their trainlint checks failed;
-* **not-exercised**: no test ran it.
-
-When pytest-cov (or ``coverage run``) is already measuring, its collector is reused rather
-than stacking a second tracer, which would pause the first and break the user's coverage.
-
-This module is imported only when the option is on; :mod:`trainlint.pytest_plugin` stays thin.
+Registered as a pytest plugin by :func:`trainlint.confirm.register`. It borrows the coverage
+collector that is already measuring (pytest-cov's, or ``coverage run``'s) or starts its own,
+labels lines with the running test, and at the end lints the project files and prints
+(and writes) the report.
 """
 
 from __future__ import annotations
@@ -20,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Generator, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Generator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from trainlint.confirm.report import Report, build_report, is_check_failure
 
 if TYPE_CHECKING:
     from coverage import Coverage, CoverageData
@@ -33,188 +25,13 @@ if TYPE_CHECKING:
     from trainlint.config import Settings
     from trainlint.findings import Finding
 
-__all__ = ["ConfirmationManager", "ConfirmedFinding", "Report", "register"]
-
-Status = Literal["confirmed", "exercised", "not-exercised"]
-STATUSES: tuple[Status, ...] = ("confirmed", "exercised", "not-exercised")
-
-PLUGIN_NAME = "trainlint-confirm"
 # pytest-cov's `--cov-context=test` labels each phase `<node id>|<phase>`.
 _COV_PHASES = ("setup", "run", "teardown")
-_THIRD_PARTY_DIRS = ("site-packages", "dist-packages")
+THIRD_PARTY_DIRS = ("site-packages", "dist-packages")
 _GLOB_CHARS = set("*?[]")
 
 
-# --------------------------------------------------------------------------- the report
-
-
-@dataclass(frozen=True)
-class ConfirmedFinding:
-    """A lint finding with what the test run says about it. ``path`` is rootdir-relative."""
-
-    code: str
-    name: str
-    path: str
-    line: int
-    column: int
-    status: Status
-    tests: tuple[str, ...] = ()
-    confirmed_by: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "name": self.name,
-            "path": self.path,
-            "line": self.line,
-            "status": self.status,
-            "tests": list(self.tests),
-            "confirmed_by": list(self.confirmed_by),
-        }
-
-
-@dataclass
-class Report:
-    """All findings of the linted files, in path/line order, and how many files were linted."""
-
-    findings: list[ConfirmedFinding] = field(default_factory=list)
-    files: int = 0
-    error: str | None = None
-
-    def summary(self) -> dict[str, int]:
-        counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
-        for finding in self.findings:
-            counts[finding.status] += 1
-        return counts
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "findings": [f.to_json() for f in self.findings],
-            "summary": self.summary(),
-        }
-
-
-def build_report(
-    findings: Iterable[Finding],
-    executed: dict[Path, dict[int, set[str]]],
-    failed: set[str],
-    rootdir: Path,
-    *,
-    order: dict[str, int] | None = None,
-    files: int = 0,
-) -> Report:
-    """Give each finding its status.
-
-    ``findings`` carry absolute paths; ``executed[path][line]`` is the set of node ids that
-    ran that line; ``failed`` the node ids whose trainlint check failed; ``order`` the run
-    order of node ids (lists follow it, so the first test to run a line comes first).
-    """
-    rank = order or {}
-    out = []
-    for finding in findings:
-        path = Path(finding.path)
-        lines = executed.get(path, {})
-        ran: set[str] = set()
-        # A finding may span a multi-line statement; the tracer can report any of its lines.
-        for line in range(finding.line, max(finding.line, finding.end_line) + 1):
-            ran |= lines.get(line, set())
-        tests = sorted(ran, key=lambda nodeid: (rank.get(nodeid, len(rank)), nodeid))
-        confirmed_by = tuple(t for t in tests if t in failed)
-        status: Status = (
-            "confirmed" if confirmed_by else "exercised" if tests else "not-exercised"
-        )
-        out.append(
-            ConfirmedFinding(
-                code=finding.code,
-                name=finding.name,
-                path=relative_to_root(path, rootdir),
-                line=finding.line,
-                column=finding.column,
-                status=status,
-                tests=tuple(tests),
-                confirmed_by=confirmed_by,
-            )
-        )
-    out.sort(key=lambda f: (f.path, f.line, f.column, f.code))
-    return Report(findings=out, files=files)
-
-
-def relative_to_root(path: Path, rootdir: Path) -> str:
-    """``path`` relative to the rootdir, posix, with ``..`` for files outside it."""
-    try:
-        return path.relative_to(rootdir).as_posix()
-    except ValueError:
-        return Path(os.path.relpath(path, rootdir)).as_posix()
-
-
-def is_check_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` is, wraps or was raised while handling a :class:`CheckFailed`."""
-    from trainlint.testing import CheckFailed  # does not import torch
-
-    seen: set[int] = set()
-    stack = [exc]
-    while stack:
-        current = stack.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, CheckFailed):
-            return True
-        # ExceptionGroup (and the exceptiongroup backport on 3.10) keep their members here.
-        members = getattr(current, "exceptions", None)
-        if isinstance(members, (tuple, list)):
-            stack.extend(m for m in members if isinstance(m, BaseException))
-        if current.__cause__ is not None:
-            stack.append(current.__cause__)
-        if current.__context__ is not None and not current.__suppress_context__:
-            stack.append(current.__context__)
-    return False
-
-
-# --------------------------------------------------------------------------- registration
-
-
-def register(config: pytest.Config) -> None:
-    """Validate the options and register the :class:`ConfirmationManager` for this session."""
-    if hasattr(config, "workerinput"):
-        return  # an xdist worker: the controller has said why there is no report
-    if _distributed(config):
-        # Each xdist worker would trace and report on its share only; a merged report needs
-        # the controller to gather contexts, which we do not do (yet). Say so, do not guess.
-        config.issue_config_time_warning(
-            pytest.PytestWarning(
-                "--trainlint does not support pytest-xdist; run with -p no:xdist or -n 0 "
-                "for the confirmation report"
-            ),
-            stacklevel=2,
-        )
-        return
-    try:
-        import coverage  # noqa: F401
-    except ImportError:
-        raise pytest.UsageError(
-            "--trainlint needs coverage.py: pip install coverage (or trainlint[runtime])"
-        ) from None
-    paths = _option_paths(config)
-    for path in paths:
-        if not path.exists():
-            raise pytest.UsageError(f"--trainlint-paths: {path}: no such file or directory")
-    _check_lint_config(config.rootpath)
-    config.pluginmanager.register(ConfirmationManager(config, paths=paths), PLUGIN_NAME)
-
-
-def _distributed(config: pytest.Config) -> bool:
-    # pytest-xdist turns `-n N` into a `--dist` mode before pytest_configure.
-    return getattr(config.option, "dist", "no") not in ("no", None)
-
-
-def _option_paths(config: pytest.Config) -> list[Path]:
-    raw = config.getoption("trainlint_paths", default=None) or []
-    base = config.invocation_params.dir
-    return [(base / p).resolve() for p in raw]
-
-
-def _report_path(config: pytest.Config) -> Path | None:
+def report_path(config: pytest.Config) -> Path | None:
     cli = config.getoption("trainlint_report", default=None)
     if cli:
         return (config.invocation_params.dir / cli).resolve()
@@ -225,23 +42,6 @@ def _report_path(config: pytest.Config) -> Path | None:
     return None
 
 
-def _check_lint_config(rootdir: Path) -> None:
-    # A broken [tool.trainlint] should stop the session now, not after the whole suite ran.
-    from trainlint.api import all_rules
-    from trainlint.config import ConfigError, find_config, load_config, select_rules
-
-    path = find_config(rootdir)
-    if path is None:
-        return
-    try:
-        settings = load_config(path)
-        select_rules(all_rules(settings), settings)  # unknown codes, rule plugins that clash
-    except ConfigError as exc:
-        raise pytest.UsageError(f"--trainlint: {exc}") from None
-
-
-# --------------------------------------------------------------------------- the manager
-
 
 class ConfirmationManager:
     """The session's state: which tests ran which lines, and whose trainlint check failed."""
@@ -250,7 +50,7 @@ class ConfirmationManager:
         self.config = config
         self.rootdir = config.rootpath.resolve()
         self.paths = list(paths)
-        self.report_path = _report_path(config)
+        self.report_path = report_path(config)
         self.test_files: set[Path] = set()
         # coverage context label -> node ids; a test_function label can name several.
         self.labels: dict[str, set[str]] = {}
@@ -337,7 +137,7 @@ class ConfirmationManager:
         # source= is matched as a directory prefix (include= would read a pytester-style
         # "test_x[a]0" directory as a glob), and skips the running interpreter's
         # site-packages even when a virtualenv lives under the rootdir.
-        omit = [f"*{os.sep}{d}{os.sep}*" for d in _THIRD_PARTY_DIRS]
+        omit = [f"*{os.sep}{d}{os.sep}*" for d in THIRD_PARTY_DIRS]
         omit.append(f"*{os.sep}conftest.py")
         # The tests themselves are traced for nothing: they are never linted. (A path that
         # reads as a glob is left traced; it is filtered out when the files are chosen.)
@@ -418,7 +218,7 @@ class ConfirmationManager:
         for path in sorted(self.executed or {}):
             if path.suffix != ".py" or path.name == "conftest.py" or path in self.test_files:
                 continue
-            if not _under(path, self.rootdir) or any(d in path.parts for d in _THIRD_PARTY_DIRS):
+            if not _under(path, self.rootdir) or any(d in path.parts for d in THIRD_PARTY_DIRS):
                 continue
             if settings is not None and _excluded(path, settings):
                 continue

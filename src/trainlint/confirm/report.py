@@ -1,0 +1,144 @@
+"""The confirmation report: each finding with what the test run says about it.
+
+Plain data and one function (:func:`build_report`) that gives each finding its status from
+which tests ran its line and which of them failed a trainlint check. No coverage, no pytest
+state: the :class:`~trainlint.confirm.manager.ConfirmationManager` gathers those.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from trainlint.findings import Finding
+
+Status = Literal["confirmed", "exercised", "not-exercised"]
+STATUSES: tuple[Status, ...] = ("confirmed", "exercised", "not-exercised")
+
+
+@dataclass(frozen=True)
+class ConfirmedFinding:
+    """A lint finding with what the test run says about it. ``path`` is rootdir-relative."""
+
+    code: str
+    name: str
+    path: str
+    line: int
+    column: int
+    status: Status
+    tests: tuple[str, ...] = ()
+    confirmed_by: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "name": self.name,
+            "path": self.path,
+            "line": self.line,
+            "status": self.status,
+            "tests": list(self.tests),
+            "confirmed_by": list(self.confirmed_by),
+        }
+
+
+@dataclass
+class Report:
+    """All findings of the linted files, in path/line order, and how many files were linted."""
+
+    findings: list[ConfirmedFinding] = field(default_factory=list)
+    files: int = 0
+    error: str | None = None
+
+    def summary(self) -> dict[str, int]:
+        counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
+        for finding in self.findings:
+            counts[finding.status] += 1
+        return counts
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "findings": [f.to_json() for f in self.findings],
+            "summary": self.summary(),
+        }
+
+
+def build_report(
+    findings: Iterable[Finding],
+    executed: dict[Path, dict[int, set[str]]],
+    failed: set[str],
+    rootdir: Path,
+    *,
+    order: dict[str, int] | None = None,
+    files: int = 0,
+) -> Report:
+    """Give each finding its status.
+
+    ``findings`` carry absolute paths; ``executed[path][line]`` is the set of node ids that
+    ran that line; ``failed`` the node ids whose trainlint check failed; ``order`` the run
+    order of node ids (lists follow it, so the first test to run a line comes first).
+    """
+    rank = order or {}
+    out = []
+    for finding in findings:
+        path = Path(finding.path)
+        lines = executed.get(path, {})
+        ran: set[str] = set()
+        # A finding may span a multi-line statement; the tracer can report any of its lines.
+        for line in range(finding.line, max(finding.line, finding.end_line) + 1):
+            ran |= lines.get(line, set())
+        tests = sorted(ran, key=lambda nodeid: (rank.get(nodeid, len(rank)), nodeid))
+        confirmed_by = tuple(t for t in tests if t in failed)
+        status: Status = (
+            "confirmed" if confirmed_by else "exercised" if tests else "not-exercised"
+        )
+        out.append(
+            ConfirmedFinding(
+                code=finding.code,
+                name=finding.name,
+                path=relative_to_root(path, rootdir),
+                line=finding.line,
+                column=finding.column,
+                status=status,
+                tests=tuple(tests),
+                confirmed_by=confirmed_by,
+            )
+        )
+    out.sort(key=lambda f: (f.path, f.line, f.column, f.code))
+    return Report(findings=out, files=files)
+
+
+def relative_to_root(path: Path, rootdir: Path) -> str:
+    """``path`` relative to the rootdir, posix, with ``..`` for files outside it."""
+    try:
+        return path.relative_to(rootdir).as_posix()
+    except ValueError:
+        return Path(os.path.relpath(path, rootdir)).as_posix()
+
+
+def is_check_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is, wraps or was raised while handling a :class:`CheckFailed`."""
+    from trainlint.testing import CheckFailed  # does not import torch
+
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, CheckFailed):
+            return True
+        # ExceptionGroup (and the exceptiongroup backport on 3.10) keep their members here.
+        members = getattr(current, "exceptions", None)
+        if isinstance(members, (tuple, list)):
+            stack.extend(m for m in members if isinstance(m, BaseException))
+        if current.__cause__ is not None:
+            stack.append(current.__cause__)
+        if current.__context__ is not None and not current.__suppress_context__:
+            stack.append(current.__context__)
+    return False
+

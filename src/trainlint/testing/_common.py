@@ -1,0 +1,76 @@
+"""What every check shares: the failure type, and small helpers over parameters and losses.
+
+No torch at import: the helpers that need it import it when called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+Step = Callable[..., Any]
+
+
+class CheckFailed(AssertionError):
+    """A trainlint runtime check failed.
+
+    ``check`` is the check's name, ``rules`` the codes of the static rules that explain the
+    symptom and whose ``confirm_with`` is this check, ``result`` the measurements taken
+    before the failure (a result object, or None).
+    """
+
+    # Shown as trainlint.testing.CheckFailed in tracebacks, where users import it from.
+    __module__ = "trainlint.testing"
+
+    def __init__(
+        self, message: str, *, check: str, rules: tuple[str, ...] = (), result: Any = None
+    ) -> None:
+        super().__init__(message)
+        self.check = check
+        self.rules = rules
+        self.result = result
+
+
+def trainable(
+    model: torch.nn.Module, exclude: set[str] | None = None
+) -> list[tuple[str, torch.Tensor]]:
+    """The model's named parameters that require grad and hold elements, minus ``exclude``."""
+    named: list[tuple[str, torch.Tensor]] = [
+        (n, p)
+        for n, p in model.named_parameters()
+        if p.requires_grad and p.numel() > 0 and (not exclude or n not in exclude)
+    ]
+    if not named:
+        raise ValueError("the model has no trainable parameters to check")
+    return named
+
+
+def steps_text(which: list[int], total: int) -> str:
+    if len(which) == total:
+        return "all" if total > 1 else "0"
+    return ", ".join(str(i) for i in which[:10]) + (", ..." if len(which) > 10 else "")
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def loss_value(out: Any) -> float | None:
+    """A float from what a step returned: a tensor, a number, or (loss, ...) / {"loss": ..}."""
+    import torch
+
+    if isinstance(out, (tuple, list)) and out:
+        out = out[0]
+    elif isinstance(out, dict) and "loss" in out:
+        out = out["loss"]
+    if isinstance(out, torch.Tensor):
+        if out.numel() == 0:
+            return None
+        detached = out.detach()
+        return float(detached if detached.numel() == 1 else detached.float().mean())
+    if isinstance(out, (int, float)) and not isinstance(out, bool):
+        return float(out)
+    return None

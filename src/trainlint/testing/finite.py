@@ -1,0 +1,265 @@
+"""``assert_finite_grads``: no NaN or Inf in any gradient or in the loss."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from trainlint._runtime.links import Symptom
+from trainlint._runtime.report import fail, fmt, table
+from trainlint.testing._common import Step, loss_value, trainable
+
+if TYPE_CHECKING:
+    import torch
+
+    from trainlint._runtime.steps import GradRecorder, StepRunner
+
+CHECK = "assert_finite_grads"
+
+SYMPTOMS = {
+    "non-finite": Symptom(("TL602", "TL601", "TL604", "TL603", "TL503")),
+}
+
+
+@dataclass(frozen=True)
+class FiniteGradsResult:
+    """What :func:`assert_finite_grads` measured; ``losses`` holds what the step returned."""
+
+    steps: int
+    max_abs: dict[str, tuple[float | None, ...]]
+    losses: tuple[float | None, ...]
+
+
+def assert_finite_grads(
+    model: torch.nn.Module,
+    step: Step,
+    *,
+    steps: int = 1,
+    locate: bool = True,
+    batches: Iterable[Any] | None = None,
+) -> FiniteGradsResult:
+    """No NaN or Inf in any gradient, nor in the loss when the step returns it.
+
+    On failure names the first parameter (in backward order: the one nearest the loss) and
+    the step where a non-finite gradient appeared. With ``locate=True`` the step is stopped
+    inside ``backward()`` at the first non-finite gradient, before the optimizer spreads it
+    to the weights, and rerun with the same batch and random state under
+    ``torch.autograd.detect_anomaly()`` to name the backward op that produced it (e.g.
+    ``LogBackward0``) and the forward line that created that op. That costs a host sync per
+    gradient on CUDA; ``locate=False`` only records.
+    """
+    __tracebackhide__ = True
+    from trainlint._runtime.arguments import check_count, check_model
+    from trainlint._runtime.steps import StepRunner
+
+    check_model(CHECK, model, step)
+    check_count("steps", steps, 1)
+    run = StepRunner(step, batches, check=CHECK)
+    named = trainable(model)
+    measured = _measure(model, run, named, steps, locate)
+    first = _diagnose(measured, named)
+    if first is None and not measured.bad_losses:
+        return measured.result
+    _report(measured, named, first, run, locate, step)
+
+
+@dataclass
+class _Measured:
+    result: FiniteGradsResult
+    recorder: GradRecorder
+    stopped_at: int | None
+    rng: Any
+    device: torch.device
+
+    @property
+    def bad_losses(self) -> list[tuple[int, float]]:
+        return [
+            (i, v) for i, v in enumerate(self.result.losses)
+            if v is not None and not math.isfinite(v)
+        ]
+
+
+def _measure(
+    model: torch.nn.Module,
+    run: StepRunner,
+    named: list[tuple[str, torch.Tensor]],
+    steps: int,
+    locate: bool,
+) -> _Measured:
+    """Run the steps until a gradient or the loss is non-finite (stopping inside backward
+    when ``locate``), recording each gradient's largest magnitude and each loss."""
+    __tracebackhide__ = True
+    import torch
+
+    from trainlint._runtime.steps import GradRecorder, NonFiniteGradient, model_device
+
+    device = model_device(model)
+    recorder = GradRecorder([p for _, p in named], stop_on_nonfinite=locate)
+    losses: list[float | None] = []
+    stopped_at: int | None = None
+    rng: Any = None
+    with recorder:
+        for i in range(steps):
+            if locate:
+                rng = _rng_state(torch, device)
+            recorder.begin_step(i)
+            try:
+                out = run()
+            except NonFiniteGradient:
+                stopped_at = i
+                break
+            recorder.end_step()
+            losses.append(loss_value(out))
+            loss = losses[-1]
+            del out
+            if loss is not None and not math.isfinite(loss):
+                break
+    ran = len(losses) + (stopped_at is not None)
+    per_step = recorder.table(ran)
+    result = FiniteGradsResult(
+        steps=ran,
+        max_abs={n: tuple(per_step[i][j] for i in range(ran)) for j, (n, _) in enumerate(named)},
+        losses=tuple(losses),
+    )
+    return _Measured(result, recorder, stopped_at, rng, device)
+
+
+def _diagnose(
+    measured: _Measured, named: list[tuple[str, torch.Tensor]]
+) -> tuple[int, str] | None:
+    """(step, parameter) of the first non-finite gradient, in the order backward made them."""
+    from trainlint._runtime.steps import max_abs_values
+
+    events = measured.recorder.events
+    numbers = max_abs_values([v for _, _, v in events if v is not None])
+    seen = [(s, j) for s, j, v in events if v is not None]
+    for (step_i, index), number in zip(seen, numbers, strict=True):
+        if not math.isfinite(number):
+            return step_i, named[index][0]
+    return None
+
+
+def _report(
+    measured: _Measured,
+    named: list[tuple[str, torch.Tensor]],
+    first: tuple[int, str] | None,
+    run: StepRunner,
+    locate: bool,
+    step: Step,
+) -> NoReturn:
+    __tracebackhide__ = True
+    import torch
+
+    result = measured.result
+    rows = []
+    for name, param in named:
+        for i, value in enumerate(result.max_abs[name]):
+            if value is not None and not math.isfinite(value):
+                rows.append((name, tuple(param.shape), i, value))
+    sections = []
+    if first is not None:
+        step_i, name = first
+        headline = f"non-finite gradient in `{name}` at step {step_i}"
+        sections.append(
+            f"First non-finite gradient: `{name}` {fmt(tuple(dict(named)[name].shape))} "
+            f"at step {step_i} (the first parameter backward reached, so the nearest the loss)."
+        )
+        if rows:
+            sections.append(table(("parameter", "shape", "step", "max |grad|"), rows))
+    else:
+        step_i, value = measured.bad_losses[0]
+        headline = f"the loss is {value} at step {step_i}"
+    if measured.bad_losses:
+        sections.append(
+            "Loss per step: " + ", ".join(f"{i}: {fmt(v)}" for i, v in enumerate(result.losses))
+        )
+    if locate and measured.stopped_at is not None:
+        sections.append(_locate_nonfinite(torch, run, measured.rng, measured.device))
+    elif locate:
+        sections.append(
+            "Not located: the step was not stopped inside backward() (the gradient was "
+            "assigned directly, or only the loss is non-finite)."
+        )
+    else:
+        sections.append("Rerun with locate=True to name the backward op that produced it.")
+    fail(
+        CHECK,
+        headline,
+        sections,
+        symptoms=[SYMPTOMS["non-finite"]],
+        sources=[step],
+        result=result,
+    )
+
+
+def _rng_state(torch: Any, device: torch.device) -> tuple[Any, Any]:
+    cuda_state = None
+    if device.type == "cuda":
+        cuda_state = torch.cuda.get_rng_state_all()
+    return torch.get_rng_state(), cuda_state
+
+
+def _locate_nonfinite(
+    torch: Any, run: StepRunner, rng: tuple[Any, Any], device: torch.device
+) -> str:
+    """Rerun the failing step under anomaly detection; say which backward op made the NaN."""
+    cpu_state, cuda_state = rng
+    torch.set_rng_state(cpu_state)
+    if cuda_state is not None:
+        torch.cuda.set_rng_state_all(cuda_state)
+    op = None
+    error_text = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with torch.autograd.detect_anomaly(check_nan=True):
+                run.again()
+        except RuntimeError as error:
+            match = re.search(r"Function '(\w+)' returned nan values", str(error))
+            if match:
+                op = match.group(1)
+            else:
+                error_text = f"{type(error).__name__}: {error}"
+        except Exception as error:  # noqa: BLE001 - diagnostics must not replace the failure
+            error_text = f"{type(error).__name__}: {error}"
+    messages = [str(w.message) for w in caught]
+    forward = _forward_site(messages)
+    if op is None:
+        # The step may have caught the RuntimeError itself; the warning anomaly mode
+        # issues just before raising still names the op.
+        for message in messages:
+            match = re.search(r"Error detected in (\w+)\.", message)
+            if match:
+                op, error_text = match.group(1), None
+                break
+    if op is None:
+        why = f" (the rerun raised {error_text})" if error_text else ""
+        return (
+            "Rerun under torch.autograd.detect_anomaly() did not name an op" + why + ": "
+            "anomaly detection reports NaN outputs only, so the gradient is probably Inf "
+            "(an overflow, or 1/x at x=0)."
+        )
+    text = f"Anomaly detection on a rerun of that step: {op} returned NaN."
+    if forward:
+        text += f"\nIt was created in the forward pass at {forward}"
+    return text
+
+
+def _forward_site(messages: Iterable[str]) -> str | None:
+    """The innermost frame outside torch in the forward traceback anomaly mode printed."""
+    from trainlint._runtime.lintlink import display_path
+
+    for message in messages:
+        if "Traceback of forward call" not in message:
+            continue
+        frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s+(.*)', message)
+        user = [f for f in frames if f"{os.sep}torch{os.sep}" not in f[0]]
+        if user:
+            path, line, func, code = user[-1]
+            return f"{display_path(path)}:{line} in {func}: {code.strip()}"
+    return None

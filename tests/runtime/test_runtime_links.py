@@ -1,0 +1,313 @@
+"""The rule-to-check link: ``Rule.confirm_with`` is its one source.
+
+A failing check may confirm (put in ``CheckFailed.rules``) only rules whose ``confirm_with``
+names it, and every rule that names a check must be one that check's diagnosis can list.
+Everything is read from the registry, so these tests follow a change of ``confirm_with``.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import pytest
+import torch
+from runtime_helpers import batch, clean_setup, mlp
+from torch import nn
+from torch.optim import lr_scheduler
+
+import trainlint.testing
+from trainlint._runtime import links
+from trainlint._runtime.links import Symptom, explain, rule_info, rules_confirmed_by, symptoms_of
+from trainlint.rules import builtin_rules
+from trainlint.testing import CheckFailed
+
+CHECKS = [name for name in trainlint.testing.__all__ if name.startswith("assert_")]
+REGISTRY = {rule.code: rule for rule in builtin_rules()}
+
+# Links whose check has no diagnosis that can name the rule: the check passes on the bug
+# (or cannot observe it), so the link should change. Asked for in the rules/ package; each
+# xfail applies only while the rule still names the old check, and disappears once the
+# registry has the new value.
+PENDING: dict[str, tuple[str, str]] = {
+    "TL101": ("assert_grads_nonzero", "gradients are recorded as backward accumulates them: "
+              "a norm read after zero_grad() never makes this check fail"),
+    "TL110": ("assert_grads_nonzero", "a clip after optimizer.step() leaves every gradient "
+              "non-zero: this check passes on the bug"),
+    "TL103": ("assert_weights_updated", "gradients that pile up still move every weight; the "
+              "symptom is a loss that rises (assert_loss_decreases)"),
+    "TL106": ("assert_weights_updated", "modules in a plain list are invisible to "
+              "named_parameters(), so this check never looks at them"),
+    "TL202": ("assert_lr_schedule", "the check steps optimizer and scheduler itself, in the "
+              "right order: it cannot see the user's order"),
+    "TL701": ("assert_weights_updated", "a model left in eval() still updates its weights"),
+}
+
+
+def _linked_rules() -> list[object]:
+    params = []
+    for code, rule in sorted(REGISTRY.items()):
+        if not rule.confirm_with:
+            continue
+        marks = []
+        pending = PENDING.get(code)
+        if pending is not None and rule.confirm_with == pending[0]:
+            marks.append(pytest.mark.xfail(strict=True, reason=f"confirm_with: {pending[1]}"))
+        params.append(pytest.param(rule, id=code, marks=marks))
+    return params
+
+
+@pytest.mark.parametrize("rule", _linked_rules())
+def test_a_rule_names_a_check_that_lists_it_back(rule):
+    check = rule.confirm_with
+    assert check in CHECKS, f"{rule.code}: confirm_with={check!r} is not a trainlint.testing check"
+    explainable = {code for s in symptoms_of(check).values() for code in s.explained_by}
+    assert rule.code in explainable, (
+        f"{rule.code} names {check}, but no symptom of {check} is explained by it"
+    )
+    assert rule.code in rules_confirmed_by(check)
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_symptom_tables_name_only_registered_rules(check):
+    for key, symptom in symptoms_of(check).items():
+        for code in (*symptom.explained_by, *symptom.see_also):
+            assert code in REGISTRY, f"{check} symptom {key!r} names unknown rule {code}"
+
+
+def test_symptoms_of_an_unknown_check_is_an_error():
+    with pytest.raises(KeyError, match="assert_no_such_check"):
+        symptoms_of("assert_no_such_check")
+    with pytest.raises(KeyError):
+        symptoms_of("CheckFailed")  # public, but not a check
+
+
+def test_rule_info_and_rules_confirmed_by_come_from_the_registry():
+    for code, rule in REGISTRY.items():
+        info = rule_info(code)
+        assert info is not None
+        assert (info.name, info.message, info.confirm_with) == (
+            rule.name, rule.message, rule.confirm_with
+        )
+    assert rule_info("TL999") is None
+    for check in CHECKS:
+        expected = sorted(c for c, r in REGISTRY.items() if r.confirm_with == check)
+        assert list(rules_confirmed_by(check)) == expected
+
+
+def test_explain_keeps_the_symptom_order_and_moves_the_rest_to_see_also():
+    check = "assert_memory_stable"
+    mine = [c for c in ("TL304", "TL302") if REGISTRY[c].confirm_with == check]
+    others = sorted(c for c, r in REGISTRY.items() if r.confirm_with not in (None, check))[:2]
+    symptom = Symptom(explained_by=(*others[:1], "TL304", "TL302"), see_also=(others[1],))
+    explanation = explain(check, [symptom, symptom])
+    assert explanation.rules == tuple(mine)
+    assert explanation.see_also == (others[0], others[1])
+    assert explain(check, [Symptom(explained_by=("TL999",))]).see_also == ()
+
+
+def _expected(check: str, *symptoms: str) -> tuple[str, ...]:
+    table = symptoms_of(check)
+    codes = dict.fromkeys(c for s in symptoms for c in table[s].explained_by)
+    return tuple(c for c in codes if REGISTRY[c].confirm_with == check)
+
+
+def _assert_confirms_only_its_own(failure: CheckFailed, check: str, *symptoms: str) -> None:
+    assert failure.check == check
+    assert failure.rules == _expected(check, *symptoms)
+    for code in failure.rules:
+        assert REGISTRY[code].confirm_with == check
+    message = str(failure)
+    for code in failure.rules:
+        assert f"{code} {REGISTRY[code].name}" in message
+        assert REGISTRY[code].message in message  # the rule's own words, not a hand table
+
+
+# One planted bug per check; the bug's own rule must be among the confirmed ones whenever
+# it names that check.
+
+
+def _assert_planted(failure: CheckFailed, planted: str) -> None:
+    if REGISTRY[planted].confirm_with == failure.check:
+        assert planted in failure.rules
+    else:
+        assert planted not in failure.rules
+
+
+def test_grads_nonzero_confirms_only_its_rules():
+    model = mlp()
+    x, y = batch()
+
+    def step():
+        model.zero_grad()
+        nn.functional.mse_loss(model(x).detach().requires_grad_(), y).backward()  # TL108
+
+    with pytest.raises(CheckFailed) as info:
+        trainlint.testing.assert_grads_nonzero(model, step)
+    _assert_confirms_only_its_own(info.value, "assert_grads_nonzero", "no-gradient-anywhere")
+    _assert_planted(info.value, "TL108")
+    # the copies and remotes that also explain it are only pointed to
+    assert "See also" in str(info.value)
+    assert "TL501 module-sent-to-remote" in str(info.value)
+
+
+def test_finite_grads_confirms_only_its_rules():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+    x, y = torch.randn(32, 8), torch.randint(0, 4, (32,))
+
+    def step():
+        model.zero_grad()
+        probs = torch.softmax(model(x) * 1e4, dim=1)  # saturated: log(0) = -inf
+        loss = nn.functional.nll_loss(torch.log(probs), y)  # TL602
+        loss.backward()
+        return loss
+
+    with pytest.raises(CheckFailed) as info:
+        trainlint.testing.assert_finite_grads(model, step, locate=False)
+    _assert_confirms_only_its_own(info.value, "assert_finite_grads", "non-finite")
+    _assert_planted(info.value, "TL602")
+
+
+def test_weights_updated_confirms_only_its_rules():
+    model = mlp()
+    x, y = batch()
+
+    def step():
+        remote = copy.deepcopy(model)  # what a Ray remote receives (TL501)
+        opt = torch.optim.SGD(remote.parameters(), lr=0.1)
+        nn.functional.mse_loss(remote(x), y).backward()
+        opt.step()
+
+    with pytest.raises(CheckFailed) as info:
+        trainlint.testing.assert_weights_updated(model, step)
+    _assert_confirms_only_its_own(
+        info.value, "assert_weights_updated", "nothing-moved-no-gradient"
+    )
+    _assert_planted(info.value, "TL501")
+
+
+def test_memory_stable_confirms_only_its_rules():
+    s = clean_setup()
+    state = {"total": 0.0}
+
+    def step():
+        state["total"] += s.step()  # TL302
+
+    with pytest.raises(CheckFailed) as info:
+        trainlint.testing.assert_memory_stable(step)
+    _assert_confirms_only_its_own(info.value, "assert_memory_stable", "graph-nodes-grow")
+    _assert_planted(info.value, "TL302")
+
+
+def test_step_time_stable_confirms_only_its_rules():
+    s = clean_setup()
+    history = []
+
+    def step():
+        history.append(s.x)
+        time.sleep(0.0005 * len(history))  # work that grows with every step
+        s.step()
+
+    with pytest.raises(CheckFailed) as info:
+        trainlint.testing.assert_step_time_stable(step, steps=12)
+    _assert_confirms_only_its_own(info.value, "assert_step_time_stable", "slower-each-step")
+    # A graph that grows makes steps slower too, but assert_memory_stable confirms it.
+    _assert_planted(info.value, "TL302")
+
+
+def test_lr_schedule_confirms_only_its_rules():
+    def factory(opt):
+        return lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=6)  # TL201: epochs per batch
+
+    with pytest.raises(CheckFailed) as info:
+        trainlint.testing.assert_lr_schedule(factory, steps=60)
+    _assert_confirms_only_its_own(info.value, "assert_lr_schedule", "lr-restarts")
+    _assert_planted(info.value, "TL201")
+
+
+def test_loss_decreases_confirms_only_its_rules():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(32, 8), torch.randint(0, 4, (32,))
+
+    def step():
+        opt.zero_grad()
+        probs = torch.softmax(model(x), dim=1)
+        loss = nn.functional.cross_entropy(probs, y)  # TL602: a double softmax
+        loss.backward()
+        opt.step()
+        return loss
+
+    with pytest.raises(CheckFailed) as info:
+        trainlint.testing.assert_loss_decreases(step)
+    _assert_confirms_only_its_own(info.value, "assert_loss_decreases", "loss-falls-too-slowly")
+    _assert_planted(info.value, "TL602")
+
+
+def test_loss_decreases_rising_loss_confirms_only_its_rules():
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    x, y = batch()
+
+    def step():
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()  # TL103: no zero_grad, gradients pile up
+        opt.step()
+        return loss
+
+    with pytest.raises(CheckFailed) as info:
+        trainlint.testing.assert_loss_decreases(step, steps=10)
+    _assert_confirms_only_its_own(info.value, "assert_loss_decreases", "loss-rises")
+    _assert_planted(info.value, "TL103")
+
+
+class _KeepsStateOnSelf(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.encoder = nn.Linear(8, 16)
+        self.head = nn.Linear(16, 1)
+        self.hidden = None
+
+    def forward(self, x):
+        self.hidden = torch.relu(self.encoder(x))  # TL304, raced over by threads: TL503
+        time.sleep(0.002)
+        return self.head(self.hidden)
+
+
+def test_thread_safe_confirms_only_its_rules():
+    model = _KeepsStateOnSelf()
+    batches = [batch(i, n=16) for i in range(8)]
+
+    def step(b):
+        x, y = b
+        nn.functional.mse_loss(model(x), y).backward()
+
+    with pytest.raises(CheckFailed) as info:
+        trainlint.testing.assert_thread_safe(model, step, batches)
+    _assert_confirms_only_its_own(info.value, "assert_thread_safe", "thread-unsafe")
+    _assert_planted(info.value, "TL503")
+    _assert_planted(info.value, "TL304")
+
+
+def test_every_check_has_a_planted_bug_test():
+    tested = {
+        name.removeprefix("test_").removesuffix("_confirms_only_its_rules")
+        for name in globals()
+        if name.endswith("_confirms_only_its_rules")
+    }
+    assert {c.removeprefix("assert_") for c in CHECKS} <= tested
+
+
+def test_a_broken_rule_registry_does_not_hide_the_failure(monkeypatch):
+    def broken():
+        raise ImportError("rules/ is being split")
+
+    monkeypatch.setattr(links, "_registry", broken)
+    s = clean_setup(lr=0.0)
+    with pytest.raises(CheckFailed) as info:
+        trainlint.testing.assert_weights_updated(s.model, s.step)
+    assert info.value.rules == ()
+    assert "Gradients arrived but no parameter moved" in str(info.value)
