@@ -9,13 +9,6 @@ pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
-def pytest_configure(config):
-    # The `slow` marker is the one switch: `-m "not slow"` for daily work, and a run that
-    # keeps slow tests (CI's plain `python -m pytest`) runs every one of them, the
-    # runtime stress test that otherwise waits for TRAINLINT_SLOW=1 included.
-    os.environ.setdefault("TRAINLINT_SLOW", "1")
-
-
 @pytest.fixture
 def run_cli(capsys, monkeypatch):
     """Run `trainlint ...` in-process; returns (exit code, stdout, stderr)."""

@@ -1,11 +1,9 @@
 """The clean cases, many times over: a runtime check that cries wolf gets deleted.
 
-Slow: runs only with TRAINLINT_SLOW=1 (and carries the `slow` marker for `-m slow`).
+Slow: carries the `slow` marker (`-m "not slow"` leaves it out).
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 from runtime_helpers import clean_setup, mlp
@@ -21,10 +19,7 @@ from trainlint.testing import (
     assert_weights_updated,
 )
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not os.environ.get("TRAINLINT_SLOW"), reason="set TRAINLINT_SLOW=1"),
-]
+pytestmark = pytest.mark.slow
 
 
 def test_clean_steps_never_fail():

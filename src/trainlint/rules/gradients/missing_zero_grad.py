@@ -49,7 +49,7 @@ class MissingZeroGrad(Rule):
         "no `zero_grad()` on this path of the training loop: gradients accumulate across batches; call `optimizer.zero_grad()` once per step"
     )
     triggers = STEP_LOOP_TRIGGERS
-    confirm_with = "assert_weights_updated"
+    confirm_with = "assert_loss_decreases"
     valid = [
         """
 import torch

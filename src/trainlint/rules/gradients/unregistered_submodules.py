@@ -104,7 +104,7 @@ class UnregisteredSubmodules(Rule):
     )
     triggers = ("Module",)
     fix_safety = "safe"
-    confirm_with = "assert_weights_updated"
+    confirm_with = None  # its parameters are invisible to every check
     valid = [
         """
 from torch import nn

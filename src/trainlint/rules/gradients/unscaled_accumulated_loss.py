@@ -69,6 +69,7 @@ class UnscaledAccumulatedLoss(Rule):
         "gradient accumulation without dividing the loss by the accumulation count: each update is that many times larger; divide the loss by it"
     )
     severity = "warning"
+    confirm_with = "assert_loss_decreases"
     triggers = ("%",)
     valid = [
         """

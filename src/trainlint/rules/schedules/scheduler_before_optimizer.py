@@ -44,7 +44,7 @@ class SchedulerBeforeOptimizer(Rule):
         "`scheduler.step()` before `optimizer.step()`: the schedule's first value is skipped; step the scheduler after the optimizer"
     )
     triggers = ("sched", "lr_scheduler", "Scheduler")
-    confirm_with = "assert_lr_schedule"
+    confirm_with = None  # the check steps in the right order itself
     valid = [
         """
 import torch
