@@ -9,6 +9,7 @@ pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
 @pytest.fixture
 def run_cli(capsys, monkeypatch):
     """Run `trainlint ...` in-process; returns (exit code, stdout, stderr)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 
 import pytest
 
@@ -164,3 +165,23 @@ def test_huge_file_reported_and_skipped(monkeypatch):
     monkeypatch.setattr(engine, "MAX_FILE_BYTES", 100)
     found = lint_source("x = 1\n" * 50)
     assert [f.code for f in found] == ["TL001"] and "too large" in found[0].message
+
+
+def test_rules_that_skip_test_files_say_so_and_are_skipped_there():
+    """A rule with ``test_files = False`` is not run on test files, and its docs say so."""
+    from trainlint.config import RuleSelection
+    from trainlint.engine import Linter
+    from trainlint.rules import builtin_rules
+
+    skipping = [r for r in builtin_rules() if not r.test_files]
+    assert {r.code for r in skipping} >= {"TL101", "TL403"}
+    for rule in skipping:
+        assert "Not run on test files" in rule.documentation()
+        example = rule.invalid[0]
+        linter = Linter(RuleSelection([rule], {rule.code: dict(example.options)}))
+        src = textwrap.dedent(example.source).lstrip("\n").encode()
+        assert [f.code for f in linter.lint_bytes(src, "train.py").findings] == [rule.code] * len(
+            example.expected_lines()
+        ), rule.code
+        for test_path in ("tests/train.py", "test_train.py", "pkg/train_test.py", "conftest.py"):
+            assert linter.lint_bytes(src, test_path).findings == [], (rule.code, test_path)

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainlint.analysis.context import is_test_file
 from trainlint.analysis.model import FileModel
 from trainlint.config import RuleSelection
 from trainlint.findings import Finding, InternalError
@@ -107,9 +108,11 @@ class Linter:
                     )
                 )
             return result
+        in_tests = is_test_file(path)
         active = [
             rule for rule, trig in self._triggers
             if on(rule.code) and (not trig or any(t in data for t in trig))
+            and (rule.test_files or not in_tests)
         ]
         check_noqa = on(UNUSED_NOQA) and b"noqa" in data.lower()
         if not active and not check_noqa and not on(SYNTAX_ERROR):

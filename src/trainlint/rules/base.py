@@ -83,6 +83,10 @@ class Rule:
     fix_safety: ClassVar[Applicability | None] = None
     #: The runtime check in :mod:`trainlint.testing` that confirms a finding.
     confirm_with: ClassVar[str | None] = None
+    #: False: the rule does not run on test files (``tests/``, ``test_*.py``, ``*_test.py``,
+    #: ``conftest.py``), where the pattern it reports is usually done on purpose. Shown in
+    #: the rule's documentation.
+    test_files: ClassVar[bool] = True
     #: Option name -> default value; set in ``[tool.trainlint.rules.<CODE>]``.
     options: ClassVar[dict[str, Any]] = {}
     valid: ClassVar[list[str | Valid]] = []
@@ -145,6 +149,8 @@ class Rule:
             meta.append("Fix: none")
         if cls.confirm_with:
             meta.append(f"Confirmed at runtime by: `{cls.confirm_with}`")
+        if not cls.test_files:
+            meta.append("Not run on test files")
         if cls.origin != "trainlint":
             meta.append(f"From plugin: {cls.origin}")
         lines.append(" · ".join(meta))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from trainlint.analysis.context import is_test_file
 from trainlint.analysis.model import FileModel
 from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.steps import Kind
@@ -59,6 +58,8 @@ class GradNormAfterZeroGrad(Rule):
     )
     triggers = ("grad",)
     confirm_with = None  # assert_clip_effective (issue 14) will confirm it
+    # tests read gradients after zero_grad() on purpose, to assert that it cleared them
+    test_files = False
     valid = [
         """
 import torch
@@ -162,9 +163,6 @@ class Trainer:
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
-
-        if is_test_file(model.path):
-            return  # tests read gradients after zero_grad() to assert that it worked
         seen = Reported()
         for loop in precise_step_loops(model):
             if not single_optimizer(loop):

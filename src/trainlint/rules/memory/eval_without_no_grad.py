@@ -22,7 +22,8 @@ class EvalWithoutNoGrad(Rule):
     """## What it does
     Flags a model call in an evaluation loop (after `model.eval()`, or in a function
     named `evaluate`/`validate`/`test*`) that runs outside `torch.no_grad()` /
-    `torch.inference_mode()`.
+    `torch.inference_mode()`. In test files (`tests/`, `test_*.py`), `test_*` functions
+    are pytest tests, not evaluation loops, and are not reported for their name alone.
 
     ## Why is this bad?
     `model.eval()` switches dropout and batch-norm behaviour; it does not stop autograd
