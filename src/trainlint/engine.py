@@ -20,7 +20,7 @@ from typing import Any
 from trainlint.analysis.context import is_test_file
 from trainlint.analysis.model import FileModel
 from trainlint.config import RuleSelection
-from trainlint.findings import Finding, InternalError
+from trainlint.findings import Finding, InternalError, Related
 from trainlint.rules.base import Report, Rule
 from trainlint.source import Source, SourceError, decode, parse
 
@@ -178,9 +178,13 @@ class Linter:
         else:
             assert report.node is not None
             line, col, end_line, end_col = source.span(report.node)
+        related = tuple(
+            Related(*source.span(node), what) for node, what in report.related
+            if getattr(node, "lineno", None) is not None
+        )
         return Finding(
             rule.code, rule.name, path, line, col, end_line, end_col,
-            report.message, report.severity, report.fix,
+            report.message, report.severity, report.fix, related=related,
         )
 
     @staticmethod

@@ -27,6 +27,19 @@ class Fix:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class Related:
+    """Another place a finding involves (the `zero_grad()` a read comes after, the length
+    argument of a schedule): shown under the finding and as SARIF `relatedLocations`."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    message: str
+    cell: int | None = None
+
+
 @dataclass
 class Finding:
     """One reported problem. Lines and columns are 1-based; columns count characters."""
@@ -42,6 +55,7 @@ class Finding:
     severity: Severity = "error"
     fix: Fix | None = None
     cell: int | None = None
+    related: tuple[Related, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def sort_key(self) -> tuple[str, int, int, int, str]:
@@ -55,6 +69,13 @@ class Finding:
             data["fix"] = None
         if self.cell is None:
             data.pop("cell")
+        if self.related:
+            data["related"] = [
+                {k: v for k, v in asdict(r).items() if k != "cell" or v is not None}
+                for r in self.related
+            ]
+        else:
+            data.pop("related")
         return data
 
     @classmethod
@@ -79,6 +100,7 @@ class Finding:
             severity=data.get("severity", "error"),
             fix=fix_obj,
             cell=data.get("cell"),
+            related=tuple(Related(**r) for r in data.get("related", ())),
         )
 
 

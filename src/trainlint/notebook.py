@@ -321,7 +321,14 @@ def remap(findings: Iterable[Finding], cells: CellMap) -> list[Finding]:
         end_cell, end_line = cells.locate(f.end_line)
         if end_cell != cell:
             end_line = line
-        out.append(replace(f, line=line, end_line=end_line, cell=cell, fix=None))
+        related = []
+        for r in f.related:
+            r_cell, r_line = cells.locate(r.line)
+            r_end_cell, r_end = cells.locate(r.end_line)
+            related.append(replace(r, line=r_line, end_line=r_end if r_end_cell == r_cell
+                                   else r_line, cell=r_cell))
+        out.append(replace(f, line=line, end_line=end_line, cell=cell, fix=None,
+                           related=tuple(related)))
     return out
 
 

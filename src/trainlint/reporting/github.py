@@ -32,5 +32,8 @@ def format_github(findings: Sequence[Finding], rules: Sequence[object] = ()) -> 
         if span is not None:
             props += f"line={span[0]},col={span[1]},endLine={span[2]},endColumn={span[3]},"
         props += f"title={_escape_prop(f'{f.code} {f.name}')}"
-        out.append(f"::{level} {props}::{_escape_data(where + f.code + ' ' + f.message)}\n")
+        notes = "".join(f"; {r.message} at line {r.line}" for r in f.related if r.cell is None)
+        out.append(
+            f"::{level} {props}::{_escape_data(where + f.code + ' ' + f.message + notes)}\n"
+        )
     return "".join(out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from trainlint import __version__
@@ -69,6 +70,22 @@ def format_sarif(findings: Sequence[Finding], rules: Sequence[Any] = ()) -> str:
                 }
             ],
         }
+        if f.related:
+            result["relatedLocations"] = [
+                {
+                    "id": i,
+                    "physicalLocation": {
+                        "artifactLocation": {"uri": f.path, "uriBaseId": "%SRCROOT%"},
+                        "region": _region(
+                            replace(f, line=r.line, column=r.column, end_line=r.end_line,
+                                    end_column=r.end_column, cell=r.cell),
+                            notebooks,
+                        ),
+                    },
+                    "message": {"text": r.message},
+                }
+                for i, r in enumerate(f.related, 1)
+            ]
         if f.code in index:
             result["ruleIndex"] = index[f.code]
         results.append(result)

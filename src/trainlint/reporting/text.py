@@ -55,6 +55,9 @@ def full(findings: Sequence[Finding], rules: Sequence[object] = ()) -> str:
                     stop = f.end_column if f.end_line == f.line else len(text) + 1
                     carets = "^" * max(1, stop - start)
                     out.append(f"  {'':>{width}} | {' ' * (start - 1)}{carets}")
+        for r in f.related:
+            where = f"cell {r.cell}:" if r.cell is not None else ""
+            out.append(f"  = note: {r.message} at {where}{r.line}:{r.column}")
         if f.fix is not None:
             label = "Safe fix" if f.fix.applicability == "safe" else "Unsafe fix"
             out.append(f"  = {label}: {f.fix.message or 'available'}")

@@ -62,6 +62,9 @@ class Report:
     severity: Severity
     fix: Fix | None = None
     span: tuple[int, int, int, int] | None = None
+    #: Other places the finding involves: (node, what it is), e.g. (the zero_grad call,
+    #: "gradients cleared here").
+    related: tuple[tuple[ast.AST, str], ...] = ()
 
 
 class Rule:
@@ -108,8 +111,11 @@ class Rule:
         *,
         severity: Severity | None = None,
         fix: Fix | None = None,
+        related: tuple[tuple[ast.AST, str], ...] = (),
     ) -> Report:
-        return Report(node, message or self.message, severity or self.severity, fix)
+        return Report(
+            node, message or self.message, severity or self.severity, fix, related=related
+        )
 
     def fix(self, *edits: Edit, message: str = "") -> Fix:
         assert self.fix_safety is not None, f"{self.code} declares no fix_safety"
