@@ -91,7 +91,11 @@ class RetainGraphInLoop(Rule):
 
     code = "TL301"
     name = "retain-graph-in-loop"
-    message = "`retain_graph=True` keeps every batch's graph alive; nothing later in this step reuses it"
+    message = (
+        "`retain_graph=True` keeps this batch's saved activations after `backward()` (until the "
+        "loss is dropped: peak memory doubles, and a kept loss keeps them for good), and no "
+        "later backward in this step uses them; remove it"
+    )
     triggers = ("retain_graph",)
     fix_safety = "unsafe"
     confirm_with = "assert_memory_stable"
