@@ -18,6 +18,52 @@ _EVAL_FUNC = re.compile(r"^(evaluate|validate|validation|eval|test|val)(_|$)|"
                         re.IGNORECASE)
 
 
+#: `get_model()`, `build_net(cfg)`: calls that return or change a model, not run it
+_ACCESSOR = re.compile(r"^_?(get|set|build|make|create|load|init|turn|wrap|prepare|convert|"
+                       r"replace|register|freeze|unwrap)_", re.IGNORECASE)
+#: Names of wrappers that turn grad mode off (`smart_inference_mode()`, `maybe_no_grad`)
+#: or context managers from elsewhere that may (`eval_mode(model)`, `evaluating(net)`):
+#: whether grad is on under them cannot be seen from this file.
+_GRAD_WRAPPER = re.compile(r"no_grad|inference_mode|eval_mode|evaluating|inference_context",
+                           re.IGNORECASE)
+_ITER_WRAPPERS = ("enumerate", "tqdm", "iter", "zip", "islice", "progress_bar", "track")
+
+
+def _over_data(loop: ast.AST) -> bool:
+    """Does ``loop`` go over a data set (a loader, batches, `range(len(loader))`), rather
+    than repeat a fixed input, step a decoder, or walk a literal tuple of models?"""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False  # `while len(returns) < n`: an environment rollout or a decode loop
+    it: ast.AST = loop.iter
+    while isinstance(it, ast.Call) and call_name(it) in _ITER_WRAPPERS and it.args:
+        it = it.args[0]
+    if isinstance(it, (ast.List, ast.Tuple, ast.Set, ast.Constant)):
+        return False
+    if isinstance(it, ast.Call) and call_name(it) == "range":
+        return any(isinstance(sub, ast.Call) and call_name(sub) == "len"
+                   for arg in it.args for sub in ast.walk(arg))
+    return True
+
+
+def _under_grad_wrapper(model: FileModel, node: ast.AST) -> bool:
+    """Inside a `with` or under a decorator that is not torch's own but whose name says it
+    disables grad (or may): a project wrapper torch's names do not cover."""
+    for anc in model.ancestors(node):
+        exprs: list[ast.AST] = []
+        if isinstance(anc, (ast.With, ast.AsyncWith)):
+            exprs = [item.context_expr for item in anc.items]
+        elif isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            exprs = list(anc.decorator_list)
+        for expr in exprs:
+            target = expr.func if isinstance(expr, ast.Call) else expr
+            name = dotted(target)
+            if name is not None and not (model.qualname(target) or "").startswith("torch.") and (
+                _GRAD_WRAPPER.search(name.rsplit(".", 1)[-1])
+            ):
+                return True
+    return False
+
+
 class EvalWithoutNoGrad(Rule):
     """## What it does
     Flags a model call in an evaluation loop (after `model.eval()`, or in a function
@@ -104,6 +150,66 @@ def evaluate(model, loader):
     for x in loader:
         model(x)
 """,
+        # a project decorator that wraps `torch.inference_mode`/`no_grad`
+        """
+import torch
+from myproject.torch_utils import smart_inference_mode
+
+@smart_inference_mode()
+def validate(model, loader):
+    model.eval()
+    for images, targets in loader:
+        preds = model(images)
+""",
+        # a context manager from elsewhere that sets eval mode and may disable grad
+        """
+import torch
+from myproject.nets import eval_mode
+
+def validate(model, loader):
+    with eval_mode(model):
+        for x, y in loader:
+            out = model(x)
+""",
+        # a profiler warming up on one fixed input: no data set is evaluated
+        """
+import torch
+def measure(model, example, repeats=3):
+    model.eval()
+    for _ in range(repeats):
+        model(example)
+""",
+        # sample images from the EMA copy and the live model, once
+        """
+import torch
+def sample_grid(ema_model, model, batch):
+    grids = []
+    for net in (ema_model, model):
+        net.eval()
+        grids.append(net(batch))
+    return grids
+""",
+        # an environment rollout: one small forward per action, rebound every step
+        """
+import torch
+def evaluate(model, env, episodes):
+    model.eval()
+    obs, returns = env.reset(), []
+    while len(returns) < episodes:
+        q = model(torch.as_tensor(obs))
+        obs, done = env.step(q.argmax().item())
+        if done:
+            returns.append(env.episode_return)
+    return returns
+""",
+        # `trainer.get_model()` fetches the model, it does not run it
+        """
+import torch
+def validate(trainer, task, loader):
+    for batch in loader:
+        trainer.valid_step(batch)
+        task.report(trainer.get_model(), batch)
+""",
     ]
     invalid = [
         Invalid(
@@ -134,6 +240,19 @@ for epoch in range(10):
 """,
             line=9,
         ),
+        # batches drawn by index from the loader's length
+        Invalid(
+            """
+import torch
+def validate(model, val_loader):
+    model.eval()
+    it = iter(val_loader)
+    for _ in range(len(val_loader)):
+        x, y = next(it)
+        out = model(x)
+""",
+            line=7,
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -144,15 +263,15 @@ for epoch in range(10):
         seen = Reported()
         for call in self._model_calls(model):
             loops = model.enclosing_loops(call)
-            if not loops:
-                continue
+            if not any(_over_data(lp) for lp in loops):
+                continue  # warm-up/benchmark repeats, decode steps, env rollouts: no dataset
             fn = model.function_of(call)
             if not (self._after_eval(model, call, fn) or (
                 fn is not None and _EVAL_FUNC.search(fn.name) and not fn.name.endswith("_step")
                 and not (in_tests and fn.name.startswith("test"))
             )):
                 continue
-            if not grad_enabled_at(model, call)[0]:
+            if not grad_enabled_at(model, call)[0] or _under_grad_wrapper(model, call):
                 continue
             if self._backprops(model, loops[-1]) or self._grad_disabled_earlier(model, call, fn):
                 continue
@@ -187,7 +306,8 @@ for epoch in range(10):
             if flow._is_model_call(func) or (
                 name is not None and (id(model.function_of(call)), name) in evaluated
             ) or (isinstance(func, (ast.Name, ast.Attribute)) and model.qualname(func) is None
-                  and model.steps._is_model(func)):
+                  and model.steps._is_model(func) and model.resolve_call_target_is_none(func)
+                  and not _ACCESSOR.match((name or "").rsplit(".", 1)[-1])):
                 yield call
 
     @staticmethod
