@@ -70,6 +70,11 @@ class EvalWithoutNoGrad(Rule):
     named `evaluate`/`validate`/`test*`) that runs outside `torch.no_grad()` /
     `torch.inference_mode()`. In test files (`tests/`, `test_*.py`), `test_*` functions
     are pytest tests, not evaluation loops, and are not reported for their name alone.
+    The loop must go over data (a loader, its batches, `range(len(loader))`): repeating a
+    fixed input (a profiler warm-up), decode steps and environment rollouts are not
+    evaluation passes. Under a decorator or `with` whose name says it disables grad
+    (`smart_inference_mode()`, `eval_mode(model)` from another module), nothing is
+    reported: whether grad is on there cannot be seen from the file.
 
     ## Why is this bad?
     `model.eval()` switches dropout and batch-norm behaviour; it does not stop autograd
