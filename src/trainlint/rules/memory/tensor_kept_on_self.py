@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from trainlint.analysis.flow import Taint
@@ -12,12 +13,43 @@ from trainlint.analysis.steps import Kind, backward_calls, backward_value
 from trainlint.rules.base import Invalid, Report, Rule
 from trainlint.rules.memory._shared import value_names
 
+#: Values unpacked next to the loss for logging (`loss, loss_items = model(batch)`,
+#: `loss, log_vars = parse_losses(out)`): by convention they are detached already.
+_LOG_VALUES = re.compile(r"(^|_)(items|log_vars|logs|log_dict|scalars|metrics|stats)$")
+
+
+def _only_logging_values(model: FileModel, value: ast.expr) -> bool:
+    """Does every grad-carrying name in ``value`` read a logging value (see _LOG_VALUES)?
+    Names bound by a comprehension inside ``value`` come from its iterables, also read."""
+    bound = {
+        n.id for comp in ast.walk(value)
+        if isinstance(comp, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))
+        for gen in comp.generators for n in ast.walk(gen.target) if isinstance(n, ast.Name)
+    }
+    grad_names: list[str] = []
+    stack: list[ast.AST] = [value]
+    while stack:
+        sub = stack.pop()
+        if isinstance(sub, (ast.Name, ast.Attribute)) and (name := dotted(sub)) is not None:
+            if name.split(".", 1)[0] not in bound and (
+                model.flow.value(sub).taint is Taint.GRAD
+            ):
+                grad_names.append(name)
+            continue
+        stack.extend(ast.iter_child_nodes(sub))
+    return bool(grad_names) and all(
+        _LOG_VALUES.search(n.rsplit(".", 1)[-1]) for n in grad_names
+    )
+
 
 class TensorKeptOnSelf(Rule):
     """## What it does
     Flags storing a tensor that carries autograd history on an object that outlives the
     training step (`self.last_output = out`, `model.cache = logits`, a module-level
-    object) without `.detach()`, inside a training step.
+    object) without `.detach()`, inside a training step. When a helper called from the
+    step stores it, the finding is at that call and names the attribute. Logging values
+    unpacked next to the loss (`loss, loss_items = model(batch)`, `log_vars`) are
+    detached by convention and not reported.
 
     ## Why is this bad?
     The attribute keeps the batch's output, and through its `grad_fn` the whole graph
@@ -50,7 +82,7 @@ class TensorKeptOnSelf(Rule):
     code = "TL304"
     name = "tensor-kept-on-self"
     message = (
-        "a tensor with autograd history is stored on a long-lived object: the batch's graph stays alive; store `.detach()`"
+        "a tensor with autograd history is kept on an object that outlives the training step: the batch's graph stays alive until it is overwritten; store `.detach()`"
     )
     triggers = ("self.", "backward")
     confirm_with = "assert_memory_stable"
@@ -83,6 +115,24 @@ class Net(torch.nn.Module):
     def forward(self, x):
         self.features = self.body(x)
         return self.head(self.features)
+""",
+        # the logging values returned next to the loss are detached by convention
+        """
+import torch
+class Trainer:
+    def __init__(self, model, opt):
+        self.model, self.opt = model, opt
+        self.mean_items = None
+
+    def train_step(self, i, batch):
+        loss, loss_items = self.model(batch)
+        self.mean_items = (
+            loss_items if self.mean_items is None
+            else {k: (self.mean_items[k] * i + v) / (i + 1) for k, v in loss_items.items()}
+        )
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
 """,
         # no torch
         """
@@ -127,6 +177,23 @@ for x, y in loader:
 """,
             line=7,
         ),
+        # the logits returned next to the loss do carry the graph
+        Invalid(
+            """
+import torch
+class Trainer:
+    def __init__(self, model, opt):
+        self.model, self.opt = model, opt
+
+    def train_step(self, batch):
+        loss, logits = self.model(batch)
+        self.last_logits = logits
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+""",
+            line=8,
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -143,9 +210,27 @@ for x, y in loader:
                 continue
             if model.flow.value(node.value).taint is not Taint.GRAD:
                 continue
+            if _only_logging_values(model, node.value):
+                continue
             if self._reaches_backward(model, node, target):
                 continue
-            yield self.report(anchor)
+            yield self._report_at(model, node, target, anchor)
+
+    def _report_at(self, model: FileModel, stmt: ast.Assign, target: ast.Attribute,
+                   anchor: ast.AST) -> Report:
+        name = dotted(target) or model.source.segment(target)
+        if anchor is stmt:
+            return self.report(stmt, (
+                f"`{name}` keeps a tensor with autograd history past the training step: this "
+                f"batch's graph stays alive until the attribute is overwritten; store `.detach()`"
+            ))
+        fn = model.function_of(stmt)
+        where = f" (in `{fn.name}`)" if fn is not None else ""
+        return self.report(anchor, (
+            f"this call stores a tensor with autograd history on `{name}`{where}, which "
+            f"outlives the training step: the batch's graph stays alive until it is "
+            f"overwritten; store `.detach()` there"
+        ), related=((stmt, f"stored on `{name}` here"),))
 
     @staticmethod
     def _long_lived(model: FileModel, target: ast.Attribute) -> bool:
