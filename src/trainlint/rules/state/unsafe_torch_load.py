@@ -33,10 +33,55 @@ def _save_target(call: ast.Call) -> ast.expr | None:
     return call.args[1] if len(call.args) > 1 else keyword(call, "f")
 
 
-def _literal_path(node: ast.AST | None) -> str | None:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    return None
+def _has_literal(node: ast.AST) -> bool:
+    return any(
+        isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(node)
+    )
+
+
+def _written_here(model: FileModel, load: ast.Call, saves: list[ast.Call]) -> bool:
+    """The file loads what it saved itself: the same path expression is a `torch.save`
+    target, either built from a literal file name (anywhere in the file), or earlier in
+    the same function (a round trip through a temporary file or an in-memory buffer)."""
+    path = _path_arg(load)
+    if path is None:
+        return False
+    shape = ast.dump(path)
+    fn = model.function_of(load)
+    for save in saves:
+        target = _save_target(save)
+        if target is None or ast.dump(target) != shape:
+            continue
+        if _has_literal(path):
+            return True
+        if fn is not None and model.function_of(save) is fn and save.lineno < load.lineno:
+            return True
+    return False
+
+
+def _catches_type_error(handler: ast.ExceptHandler) -> bool:
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(k, ast.Name) and k.id == "TypeError" for k in kinds)
+
+
+def _old_torch_fallback(model: FileModel, load: ast.Call) -> bool:
+    """The load is the `except TypeError:` fallback of a `try` that passes `weights_only`
+    (by name or in `**kwargs`): it runs only on a torch too old to accept the argument."""
+    for anc in model.ancestors(load):
+        if not isinstance(anc, ast.ExceptHandler) or not _catches_type_error(anc):
+            continue
+        try_node = model.parent_of(anc)
+        if not isinstance(try_node, ast.Try):
+            continue
+        for stmt in try_node.body:
+            for node in ast.walk(stmt):
+                if (
+                    isinstance(node, ast.Call)
+                    and (keyword(node, "weights_only") is not None or has_star_kwargs(node))
+                    and model.call_qualname(node) == TORCH_LOAD
+                ):
+                    return True
+    return False
 
 
 def _state_dict_argument(model: FileModel, node: ast.AST) -> bool:
@@ -78,7 +123,8 @@ class UnsafeTorchLoad(Rule):
     """## What it does
     Flags `torch.load(..., weights_only=False)` on a path this file did not itself save
     with `torch.save`, and `torch.load` without `weights_only` when the project supports
-    a torch older than 2.6 (see `target-torch` below).
+    a torch older than 2.6 (see `target-torch` below). Test files are not checked: they
+    load what they just saved.
 
     ## Why is this bad?
     This is a security rule. `torch.load` unpickles: with `weights_only=False` a
@@ -93,7 +139,10 @@ class UnsafeTorchLoad(Rule):
     `pyproject.toml`'s `[project] dependencies` (`torch>=2.6` is 2.6), else 2.1, the
     oldest torch trainlint considers. From 2.6 on, a missing `weights_only` is the safe
     default and is not reported. An explicit `weights_only=False` is reported on every
-    torch.
+    torch. Not reported either: a load whose path this file saves to itself (a literal
+    file name, or earlier in the same function: a round trip through a temporary file
+    or an in-memory buffer), and the `except TypeError:` fallback of a `try` that passes
+    `weights_only`, which runs only on a torch too old to accept it.
 
     ## Example
     ```python
@@ -135,6 +184,7 @@ class UnsafeTorchLoad(Rule):
     message = "`torch.load(weights_only=False)` unpickles arbitrary code from this file"
     triggers = ("load",)
     fix_safety = "unsafe"
+    test_files = False  # tests load what they just saved
     options = {"require-explicit": True, TARGET_TORCH: None}
     valid = [
         "import torch\nstate = torch.load(path, weights_only=True)\n",
@@ -153,6 +203,25 @@ class UnsafeTorchLoad(Rule):
         Valid("import torch\nsd = torch.load(path)\n", options={TARGET_TORCH: "2.6"}),
         Valid("import torch\nsd = torch.load(path, map_location='cpu')\n",
               options={TARGET_TORCH: "2.7.1"}),
+        # a round trip through an in-memory buffer, as in broadcasting a pickled object
+        "import io\nimport torch\n\ndef share(obj, is_src, data):\n"
+        "    if is_src:\n        buffer = io.BytesIO()\n        torch.save(obj, buffer)\n"
+        "        return buffer.getvalue()\n"
+        "    buffer = io.BytesIO(data)\n    return torch.load(buffer)\n",
+        # a file name the same file writes elsewhere (save/load methods of one class)
+        "import os\nimport torch\n\nclass Centroids:\n"
+        "    def save(self, d):\n        torch.save(self.c, os.path.join(d, 'centroids.pth'))\n"
+        "    def load(self, d):\n        self.c = torch.load(os.path.join(d, 'centroids.pth'))\n",
+        # the fallback for a torch without the argument
+        "import torch\ntry:\n    sd = torch.load(path, weights_only=True)\n"
+        "except TypeError:\n    sd = torch.load(path)\n",
+        "import torch\n\ndef load(path, **kw):\n    try:\n        return torch.load(path, **kw)\n"
+        "    except (TypeError, ValueError):\n        return torch.load(path, map_location='cpu')\n",
+        # a test loads what it just saved
+        Valid("import torch\n\ndef test_roundtrip(tmp_path, model):\n"
+              "    torch.save(model.state_dict(), tmp_path / 'm.pt')\n"
+              "    sd = torch.load(tmp_path / 'm.pt', weights_only=False)\n",
+              path="tests/test_checkpoint.py"),
     ]
     invalid = [
         Invalid("import torch\nsd = torch.load(args.ckpt, weights_only=False)\n", line=2, column=6),
@@ -192,6 +261,21 @@ class UnsafeTorchLoad(Rule):
         ),
         # torch 1.12 has no `weights_only`: reported, but no fix
         Invalid("import torch\nsd = torch.load(path)\n", line=2, options={TARGET_TORCH: "1.12"}),
+        # an `except TypeError:` around something else is no old-torch fallback
+        Invalid(
+            "import torch\ntry:\n    cfg = parse(text)\nexcept TypeError:\n"
+            "    cfg = torch.load(path)\n",
+            line=5,
+            fixed="import torch\ntry:\n    cfg = parse(text)\nexcept TypeError:\n"
+            "    cfg = torch.load(path, weights_only=True)\n",
+        ),
+        # a round trip elsewhere does not cover a load before the save
+        Invalid(
+            "import torch\n\ndef resume_then_save(path, state):\n"
+            "    state.update(torch.load(path, weights_only=False))\n"
+            "    torch.save(state, path)\n",
+            line=4,
+        ),
     ]
 
     def _target(self, model: FileModel) -> tuple[tuple[int, int], str]:
@@ -210,13 +294,14 @@ class UnsafeTorchLoad(Rule):
             return
         target, why = self._target(model)
         report_missing = self.opts["require-explicit"] and target < SAFE_DEFAULT
-        saved = {_literal_path(_save_target(c)) for c in model.calls_to(TORCH_SAVE)}
-        saved.discard(None)
+        saves = model.calls_to(TORCH_SAVE)
         for call in loads:
             weights_only = keyword(call, "weights_only")
             if weights_only is None:
                 if not report_missing or has_star_kwargs(call):
                     continue  # safe by default, or **kwargs may carry weights_only
+                if _written_here(model, call, saves) or _old_torch_fallback(model, call):
+                    continue
                 yield self.report(
                     call,
                     f"`torch.load` without `weights_only` unpickles arbitrary code before "
@@ -224,7 +309,7 @@ class UnsafeTorchLoad(Rule):
                     fix=self._fix(model, call, target),
                 )
             elif is_false(weights_only):
-                if _literal_path(_path_arg(call)) in saved:
+                if _written_here(model, call, saves):
                     continue
                 yield self.report(call)
 
