@@ -114,8 +114,11 @@ def test_sarif_shape(run_cli, tree):
         region = r["locations"][0]["physicalLocation"]["region"]
         assert region["startLine"] >= 1 and region["startColumn"] >= 1
         assert run["tool"]["driver"]["rules"][r["ruleIndex"]]["id"] == r["ruleId"]
-    levels = {r["ruleId"]: r["level"] for r in results}
-    assert levels["TL702"] == "warning"
+    # One source of truth: a result's level is its rule's declared level (issue 17, item 5).
+    for r in results:
+        declared = run["tool"]["driver"]["rules"][r["ruleIndex"]]["defaultConfiguration"]
+        assert r["level"] == declared["level"]
+    assert {r["ruleId"]: r["level"] for r in results}["TL702"] == "error"
 
 
 def test_github_annotations(run_cli, tree):

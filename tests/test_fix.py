@@ -8,6 +8,7 @@ import stat
 
 import pytest
 
+# TL702's fix is safe here: the loaded state dict goes straight to load_state_dict.
 SRC = """\
 import torch
 from torch import nn
@@ -19,7 +20,7 @@ class Net(nn.Module):
         self.layers = [nn.Linear(2, 2) for _ in range(3)]  # keep this comment
 
 
-sd = torch.load(path)
+model.load_state_dict(torch.load(path))
 for x in loader:
     opt.zero_grad()
     loss = model(x).sum()
@@ -33,7 +34,7 @@ def test_diff_writes_nothing(run_cli, tree):
     code, out, _ = run_cli("check", "--diff", str(root / "train.py"))
     assert code == 1
     assert "+        self.layers = nn.ModuleList([nn.Linear(2, 2) for _ in range(3)])  # keep" in out
-    assert "+sd = torch.load(path, weights_only=True)" in out
+    assert "+model.load_state_dict(torch.load(path, weights_only=True))" in out
     assert "retain_graph" not in out  # unsafe fixes need --unsafe-fixes
     assert (root / "train.py").read_text() == SRC
     code, out, _ = run_cli("check", "--diff", "--unsafe-fixes", str(root / "train.py"))
@@ -66,7 +67,7 @@ def test_fix_safe_then_unsafe_and_idempotent(run_cli, tree):
      (b"# -*- coding: latin-1 -*-\n", b"\n", "latin-1")],
 )
 def test_fix_preserves_bytes_outside_the_edit(run_cli, tree, prefix, newline, encoding):
-    body = "name = 'caf\u00e9'\nimport torch\nsd = torch.load(p)  # \u00e9\n"
+    body = "name = 'caf\u00e9'\nimport torch\nm.load_state_dict(torch.load(p))  # \u00e9\n"
     data = prefix + body.replace("\n", newline.decode()).encode(encoding)
     root = tree({"a.py": data})
     path = root / "a.py"
@@ -79,7 +80,7 @@ def test_fix_preserves_bytes_outside_the_edit(run_cli, tree, prefix, newline, en
 
 
 def test_interrupted_write_leaves_original(run_cli, tree, monkeypatch):
-    root = tree({"a.py": "import torch\nsd = torch.load(p)\n"})
+    root = tree({"a.py": "import torch\nm.load_state_dict(torch.load(p))\n"})
     path = root / "a.py"
 
     def boom(src, dst):
@@ -94,7 +95,7 @@ def test_interrupted_write_leaves_original(run_cli, tree, monkeypatch):
     result = run([path], select_rules(builtin_rules(), settings), settings, jobs=1,
                  fix=FixMode(write=True))
     assert result.exit_code == 2 and "disk full" in str(result.errors[0])
-    assert path.read_text() == "import torch\nsd = torch.load(p)\n"
+    assert path.read_text() == "import torch\nm.load_state_dict(torch.load(p))\n"
     assert [p.name for p in root.iterdir()] == ["a.py"]  # no temp file left behind
 
 
@@ -118,7 +119,7 @@ def test_notebook_fix_rewrites_only_changed_cells(run_cli, tree):
             {"cell_type": "markdown", "metadata": {}, "source": ["# title\n"]},
             {"cell_type": "code", "execution_count": 1, "metadata": {"tags": ["x"]},
              "outputs": [{"output_type": "stream", "name": "stdout", "text": ["hi\n"]}],
-             "source": ["%matplotlib inline\n", "import torch\n", "sd = torch.load(p)"]},
+             "source": ["%matplotlib inline\n", "import torch\n", "m.load_state_dict(torch.load(p))"]},
             {"cell_type": "code", "execution_count": 2, "metadata": {}, "outputs": [],
              "source": "x = 1"},
         ],
@@ -130,7 +131,7 @@ def test_notebook_fix_rewrites_only_changed_cells(run_cli, tree):
     assert code == 0, out
     new = json.loads((root / "n.ipynb").read_text())
     assert new["cells"][1]["source"] == [
-        "%matplotlib inline\n", "import torch\n", "sd = torch.load(p, weights_only=True)"
+        "%matplotlib inline\n", "import torch\n", "m.load_state_dict(torch.load(p, weights_only=True))"
     ]
     assert new["cells"][1]["outputs"] == nb["cells"][1]["outputs"]
     assert new["cells"][0] == nb["cells"][0] and new["cells"][2] == nb["cells"][2]
@@ -139,7 +140,7 @@ def test_notebook_fix_rewrites_only_changed_cells(run_cli, tree):
 
 
 def test_fix_writes_through_a_symlink_and_keeps_the_link(run_cli, tree):
-    root = tree({"real/a.py": "import torch\nsd = torch.load(p)\n", "links/.keep": ""})
+    root = tree({"real/a.py": "import torch\nm.load_state_dict(torch.load(p))\n", "links/.keep": ""})
     target = root / "real" / "a.py"
     os.chmod(target, 0o640)
     link = root / "links" / "a.py"
@@ -147,7 +148,7 @@ def test_fix_writes_through_a_symlink_and_keeps_the_link(run_cli, tree):
     code, out, _ = run_cli("check", "--fix", "--no-cache", str(link))
     assert code == 0 and "Fixed 1 finding" in out
     assert link.is_symlink() and os.readlink(link) == os.path.join("..", "real", "a.py")
-    assert target.read_text() == "import torch\nsd = torch.load(p, weights_only=True)\n"
+    assert target.read_text() == "import torch\nm.load_state_dict(torch.load(p, weights_only=True))\n"
     assert stat.S_IMODE(target.stat().st_mode) == 0o640
     # the temp file went beside the target, and nothing was left behind in either folder
     assert sorted(p.name for p in (root / "real").iterdir()) == ["a.py"]
@@ -156,7 +157,7 @@ def test_fix_writes_through_a_symlink_and_keeps_the_link(run_cli, tree):
 
 def test_fix_through_a_chain_of_symlinks_to_a_notebook(run_cli, tree):
     nb = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {},
-                     "outputs": [], "source": ["import torch\n", "sd = torch.load(p)\n"]}],
+                     "outputs": [], "source": ["import torch\n", "m.load_state_dict(torch.load(p))\n"]}],
           "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     root = tree({"nb.ipynb": json.dumps(nb, indent=1) + "\n"})
     (root / "one.ipynb").symlink_to("nb.ipynb")
@@ -165,4 +166,4 @@ def test_fix_through_a_chain_of_symlinks_to_a_notebook(run_cli, tree):
     assert code == 0
     assert (root / "two.ipynb").is_symlink() and (root / "one.ipynb").is_symlink()
     fixed = json.loads((root / "nb.ipynb").read_text())
-    assert fixed["cells"][0]["source"][1] == "sd = torch.load(p, weights_only=True)\n"
+    assert fixed["cells"][0]["source"][1] == "m.load_state_dict(torch.load(p, weights_only=True))\n"

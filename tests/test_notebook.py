@@ -158,12 +158,12 @@ def test_a_broken_cell_leaves_the_other_cells_context_intact(run_cli, tree):
 
 
 def test_a_broken_cell_does_not_stop_fixes_in_other_cells(run_cli, tree):
-    nb = notebook(["import torch\n", "sd = torch.load(p)\n"], ["def broken(:\n"])
+    nb = notebook(["import torch\n", "m.load_state_dict(torch.load(p))\n"], ["def broken(:\n"])
     root = tree({"nb.ipynb": nb})
     code, out, _ = run_cli("check", "--fix", "--no-cache", str(root / "nb.ipynb"), cwd=root)
     assert "Fixed 1 finding" in out and "TL001" in out
     cells = json.loads((root / "nb.ipynb").read_text())["cells"]
-    assert cells[0]["source"][1] == "sd = torch.load(p, weights_only=True)\n"
+    assert cells[0]["source"][1] == "m.load_state_dict(torch.load(p, weights_only=True))\n"
     assert cells[1]["source"] == ["def broken(:\n"]
 
 

@@ -29,7 +29,8 @@ def test_hooks_install_and_run(tmp_path):
     sample = tmp_path / "sample"
     sample.mkdir()
     _git("init", "-q", cwd=sample)
-    (sample / "train.py").write_text("import torch\nsd = torch.load(path)\n")
+    # the state dict goes to load_state_dict, so adding weights_only=True is a safe fix
+    (sample / "train.py").write_text("import torch\nsd = torch.load(path)\nmodel.load_state_dict(sd)\n")
     (sample / "clean.py").write_text("import torch\nsd = torch.load(path, weights_only=True)\n")
     _git("add", ".", cwd=sample)
     home = tmp_path / "pre-commit-home"
@@ -49,7 +50,7 @@ def test_hooks_install_and_run(tmp_path):
 
     proc = hook("trainlint-fix", "train.py")
     assert (sample / "train.py").read_text() == (
-        "import torch\nsd = torch.load(path, weights_only=True)\n"
+        "import torch\nsd = torch.load(path, weights_only=True)\nmodel.load_state_dict(sd)\n"
     ), proc.stdout + proc.stderr
 
 

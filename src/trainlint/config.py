@@ -7,6 +7,7 @@ it into one line on stderr and exit status 2.
 from __future__ import annotations
 
 import fnmatch
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,16 @@ KNOWN_KEYS = {
     "cache-dir",
     "plugins",
     "rules",
+    "target-torch",
 }
+
+#: The key (in ``[tool.trainlint]``, and as an option of the rules that read it) naming the
+#: oldest torch release the project supports, as "2.6".
+TARGET_TORCH = "target-torch"
+#: The oldest torch trainlint considers: a project that neither sets ``target-torch`` nor
+#: pins torch in ``[project] dependencies`` is assumed to run on it.
+OLDEST_TORCH = "2.1"
+_TORCH_VERSION_RE = re.compile(r"^\s*(\d+)\.(\d+)(?:\.\d+)?\s*$")
 
 
 class ConfigError(Exception):
@@ -50,6 +60,8 @@ class Settings:
     cache_dir: str | None = None
     plugins: list[str] = field(default_factory=list)
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: ``target-torch`` as written ("2.6"); None: read each file's project pin instead
+    target_torch: str | None = None
     root: Path = field(default_factory=Path.cwd)
     config_path: Path | None = None
 
@@ -138,6 +150,8 @@ def settings_from_table(table: dict[str, Any], path: Path, prefix: str = "") -> 
         if not isinstance(table["cache-dir"], str):
             raise ConfigError(f"{path}: `{prefix}cache-dir` must be a string")
         s.cache_dir = table["cache-dir"]
+    if TARGET_TORCH in table:
+        s.target_torch = _torch_setting(table[TARGET_TORCH], prefix + TARGET_TORCH, path)
     rules = table.get("rules", {})
     if not isinstance(rules, dict):
         raise ConfigError(f"{path}: `{prefix}rules` must be a table of rule codes")
@@ -222,11 +236,19 @@ def select_rules(
                     f"{origin}: unknown option `rules.{code}.{key}` (known options: {known})"
                 )
             default = rule_cls.options[key]
-            if default is not None and not isinstance(value, type(default)):
+            if key == TARGET_TORCH:
+                _torch_setting(value, f"rules.{code}.{key}", origin)
+            elif default is not None and not isinstance(value, type(default)):
                 raise ConfigError(
                     f"{origin}: `rules.{code}.{key}` must be {type(default).__name__}"
                 )
-        options[code] = opts
+        options[code] = dict(opts)
+    if settings.target_torch is not None:
+        # The project-wide setting reaches the rules that read it as their option (a
+        # rule's own table wins), so it is part of the options the cache is keyed on.
+        for rule_cls in chosen:
+            if TARGET_TORCH in rule_cls.options:
+                options.setdefault(rule_cls.code, {}).setdefault(TARGET_TORCH, settings.target_torch)
     return RuleSelection(chosen, options, frozenset(by_code))
 
 
@@ -260,3 +282,115 @@ def path_matches(rel: str, pattern: str) -> bool:
     if "/" not in pattern:
         return any(fnmatch.fnmatchcase(p, pattern) for p in parts)
     return any(fnmatch.fnmatchcase("/".join(parts[:i]), pattern) for i in range(1, len(parts)))
+
+
+# -- the torch version a project targets ------------------------------------------------
+
+def _torch_setting(value: Any, key: str, where: Path | str) -> str:
+    if not isinstance(value, str) or not _TORCH_VERSION_RE.match(value):
+        raise ConfigError(f'{where}: `{key}` must be a torch version string like "2.6"')
+    return value.strip()
+
+
+def torch_version(text: str) -> tuple[int, int]:
+    """``"2.6"`` or ``"2.6.1"`` -> ``(2, 6)``; the text is one ``_torch_setting`` accepted."""
+    m = _TORCH_VERSION_RE.match(text)
+    if m is None:
+        raise ValueError(f"not a torch version: {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+_REQUIREMENT_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(.*)$", re.S)
+_CLAUSE_RE = re.compile(r"^\s*(===|==|~=|>=|<=|!=|>|<)\s*v?(\d+)(?:\.(\d+))?")
+
+
+def _lower_bound(spec: str) -> tuple[int, int] | None:
+    """The (major, minor) a version specifier cannot go below, or None when unbounded."""
+    spec = spec.split(";", 1)[0].strip()
+    if spec.startswith("(") and spec.endswith(")"):
+        spec = spec[1:-1]
+    bound: tuple[int, int] | None = None
+    for clause in spec.split(","):
+        m = _CLAUSE_RE.match(clause)
+        if m is None or m.group(1) in ("<", "<=", "!="):
+            continue
+        version = (int(m.group(2)), int(m.group(3) or 0))
+        bound = version if bound is None else max(bound, version)
+    return bound
+
+
+def torch_requirement(dependencies: Iterable[Any]) -> tuple[int, int] | None:
+    """The oldest torch that PEP 508 ``dependencies`` allow: ``["torch>=2.6,<3"]`` -> (2, 6).
+
+    None when torch is not required or one of its requirements has no lower bound. Several
+    requirements (per platform) give the oldest of their bounds.
+    """
+    bounds: list[tuple[int, int] | None] = []
+    for dep in dependencies:
+        if not isinstance(dep, str):
+            continue
+        m = _REQUIREMENT_RE.match(dep)
+        if m is None or re.sub(r"[-_.]+", "-", m.group(1)).lower() != "torch":
+            continue
+        bounds.append(_lower_bound(m.group(2)))
+    if not bounds or any(b is None for b in bounds):
+        return None
+    return min(b for b in bounds if b is not None)
+
+
+class TorchPins:
+    """The torch pin of the project each file belongs to, looked up once per directory.
+
+    The project is the nearest ``pyproject.toml`` at or above the file's directory; the
+    search stops at a directory holding ``trainlint.toml`` or ``.git`` (a project root
+    without a ``pyproject.toml``). Files that do not exist on disk (sources linted from
+    a string) have no pin.
+    """
+
+    def __init__(self) -> None:
+        self._by_dir: dict[Path, tuple[int, int] | None] = {}
+
+    def for_file(self, path: str) -> tuple[int, int] | None:
+        try:
+            file = Path(path)
+            if not file.is_file():
+                return None
+            raw = file.parent
+            if raw in self._by_dir:
+                return self._by_dir[raw]
+            pin = self._by_dir[raw] = self._for_dir(raw.resolve())
+        except (OSError, ValueError):
+            return None
+        return pin
+
+    def _for_dir(self, directory: Path) -> tuple[int, int] | None:
+        seen: list[Path] = []
+        pin: tuple[int, int] | None = None
+        for d in (directory, *directory.parents):
+            if d in self._by_dir:
+                pin = self._by_dir[d]
+                break
+            seen.append(d)
+            pyproject = d / "pyproject.toml"
+            if pyproject.is_file():
+                pin = _pyproject_pin(pyproject)
+                break
+            if (d / "trainlint.toml").is_file() or (d / ".git").exists():
+                break
+        for d in seen:
+            self._by_dir[d] = pin
+        return pin
+
+
+def _pyproject_pin(path: Path) -> tuple[int, int] | None:
+    """The torch lower bound in a ``pyproject.toml``'s ``[project] dependencies``, if any.
+
+    Someone else's unreadable or malformed file is not our error: it gives no pin.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    project = data.get("project")
+    deps = project.get("dependencies") if isinstance(project, dict) else None
+    return torch_requirement(deps) if isinstance(deps, list) else None

@@ -19,7 +19,7 @@ from typing import Any
 
 from trainlint.analysis.context import is_test_file
 from trainlint.analysis.model import FileModel
-from trainlint.config import RuleSelection
+from trainlint.config import TARGET_TORCH, RuleSelection, TorchPins
 from trainlint.findings import Finding, InternalError, Related
 from trainlint.rules.base import Report, Rule
 from trainlint.source import Source, SourceError, decode, parse
@@ -82,6 +82,7 @@ class Linter:
             (rule, tuple(t.encode() for t in rule.triggers)) for rule in self.rules
         ]
         self.collect_timings = timings
+        self._torch_pins = TorchPins()
 
     # -- public ---------------------------------------------------------------------------
     def lint_bytes(
@@ -142,6 +143,8 @@ class Linter:
         except Exception as exc:  # pragma: no cover - a bug in the model, not in the input
             result.errors.append(InternalError(path, "analysis", _describe(exc)))
             return result
+        if any(TARGET_TORCH in rule.options for rule in active):
+            model.torch_pin = self._torch_pins.for_file(path)
         raw: list[Finding] = []
         for rule in active:
             start = time.perf_counter() if self.collect_timings else 0.0

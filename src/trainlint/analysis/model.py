@@ -88,6 +88,9 @@ class FileModel:
         self.withs: list[ast.With | ast.AsyncWith] = []
         self._scope_of: dict[int, ast.AST] = {}
         self._memo: dict[object, Any] = {}
+        #: The oldest torch (major, minor) the file's project requires, from the nearest
+        #: pyproject.toml's dependencies; None when unknown. Set by the engine.
+        self.torch_pin: tuple[int, int] | None = None
         self._index()
 
     def memo(self, key: object, build: Callable[[FileModel], T]) -> T:

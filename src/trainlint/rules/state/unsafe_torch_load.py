@@ -5,24 +5,126 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.model import FileModel, has_star_kwargs, is_false, keyword
+from trainlint.analysis.model import (
+    FileModel,
+    call_name,
+    has_star_kwargs,
+    is_false,
+    keyword,
+    walk_local,
+)
+from trainlint.config import OLDEST_TORCH, TARGET_TORCH, torch_version
+from trainlint.findings import Applicability, Fix
 from trainlint.rules.base import Invalid, Report, Rule, Valid
 
 TORCH_LOAD = "torch.load"
 TORCH_SAVE = "torch.save"
+#: The first torch whose `torch.load` defaults to `weights_only=True`.
+SAFE_DEFAULT = (2, 6)
+#: The first torch whose `torch.load` accepts `weights_only` at all.
+HAS_WEIGHTS_ONLY = (1, 13)
 
 
-def _literal_path(node: ast.AST | None) -> str | None:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    return None
+def _path_arg(call: ast.Call) -> ast.expr | None:
+    return call.args[0] if call.args else keyword(call, "f")
+
+
+def _save_target(call: ast.Call) -> ast.expr | None:
+    return call.args[1] if len(call.args) > 1 else keyword(call, "f")
+
+
+def _has_literal(node: ast.AST) -> bool:
+    return any(
+        isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(node)
+    )
+
+
+def _written_here(model: FileModel, load: ast.Call, saves: list[ast.Call]) -> bool:
+    """The file loads what it saved itself: the same path expression is a `torch.save`
+    target, either built from a literal file name (anywhere in the file), or earlier in
+    the same function (a round trip through a temporary file or an in-memory buffer)."""
+    path = _path_arg(load)
+    if path is None:
+        return False
+    shape = ast.dump(path)
+    fn = model.function_of(load)
+    for save in saves:
+        target = _save_target(save)
+        if target is None or ast.dump(target) != shape:
+            continue
+        if _has_literal(path):
+            return True
+        if fn is not None and model.function_of(save) is fn and save.lineno < load.lineno:
+            return True
+    return False
+
+
+def _catches_type_error(handler: ast.ExceptHandler) -> bool:
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(k, ast.Name) and k.id == "TypeError" for k in kinds)
+
+
+def _old_torch_fallback(model: FileModel, load: ast.Call) -> bool:
+    """The load is the `except TypeError:` fallback of a `try` that passes `weights_only`
+    (by name or in `**kwargs`): it runs only on a torch too old to accept the argument."""
+    for anc in model.ancestors(load):
+        if not isinstance(anc, ast.ExceptHandler) or not _catches_type_error(anc):
+            continue
+        try_node = model.parent_of(anc)
+        if not isinstance(try_node, ast.Try):
+            continue
+        for stmt in try_node.body:
+            for node in ast.walk(stmt):
+                if (
+                    isinstance(node, ast.Call)
+                    and (keyword(node, "weights_only") is not None or has_star_kwargs(node))
+                    and model.call_qualname(node) == TORCH_LOAD
+                ):
+                    return True
+    return False
+
+
+def _state_dict_argument(model: FileModel, node: ast.AST) -> bool:
+    """``node`` is the state dict passed to some ``.load_state_dict(...)``."""
+    parent = model.parent_of(node)
+    if not isinstance(parent, ast.Call) or call_name(parent) != "load_state_dict":
+        return False
+    return (bool(parent.args) and parent.args[0] is node) or keyword(parent, "state_dict") is node
+
+
+def _goes_to_load_state_dict(model: FileModel, load: ast.Call) -> bool:
+    """Provably, the loaded value is only ever a state dict given to `load_state_dict`:
+    passed directly, or bound once to a local name whose every use is such an argument."""
+    if _state_dict_argument(model, load):
+        return True
+    stmt = model.parent_of(load)
+    if not (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+    ):
+        return False
+    name = stmt.targets[0].id
+    scope = model.scope_of(load)
+    uses: list[ast.Name] = []
+    stores = 0
+    for node in walk_local(scope):
+        if isinstance(node, ast.Name) and node.id == name:
+            if isinstance(node.ctx, ast.Load):
+                uses.append(node)
+            else:
+                stores += 1
+        elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return False
+    return stores == 1 and bool(uses) and all(_state_dict_argument(model, u) for u in uses)
 
 
 class UnsafeTorchLoad(Rule):
     """## What it does
-    Flags `torch.load(..., weights_only=False)` on a path that is not a literal this
-    file itself saved with `torch.save`, and (as a warning) `torch.load` without an
-    explicit `weights_only`.
+    Flags `torch.load(..., weights_only=False)` on a path this file did not itself save
+    with `torch.save`, and `torch.load` without `weights_only` when the project supports
+    a torch older than 2.6 (see `target-torch` below). Test files are not checked: they
+    load what they just saved.
 
     ## Why is this bad?
     This is a security rule. `torch.load` unpickles: with `weights_only=False` a
@@ -32,10 +134,20 @@ class UnsafeTorchLoad(Rule):
     2.6 it is `True`, so the same line is unsafe on one machine and fails to load a
     whole pickled model on another.
 
+    Which torch counts is the project's *target torch*: `target-torch = "2.6"` in
+    `[tool.trainlint]`, else the lower bound of the torch requirement in the nearest
+    `pyproject.toml`'s `[project] dependencies` (`torch>=2.6` is 2.6), else 2.1, the
+    oldest torch trainlint considers. From 2.6 on, a missing `weights_only` is the safe
+    default and is not reported. An explicit `weights_only=False` is reported on every
+    torch. Not reported either: a load whose path this file saves to itself (a literal
+    file name, or earlier in the same function: a round trip through a temporary file
+    or an in-memory buffer), and the `except TypeError:` fallback of a `try` that passes
+    `weights_only`, which runs only on a torch too old to accept it.
+
     ## Example
     ```python
     state = torch.load(args.checkpoint, weights_only=False)
-    model.load_state_dict(torch.load(path))
+    model.load_state_dict(torch.load(path))  # project requires torch>=2.1
     ```
 
     ## Use instead
@@ -47,14 +159,20 @@ class UnsafeTorchLoad(Rule):
     can load them.
 
     ## Fix safety
-    Adding `weights_only=True` where the argument is missing is safe: it is the
-    default since torch 2.6, and on older versions it refuses to unpickle code instead
-    of running it. An explicit `weights_only=False` is never changed automatically.
+    Where `weights_only` is missing, the fix adds `weights_only=True`. It is safe when
+    the loaded value provably goes to `load_state_dict` (passed directly, or bound to a
+    name used only that way): a state dict loads under `weights_only`. Otherwise it is
+    unsafe: a checkpoint holding pickled objects other than tensors (a whole module, an
+    `argparse.Namespace`, a config class) no longer loads. No fix is offered when the
+    target torch is older than 1.13, which lacks the argument, and an explicit
+    `weights_only=False` is never changed automatically.
 
     ## Options
-    - `require-explicit` (default `true`): also warn when `weights_only` is missing.
-      Projects that require torch >= 2.6, where the default is already `True`, can
-      set it to `false` to report only an explicit `weights_only=False`.
+    - `require-explicit` (default `true`): report a missing `weights_only` when the
+      target torch is older than 2.6; `false` reports only an explicit
+      `weights_only=False`.
+    - `target-torch` (default: the `target-torch` setting of `[tool.trainlint]`, else the
+      project's torch pin, else `"2.1"`): the oldest torch the project supports.
 
     ## References
     - [torch.load](https://pytorch.org/docs/stable/generated/torch.load.html)
@@ -65,8 +183,9 @@ class UnsafeTorchLoad(Rule):
     name = "unsafe-torch-load"
     message = "`torch.load(weights_only=False)` unpickles arbitrary code from this file"
     triggers = ("load",)
-    fix_safety = "safe"
-    options = {"require-explicit": True}
+    fix_safety = "unsafe"
+    test_files = False  # tests load what they just saved
+    options = {"require-explicit": True, TARGET_TORCH: None}
     valid = [
         "import torch\nstate = torch.load(path, weights_only=True)\n",
         "import torch\nstate = torch.load(path, map_location='cpu', **load_kwargs)\n",
@@ -80,14 +199,51 @@ class UnsafeTorchLoad(Rule):
         "import json\nwith open('cfg.json') as f:\n    cfg = json.load(f)\n",
         "import numpy as np\nw = np.load('w.npy')\n",
         Valid("import torch\nsd = torch.load(path)\n", options={"require-explicit": False}),
+        # torch >= 2.6 (the project's pin or `target-torch`): the default is already safe
+        Valid("import torch\nsd = torch.load(path)\n", options={TARGET_TORCH: "2.6"}),
+        Valid("import torch\nsd = torch.load(path, map_location='cpu')\n",
+              options={TARGET_TORCH: "2.7.1"}),
+        # a round trip through an in-memory buffer, as in broadcasting a pickled object
+        "import io\nimport torch\n\ndef share(obj, is_src, data):\n"
+        "    if is_src:\n        buffer = io.BytesIO()\n        torch.save(obj, buffer)\n"
+        "        return buffer.getvalue()\n"
+        "    buffer = io.BytesIO(data)\n    return torch.load(buffer)\n",
+        # a file name the same file writes elsewhere (save/load methods of one class)
+        "import os\nimport torch\n\nclass Centroids:\n"
+        "    def save(self, d):\n        torch.save(self.c, os.path.join(d, 'centroids.pth'))\n"
+        "    def load(self, d):\n        self.c = torch.load(os.path.join(d, 'centroids.pth'))\n",
+        # the fallback for a torch without the argument
+        "import torch\ntry:\n    sd = torch.load(path, weights_only=True)\n"
+        "except TypeError:\n    sd = torch.load(path)\n",
+        "import torch\n\ndef load(path, **kw):\n    try:\n        return torch.load(path, **kw)\n"
+        "    except (TypeError, ValueError):\n        return torch.load(path, map_location='cpu')\n",
+        # a test loads what it just saved
+        Valid("import torch\n\ndef test_roundtrip(tmp_path, model):\n"
+              "    torch.save(model.state_dict(), tmp_path / 'm.pt')\n"
+              "    sd = torch.load(tmp_path / 'm.pt', weights_only=False)\n",
+              path="tests/test_checkpoint.py"),
     ]
     invalid = [
         Invalid("import torch\nsd = torch.load(args.ckpt, weights_only=False)\n", line=2, column=6),
+        # explicit False stays unsafe on every torch
+        Invalid("import torch\nsd = torch.load(args.ckpt, weights_only=False)\n", line=2,
+                options={TARGET_TORCH: "2.6"}),
+        # the loaded value is not provably a state dict: unsafe fix
         Invalid(
             "from torch import load as tload\n\nsd = tload(path)\n",
             line=3,
             fixed="from torch import load as tload\n\nsd = tload(path, weights_only=True)\n",
         ),
+        Invalid(
+            "import torch\nckpt = torch.load(args.resume, map_location='cpu')\n"
+            "model.load_state_dict(ckpt['model'])\nstart = ckpt['args'].epoch\n",
+            line=2,
+            fixed="import torch\nckpt = torch.load(args.resume, map_location='cpu', "
+            "weights_only=True)\nmodel.load_state_dict(ckpt['model'])\n"
+            "start = ckpt['args'].epoch\n",
+            options={TARGET_TORCH: "2.5"},
+        ),
+        # straight into load_state_dict: safe fix
         Invalid(
             "import torch\nmodel.load_state_dict(\n    torch.load(\n        ckpt,\n"
             "        map_location='cpu',\n    )\n)\n",
@@ -95,34 +251,75 @@ class UnsafeTorchLoad(Rule):
             fixed="import torch\nmodel.load_state_dict(\n    torch.load(\n        ckpt,\n"
             "        map_location='cpu', weights_only=True,\n    )\n)\n",
         ),
+        Invalid(
+            "import torch\n\ndef restore(model, path):\n    sd = torch.load(path)\n"
+            "    model.load_state_dict(sd, strict=False)\n",
+            line=4,
+            fixed="import torch\n\ndef restore(model, path):\n"
+            "    sd = torch.load(path, weights_only=True)\n"
+            "    model.load_state_dict(sd, strict=False)\n",
+        ),
+        # torch 1.12 has no `weights_only`: reported, but no fix
+        Invalid("import torch\nsd = torch.load(path)\n", line=2, options={TARGET_TORCH: "1.12"}),
+        # an `except TypeError:` around something else is no old-torch fallback
+        Invalid(
+            "import torch\ntry:\n    cfg = parse(text)\nexcept TypeError:\n"
+            "    cfg = torch.load(path)\n",
+            line=5,
+            fixed="import torch\ntry:\n    cfg = parse(text)\nexcept TypeError:\n"
+            "    cfg = torch.load(path, weights_only=True)\n",
+        ),
+        # a round trip elsewhere does not cover a load before the save
+        Invalid(
+            "import torch\n\ndef resume_then_save(path, state):\n"
+            "    state.update(torch.load(path, weights_only=False))\n"
+            "    torch.save(state, path)\n",
+            line=4,
+        ),
     ]
+
+    def _target(self, model: FileModel) -> tuple[tuple[int, int], str]:
+        """The target torch and where it came from (for the message)."""
+        explicit = self.opts.get(TARGET_TORCH)
+        if explicit:
+            return torch_version(explicit), f"`{TARGET_TORCH}` {explicit}"
+        if model.torch_pin is not None:
+            major, minor = model.torch_pin
+            return model.torch_pin, f"the project requires torch>={major}.{minor}"
+        return torch_version(OLDEST_TORCH), f"no torch pin found, assuming {OLDEST_TORCH}"
 
     def check(self, model: FileModel) -> Iterator[Report]:
         loads = model.calls_to(TORCH_LOAD)
         if not loads:
             return
-        saved = {
-            _literal_path(c.args[1] if len(c.args) > 1 else keyword(c, "f"))
-            for c in model.calls_to(TORCH_SAVE)
-        }
-        saved.discard(None)
+        target, why = self._target(model)
+        report_missing = self.opts["require-explicit"] and target < SAFE_DEFAULT
+        saves = model.calls_to(TORCH_SAVE)
         for call in loads:
             weights_only = keyword(call, "weights_only")
             if weights_only is None:
-                if not self.opts["require-explicit"] or has_star_kwargs(call):
-                    continue  # may carry weights_only; cannot tell
-                from trainlint.fix import add_keyword
-
-                edit = add_keyword(model, call, "weights_only=True")
+                if not report_missing or has_star_kwargs(call):
+                    continue  # safe by default, or **kwargs may carry weights_only
+                if _written_here(model, call, saves) or _old_torch_fallback(model, call):
+                    continue
                 yield self.report(
                     call,
-                    "`torch.load` without `weights_only`: unpickles arbitrary code on "
-                    "torch < 2.6; pass `weights_only=True`",
-                    severity="warning",
-                    fix=self.fix(edit, message="add `weights_only=True`") if edit else None,
+                    f"`torch.load` without `weights_only` unpickles arbitrary code before "
+                    f"torch 2.6 ({why}); pass `weights_only=True`",
+                    fix=self._fix(model, call, target),
                 )
             elif is_false(weights_only):
-                path = call.args[0] if call.args else keyword(call, "f")
-                if _literal_path(path) in saved:
+                if _written_here(model, call, saves):
                     continue
                 yield self.report(call)
+
+    def _fix(self, model: FileModel, call: ast.Call, target: tuple[int, int]) -> Fix | None:
+        if target < HAS_WEIGHTS_ONLY:
+            return None
+        from trainlint.fix import add_keyword
+
+        edit = add_keyword(model, call, "weights_only=True")
+        if edit is None:
+            return None
+        safety: Applicability = "safe" if _goes_to_load_state_dict(model, call) else "unsafe"
+        return Fix(safety, (edit,), "add `weights_only=True`")
