@@ -12,7 +12,7 @@ import pytest
 from trainlint.config import TorchPins, torch_requirement
 
 LOAD = "import torch\nsd = torch.load(path)\n"
-EXPLICIT = "import torch\nsd = torch.load(path, weights_only=False)\n"
+EXPLICIT = "import torch\nmodel.load_state_dict(torch.load(path, weights_only=False))\n"
 
 
 def _pyproject(*deps: str, tool: str = "") -> str:
@@ -69,7 +69,7 @@ def test_missing_weights_only_follows_the_project_pin(run_cli, tree):
 def test_explicit_false_is_reported_on_every_torch(run_cli, tree):
     root = tree({"pyproject.toml": _pyproject("torch>=2.6"), "load.py": EXPLICIT})
     code, out, _ = run_cli("check", "--no-cache", str(root))
-    assert code == 1 and "load.py:2:6: TL702" in out
+    assert code == 1 and "load.py:2:23: TL702" in out
 
 
 def test_target_torch_setting_wins_over_the_pin(run_cli, tree):
@@ -124,7 +124,7 @@ def test_findings_have_the_rule_severity(run_cli, tree):
     """Issue 17, item 5: a finding's severity is its rule's, as `trainlint rules` and SARIF say."""
     from trainlint.rules.state.unsafe_torch_load import UnsafeTorchLoad
 
-    root = tree({"load.py": LOAD + "sd2 = torch.load(p, weights_only=False)\n"})
+    root = tree({"load.py": LOAD + "m.load_state_dict(torch.load(p, weights_only=False))\n"})
     _, out, _ = run_cli("check", "--no-cache", "--output-format", "json", str(root))
     findings = json.loads(out)
     assert len(findings) == 2

@@ -138,8 +138,11 @@ class UnsafeTorchLoad(Rule):
     `[tool.trainlint]`, else the lower bound of the torch requirement in the nearest
     `pyproject.toml`'s `[project] dependencies` (`torch>=2.6` is 2.6), else 2.1, the
     oldest torch trainlint considers. From 2.6 on, a missing `weights_only` is the safe
-    default and is not reported. An explicit `weights_only=False` is reported on every
-    torch. Not reported either: a load whose path this file saves to itself (a literal
+    default and is not reported. An explicit `weights_only=False` is a deliberate choice
+    in most real code (a checkpoint format that pickles objects): it is reported by
+    default only where the loaded value provably is a state dict handed to
+    `load_state_dict`, which loads fine with `weights_only=True`; the option
+    `report-explicit-false` reports every one. Not reported either: a load whose path this file saves to itself (a literal
     file name, or earlier in the same function: a round trip through a temporary file
     or an in-memory buffer), and the `except TypeError:` fallback of a `try` that passes
     `weights_only`, which runs only on a torch too old to accept it.
@@ -171,6 +174,8 @@ class UnsafeTorchLoad(Rule):
     - `require-explicit` (default `true`): report a missing `weights_only` when the
       target torch is older than 2.6; `false` reports only an explicit
       `weights_only=False`.
+    - `report-explicit-false` (default `false`): also report an explicit
+      `weights_only=False` whose value is not provably a state dict (security audits).
     - `target-torch` (default: the `target-torch` setting of `[tool.trainlint]`, else the
       project's torch pin, else `"2.1"`): the oldest torch the project supports.
 
@@ -185,9 +190,13 @@ class UnsafeTorchLoad(Rule):
     triggers = ("load",)
     fix_safety = "unsafe"
     test_files = False  # tests load what they just saved
-    options = {"require-explicit": True, TARGET_TORCH: None}
+    options = {"require-explicit": True, "report-explicit-false": False, TARGET_TORCH: None}
     valid = [
         "import torch\nstate = torch.load(path, weights_only=True)\n",
+        # a deliberate False for a checkpoint that pickles more than tensors (the default
+        # reports it only with `report-explicit-false`)
+        "import torch\nckpt = torch.load(args.resume, weights_only=False)\n"
+        "model.load_state_dict(ckpt['model'])\nstart_epoch = ckpt['args'].epochs\n",
         "import torch\nstate = torch.load(path, map_location='cpu', **load_kwargs)\n",
         "import torch\nstate = torch.load(path, weights_only=args.trust)\n",
         # the project wrote this literal path itself, in this file
@@ -224,10 +233,14 @@ class UnsafeTorchLoad(Rule):
               path="tests/test_checkpoint.py"),
     ]
     invalid = [
-        Invalid("import torch\nsd = torch.load(args.ckpt, weights_only=False)\n", line=2, column=6),
+        # explicit False where the value is only ever a state dict: `True` would load it
+        Invalid("import torch\nmodel.load_state_dict(torch.load(args.ckpt, weights_only=False))\n",
+                line=2, column=23),
+        Invalid("import torch\nsd = torch.load(args.ckpt, weights_only=False)\n", line=2, column=6,
+                options={"report-explicit-false": True}),
         # explicit False stays unsafe on every torch
         Invalid("import torch\nsd = torch.load(args.ckpt, weights_only=False)\n", line=2,
-                options={TARGET_TORCH: "2.6"}),
+                options={TARGET_TORCH: "2.6", "report-explicit-false": True}),
         # the loaded value is not provably a state dict: unsafe fix
         Invalid(
             "from torch import load as tload\n\nsd = tload(path)\n",
@@ -274,7 +287,7 @@ class UnsafeTorchLoad(Rule):
             "import torch\n\ndef resume_then_save(path, state):\n"
             "    state.update(torch.load(path, weights_only=False))\n"
             "    torch.save(state, path)\n",
-            line=4,
+            line=4, options={"report-explicit-false": True},
         ),
     ]
 
@@ -311,7 +324,14 @@ class UnsafeTorchLoad(Rule):
             elif is_false(weights_only):
                 if _written_here(model, call, saves):
                     continue
-                yield self.report(call)
+                if self.opts["report-explicit-false"]:
+                    yield self.report(call)
+                elif _goes_to_load_state_dict(model, call):
+                    yield self.report(
+                        call,
+                        "`weights_only=False` on a load that only feeds `load_state_dict`: "
+                        "it unpickles arbitrary code for nothing; pass `weights_only=True`",
+                    )
 
     def _fix(self, model: FileModel, call: ast.Call, target: tuple[int, int]) -> Fix | None:
         if target < HAS_WEIGHTS_ONLY:
