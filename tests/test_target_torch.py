@@ -163,3 +163,15 @@ def test_safe_fix_only_into_load_state_dict(run_cli, tree):
     assert "weights_only" not in (root / "b.py").read_text()  # unsafe: needs --unsafe-fixes
     run_cli("check", "--fix", "--unsafe-fixes", "--no-cache", str(root))
     assert "weights_only=True" in (root / "b.py").read_text()
+
+
+def test_editing_the_pin_relints_unchanged_files(run_cli, tree):
+    """The cache key includes the project's torch pin, not only the file's bytes."""
+    tool = '[tool.trainlint]\ncache-dir = ".cache"\n'
+    root = tree({"pyproject.toml": _pyproject("torch>=2.1", tool=tool), "load.py": LOAD})
+    code, out, _ = run_cli("check", str(root))
+    assert code == 1 and _tl702(out)
+    assert any((root / ".cache").rglob("*.json"))
+    (root / "pyproject.toml").write_text(_pyproject("torch>=2.6", tool=tool))
+    code, out, _ = run_cli("check", str(root))
+    assert code == 0 and not _tl702(out)

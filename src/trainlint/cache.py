@@ -34,11 +34,12 @@ class Cache:
         blob = json.dumps(parts, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()
 
-    def key(self, data: bytes, kind: str, ignored: list[str]) -> str:
+    def key(self, data: bytes, kind: str, ignored: list[str], extra: str = "") -> str:
         h = hashlib.sha256()
         h.update(self.fingerprint.encode())
         h.update(kind.encode())
         h.update(",".join(sorted(ignored)).encode())
+        h.update(b"\0" + extra.encode())
         h.update(b"\0")
         h.update(data)
         return h.hexdigest()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainlint.cache import Cache
-from trainlint.config import RuleSelection, Settings, per_file_ignored
+from trainlint.config import RuleSelection, Settings, TorchPins, per_file_ignored
 from trainlint.engine import SYNTAX_ERROR, FileResult, Linter
 from trainlint.findings import Finding, InternalError
 
@@ -171,12 +171,16 @@ def run(
     todo: list[int] = []
     keys: dict[int, str] = {}
     if cache is not None and (fix is None or not fix.active):
+        # A file's findings also depend on its project's torch pin (TL702): editing the pin
+        # in pyproject.toml must re-lint files whose bytes did not change.
+        pins = TorchPins()
         for i, p in enumerate(paths):
             data = read_file(p)
             if isinstance(data, str):
                 todo.append(i)
                 continue
-            key = cache.key(data, p.suffix, sorted(per_file_ignored(settings, p)))
+            key = cache.key(data, p.suffix, sorted(per_file_ignored(settings, p)),
+                            extra=f"torch-pin={pins.for_file(str(p))}")
             hit = cache.get(key, display_path(p))
             if hit is None:
                 keys[i] = key
