@@ -112,7 +112,36 @@ def _expected(check: str, *symptoms: str) -> tuple[str, ...]:
     return tuple(c for c in codes if REGISTRY[c].confirm_with == check)
 
 
+def _assert_report_confirms_only(failure: CheckFailed) -> None:
+    """Fed to the confirmation report, the failure confirms exactly the findings it lists.
+
+    One finding of every registered code on a line the failing test ran: those whose code
+    is in ``failure.rules`` are confirmed, every other one is only exercised.
+    """
+    from pathlib import Path
+
+    from trainlint.confirm import build_report, check_failures
+    from trainlint.findings import Finding
+
+    root = Path("/project")
+    path = root / "train.py"
+    findings = [
+        Finding(code=code, name=rule.name, path=str(path), line=i, column=1, end_line=i,
+                end_column=2, message=rule.message)
+        for i, (code, rule) in enumerate(sorted(REGISTRY.items()), 1)
+    ]
+    executed = {path: {f.line: {"t::failing"} for f in findings}}
+    report = build_report(findings, executed, {"t::failing": check_failures(failure)}, root)
+    confirmed = {f.code for f in report.findings if f.status == "confirmed"}
+    assert confirmed == set(failure.rules)
+    assert confirmed <= set(rules_confirmed_by(failure.check))
+    assert {f.code for f in report.findings if f.status == "exercised"} == (
+        set(REGISTRY) - confirmed
+    )
+
+
 def _assert_confirms_only_its_own(failure: CheckFailed, check: str, *symptoms: str) -> None:
+    _assert_report_confirms_only(failure)
     assert failure.check == check
     assert failure.rules == _expected(check, *symptoms)
     for code in failure.rules:
