@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, fmt, table
 from trainlint.testing._common import Step, loss_value, trainable
@@ -35,6 +36,7 @@ class FiniteGradsResult:
     losses: tuple[float | None, ...]
 
 
+@guarded(CHECK)
 def assert_finite_grads(
     model: torch.nn.Module,
     step: Step,
@@ -42,6 +44,7 @@ def assert_finite_grads(
     steps: int = 1,
     locate: bool = True,
     batches: Iterable[Any] | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> FiniteGradsResult:
     """No NaN or Inf in any gradient, nor in the loss when the step returns it.
 

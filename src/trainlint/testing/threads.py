@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, table
 from trainlint.testing._common import trainable
@@ -42,6 +43,7 @@ class ThreadSafetyResult:
     max_abs_diff: dict[str, float] = field(default_factory=dict)
 
 
+@guarded(CHECK)
 def assert_thread_safe(
     model: torch.nn.Module,
     step: Callable[[Any], Any],
@@ -50,6 +52,7 @@ def assert_thread_safe(
     threads: int = 4,
     rtol: float = 1e-4,
     atol: float | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> ThreadSafetyResult:
     """Computing gradients on several threads gives what computing them in sequence gives.
 
