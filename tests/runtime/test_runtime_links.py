@@ -321,6 +321,27 @@ def test_thread_safe_confirms_only_its_rules():
     _assert_planted(info.value, "TL304")
 
 
+@pytest.mark.parametrize("planted", ["TL101", "TL110"])
+def test_clip_effective_confirms_only_its_rules(planted):
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = batch()
+
+    def step():
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        if planted == "TL101":
+            opt.zero_grad()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+
+    with pytest.raises(CheckFailed) as info:
+        trainlint.testing.assert_clip_effective(model, step)
+    symptom = "read-after-zero-grad" if planted == "TL101" else "clip-after-step"
+    _assert_confirms_only_its_own(info.value, "assert_clip_effective", symptom)
+    _assert_planted(info.value, planted)
+
+
 def test_every_check_has_a_planted_bug_test():
     tested = {
         name.removeprefix("test_").removesuffix("_confirms_only_its_rules")
