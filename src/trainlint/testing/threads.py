@@ -6,8 +6,8 @@ import math
 import os
 import random
 import sys
-import time
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
