@@ -77,6 +77,12 @@ def assert_loss_decreases() -> Callable[..., Any]:
 
 
 @pytest.fixture
+def assert_clip_effective() -> Callable[..., Any]:
+    """:func:`trainlint.testing.assert_clip_effective`."""
+    return _check("assert_clip_effective")
+
+
+@pytest.fixture
 def assert_thread_safe() -> Callable[..., Any]:
     """:func:`trainlint.testing.assert_thread_safe`."""
     return _check("assert_thread_safe")

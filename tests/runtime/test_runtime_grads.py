@@ -264,13 +264,60 @@ def test_finite_grads_names_the_backward_op_and_the_forward_line():
     with pytest.raises(CheckFailed) as info:
         assert_finite_grads(model, step)
     message = str(info.value)
-    assert "non-finite gradient in `2.bias` at step 0" in message
-    assert "LogBackward0 returned NaN" in message
+    assert "NaN gradient in `2.bias` at step 0" in message
+    assert "LogBackward0 turned finite gradients into NaN" in message
     assert "torch.log(1 - p)" in message  # the forward line that created the op
     assert "test_runtime_grads.py" in message
     assert "TL602 softmax-into-cross-entropy" in message
     # stopped inside backward: the optimizer never applied the NaN
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("user_setting", [False, True])
+def test_finite_grads_locates_even_when_the_step_switches_anomaly_detection_off(user_setting):
+    model, _, step = saturating_bce_setup()
+
+    def step_without_anomaly():
+        torch.autograd.set_detect_anomaly(False)  # "it is slow": the user turned it off
+        return step()
+
+    torch.autograd.set_detect_anomaly(user_setting)
+    try:
+        with pytest.raises(CheckFailed) as info:
+            assert_finite_grads(model, step_without_anomaly)
+        assert torch.is_anomaly_enabled() is False  # what the step itself left
+        torch.autograd.set_detect_anomaly(user_setting)
+        with pytest.raises(CheckFailed):
+            assert_finite_grads(model, step)
+        assert torch.is_anomaly_enabled() is user_setting  # the user's setting, restored
+    finally:
+        torch.autograd.set_detect_anomaly(False)
+    message = str(info.value)
+    assert "LogBackward0 turned finite gradients into NaN" in message
+    assert "torch.log(1 - p)" in message
+
+
+def test_finite_grads_names_an_inf_as_inf():
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    x = torch.randn(8, 4)
+
+    def step():
+        model.zero_grad()
+        out = model(x)
+        loss = torch.sqrt(out - out.detach()).sum()  # d sqrt(u)/du at u = 0 is Inf
+        loss.backward()
+        return loss
+
+    with pytest.raises(CheckFailed) as info:
+        assert_finite_grads(model, step)
+    message = str(info.value)
+    assert "SqrtBackward0 turned finite gradients into Inf" in message
+    assert "torch.sqrt(out - out.detach())" in message
+    assert "probably" not in message
+    # the table's value and the headline agree on what it is
+    value = info.value.result.max_abs["bias"][0]
+    assert ("NaN gradient" if value != value else "Inf gradient") in message
 
 
 def test_finite_grads_without_locate_only_records():
@@ -303,7 +350,7 @@ def test_finite_grads_reports_the_step_where_nan_appears():
     message = str(info.value)
     assert "at step 2" in message
     # the rerun uses the same (bad) batch, so anomaly mode reproduces the NaN
-    assert "MseLossBackward0 returned NaN" in message
+    assert "MseLossBackward0 turned finite gradients into NaN" in message
     assert info.value.result.steps == 3
     assert all(torch.isfinite(p).all() for p in model.parameters())
 

@@ -112,7 +112,36 @@ def _expected(check: str, *symptoms: str) -> tuple[str, ...]:
     return tuple(c for c in codes if REGISTRY[c].confirm_with == check)
 
 
+def _assert_report_confirms_only(failure: CheckFailed) -> None:
+    """Fed to the confirmation report, the failure confirms exactly the findings it lists.
+
+    One finding of every registered code on a line the failing test ran: those whose code
+    is in ``failure.rules`` are confirmed, every other one is only exercised.
+    """
+    from pathlib import Path
+
+    from trainlint.confirm import build_report, check_failures
+    from trainlint.findings import Finding
+
+    root = Path("/project")
+    path = root / "train.py"
+    findings = [
+        Finding(code=code, name=rule.name, path=str(path), line=i, column=1, end_line=i,
+                end_column=2, message=rule.message)
+        for i, (code, rule) in enumerate(sorted(REGISTRY.items()), 1)
+    ]
+    executed = {path: {f.line: {"t::failing"} for f in findings}}
+    report = build_report(findings, executed, {"t::failing": check_failures(failure)}, root)
+    confirmed = {f.code for f in report.findings if f.status == "confirmed"}
+    assert confirmed == set(failure.rules)
+    assert confirmed <= set(rules_confirmed_by(failure.check))
+    assert {f.code for f in report.findings if f.status == "exercised"} == (
+        set(REGISTRY) - confirmed
+    )
+
+
 def _assert_confirms_only_its_own(failure: CheckFailed, check: str, *symptoms: str) -> None:
+    _assert_report_confirms_only(failure)
     assert failure.check == check
     assert failure.rules == _expected(check, *symptoms)
     for code in failure.rules:
@@ -290,6 +319,27 @@ def test_thread_safe_confirms_only_its_rules():
     _assert_confirms_only_its_own(info.value, "assert_thread_safe", "thread-unsafe")
     _assert_planted(info.value, "TL503")
     _assert_planted(info.value, "TL304")
+
+
+@pytest.mark.parametrize("planted", ["TL101", "TL110"])
+def test_clip_effective_confirms_only_its_rules(planted):
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = batch()
+
+    def step():
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        if planted == "TL101":
+            opt.zero_grad()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+
+    with pytest.raises(CheckFailed) as info:
+        trainlint.testing.assert_clip_effective(model, step)
+    symptom = "read-after-zero-grad" if planted == "TL101" else "clip-after-step"
+    _assert_confirms_only_its_own(info.value, "assert_clip_effective", symptom)
+    _assert_planted(info.value, planted)
 
 
 def test_every_check_has_a_planted_bug_test():

@@ -116,3 +116,62 @@ def test_thread_safe_needs_two_batches():
     model = mlp()
     with pytest.raises(ValueError, match="two batches"):
         assert_thread_safe(model, grad_step(model), BATCHES[:1])
+
+
+class RacesOnSelf(nn.Module):
+    """The unlocked shared model of the CLLM report (seeds/002): forward writes shared state.
+
+    No sleep to widen the window: the race is as narrow as in real code.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.encoder = nn.Linear(8, 16)
+        self.head = nn.Linear(16, 1)
+        self.hidden = None
+
+    def forward(self, x):
+        self.hidden = torch.relu(self.encoder(x))
+        return self.head(self.hidden)
+
+
+def test_thread_safe_catches_a_narrow_race_and_stops_at_the_first_divergence():
+    model = RacesOnSelf()
+    start = time.perf_counter()
+    with pytest.raises(CheckFailed) as info:
+        assert_thread_safe(model, grad_step(model), BATCHES)
+    assert time.perf_counter() - start < 5
+    assert info.value.result.rounds < 200  # stopped when it diverged
+    assert "TL503 unlocked-shared-model" in str(info.value)
+
+
+def test_thread_safe_clean_runs_all_rounds_in_time():
+    model = mlp()
+    start = time.perf_counter()
+    result = assert_thread_safe(model, grad_step(model), BATCHES, max_seconds=3.0)
+    assert time.perf_counter() - start < 5
+    assert result.rounds >= 1
+
+
+@pytest.mark.slow
+def test_thread_safe_detects_the_narrow_race_in_95_percent_of_runs():
+    runs, caught, slowest = 200, 0, 0.0
+    for _ in range(runs):
+        model = RacesOnSelf()
+        start = time.perf_counter()
+        try:
+            assert_thread_safe(model, grad_step(model), BATCHES)
+        except CheckFailed:
+            caught += 1
+        slowest = max(slowest, time.perf_counter() - start)
+    assert caught >= 0.95 * runs, f"caught {caught} of {runs}"
+    assert slowest < 5
+
+
+@pytest.mark.slow
+def test_thread_safe_never_fails_a_clean_step():
+    batches = BATCHES[:4]
+    for seed in range(200):
+        model = mlp(seed)
+        assert_thread_safe(model, grad_step(model), batches)

@@ -5,8 +5,9 @@ context per test. At the end of the session the project files that tests execute
 ``--trainlint-paths``) are linted, and each finding gets a status:
 
 * **confirmed**: a trainlint runtime check (:class:`trainlint.testing.CheckFailed`) failed in
-  a test that ran the finding's line;
-* **exercised**: tests ran the line and none of their trainlint checks failed;
+  a test that ran the finding's line, and the failure lists the finding's code among the
+  rules that explain its symptom (``CheckFailed.rules``, from ``Rule.confirm_with``);
+* **exercised**: tests ran the line, and none of them failed a check that names its code;
 * **not-exercised**: no test ran it.
 
 When pytest-cov (or ``coverage run``) is already measuring, its collector is reused rather
@@ -24,21 +25,25 @@ import pytest
 from trainlint.confirm.manager import ConfirmationManager, contexts_supported
 from trainlint.confirm.report import (
     STATUSES,
+    CheckFailure,
     ConfirmedFinding,
     Report,
     Status,
     build_report,
+    check_failures,
     is_check_failure,
     relative_to_root,
 )
 
 __all__ = [
     "STATUSES",
+    "CheckFailure",
     "ConfirmationManager",
     "ConfirmedFinding",
     "Report",
     "Status",
     "build_report",
+    "check_failures",
     "contexts_supported",
     "is_check_failure",
     "register",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from trainlint.confirm.report import Report, build_report, is_check_failure
+from trainlint.confirm.report import CheckFailure, Report, build_report, check_failures
 
 if TYPE_CHECKING:
     from coverage import Coverage, CoverageData
@@ -55,7 +55,8 @@ class ConfirmationManager:
         # coverage context label -> node ids; a test_function label can name several.
         self.labels: dict[str, set[str]] = {}
         self.order: dict[str, int] = {}
-        self.failed: set[str] = set()
+        # node id -> the trainlint checks that failed in it (and the rules each confirms)
+        self.failures: dict[str, list[CheckFailure]] = {}
         self.executed: dict[Path, dict[int, set[str]]] | None = None
         self._cov: Coverage | None = None
         self._own = False
@@ -98,8 +99,9 @@ class ConfirmationManager:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> None:
         if call.when == "call" and call.excinfo is not None:
-            if is_check_failure(call.excinfo.value):
-                self.failed.add(item.nodeid)
+            failures = check_failures(call.excinfo.value)
+            if failures:
+                self.failures.setdefault(item.nodeid, []).extend(failures)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self._own and self._cov is not None:
@@ -246,7 +248,7 @@ class ConfirmationManager:
             # lint_paths reports paths relative to the working directory when under it.
             finding.path = str((cwd / finding.path).resolve())
         return build_report(
-            findings, self.executed or {}, self.failed, self.rootdir,
+            findings, self.executed or {}, self.failures, self.rootdir,
             order=self.order, files=len(files),
         )
 
@@ -277,11 +279,19 @@ class ConfirmationManager:
             status = f.status.replace("-", " ")
             markup = {"confirmed": {"red": True}, "exercised": {"yellow": True}}.get(f.status, {})
             tr.write_line(f"{f.path}:{f.line}:{f.column} {f.code} {f.name}  [{status}]", **markup)
-            for nodeid in f.confirmed_by:
-                tr.write_line(f"    confirmed by {nodeid}")
+            for nodeid, check in f.confirming_checks:
+                tr.write_line(f"    confirmed by {nodeid} ({check})")
             if verbose:
+                failed_other = dict(f.other_failures)
                 for nodeid in f.tests:
-                    if nodeid not in f.confirmed_by:
+                    if nodeid in f.confirmed_by:
+                        continue
+                    if nodeid in failed_other:
+                        checks = ", ".join(c for n, c in f.other_failures if n == nodeid)
+                        tr.write_line(
+                            f"    ran in {nodeid} ({checks} failed, for other rules)"
+                        )
+                    else:
                         tr.write_line(f"    ran in {nodeid}")
         counts = report.summary()
         tr.write_line(

@@ -8,7 +8,7 @@ state: the :class:`~trainlint.confirm.manager.ConfirmationManager` gathers those
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -18,6 +18,19 @@ if TYPE_CHECKING:
 
 Status = Literal["confirmed", "exercised", "not-exercised"]
 STATUSES: tuple[Status, ...] = ("confirmed", "exercised", "not-exercised")
+
+
+@dataclass(frozen=True)
+class CheckFailure:
+    """A trainlint check that failed in a test: its name and the rules it confirms.
+
+    ``rules`` is the failure's ``CheckFailed.rules``: the codes whose ``Rule.confirm_with``
+    is this check and whose symptom the check saw. Only findings with one of these codes
+    are confirmed by it.
+    """
+
+    check: str
+    rules: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -32,6 +45,10 @@ class ConfirmedFinding:
     status: Status
     tests: tuple[str, ...] = ()
     confirmed_by: tuple[str, ...] = ()
+    #: (node id, check) for each confirming test; the terminal shows it, the JSON does not.
+    confirming_checks: tuple[tuple[str, str], ...] = ()
+    #: (node id, check) for tests that ran the line and failed a check about other rules.
+    other_failures: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,7 +86,7 @@ class Report:
 def build_report(
     findings: Iterable[Finding],
     executed: dict[Path, dict[int, set[str]]],
-    failed: set[str],
+    failures: Mapping[str, Sequence[CheckFailure]],
     rootdir: Path,
     *,
     order: dict[str, int] | None = None,
@@ -78,8 +95,14 @@ def build_report(
     """Give each finding its status.
 
     ``findings`` carry absolute paths; ``executed[path][line]`` is the set of node ids that
-    ran that line; ``failed`` the node ids whose trainlint check failed; ``order`` the run
-    order of node ids (lists follow it, so the first test to run a line comes first).
+    ran that line; ``failures[node id]`` the trainlint checks that failed in that test;
+    ``order`` the run order of node ids (lists follow it, so the first test to run a line
+    comes first).
+
+    A finding is confirmed by a test that ran its line and failed a check whose rules list
+    the finding's code: the check saw the symptom that rule explains. A test that ran the
+    line but failed for another rule (a memory check failing on a graph kept in a running
+    total, next to a gradient-norm finding) says nothing about this finding: exercised.
     """
     rank = order or {}
     out = []
@@ -91,7 +114,19 @@ def build_report(
         for line in range(finding.line, max(finding.line, finding.end_line) + 1):
             ran |= lines.get(line, set())
         tests = sorted(ran, key=lambda nodeid: (rank.get(nodeid, len(rank)), nodeid))
-        confirmed_by = tuple(t for t in tests if t in failed)
+        confirming = tuple(
+            (t, f.check)
+            for t in tests
+            for f in failures.get(t, ())
+            if finding.code in f.rules
+        )
+        confirmed_by = tuple(dict.fromkeys(t for t, _ in confirming))
+        others = tuple(
+            (t, f.check)
+            for t in tests
+            if t not in confirmed_by
+            for f in failures.get(t, ())
+        )
         status: Status = (
             "confirmed" if confirmed_by else "exercised" if tests else "not-exercised"
         )
@@ -105,6 +140,8 @@ def build_report(
                 status=status,
                 tests=tuple(tests),
                 confirmed_by=confirmed_by,
+                confirming_checks=confirming,
+                other_failures=others,
             )
         )
     out.sort(key=lambda f: (f.path, f.line, f.column, f.code))
@@ -121,8 +158,14 @@ def relative_to_root(path: Path, rootdir: Path) -> str:
 
 def is_check_failure(exc: BaseException) -> bool:
     """Whether ``exc`` is, wraps or was raised while handling a :class:`CheckFailed`."""
+    return bool(check_failures(exc))
+
+
+def check_failures(exc: BaseException) -> list[CheckFailure]:
+    """The :class:`CheckFailed` errors ``exc`` is, wraps, groups or was raised handling."""
     from trainlint.testing import CheckFailed  # does not import torch
 
+    found: list[CheckFailure] = []
     seen: set[int] = set()
     stack = [exc]
     while stack:
@@ -131,7 +174,7 @@ def is_check_failure(exc: BaseException) -> bool:
             continue
         seen.add(id(current))
         if isinstance(current, CheckFailed):
-            return True
+            found.append(CheckFailure(current.check, tuple(current.rules)))
         # ExceptionGroup (and the exceptiongroup backport on 3.10) keep their members here.
         members = getattr(current, "exceptions", None)
         if isinstance(members, (tuple, list)):
@@ -140,5 +183,5 @@ def is_check_failure(exc: BaseException) -> bool:
             stack.append(current.__cause__)
         if current.__context__ is not None and not current.__suppress_context__:
             stack.append(current.__context__)
-    return False
+    return found
 

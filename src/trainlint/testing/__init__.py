@@ -8,7 +8,10 @@ returns a result object with its measurements on success.
 
 Most checks take ``step``, a callable that performs one training step. It takes no
 arguments (close over your batch), or one batch when ``batches=`` is given; the batches are
-cycled if there are fewer than ``steps``. Steps are numbered from 0. Tensors stay where the
+cycled if there are fewer than ``steps``. Every check takes ``timeout=`` (seconds, default
+120): a step still running then fails the check with every thread's stack, and the processes
+it started are terminated. A check also fails when a thread the step started raised, or a
+process it started exited non-zero. Steps are numbered from 0. Tensors stay where the
 model put them: the checks run on CPU and CUDA alike.
 
 Importing this module does not import torch; each check does, when called.
@@ -22,6 +25,7 @@ symptom, and ``Rule.confirm_with`` decides which of them a failure confirms.
 from __future__ import annotations
 
 from trainlint.testing._common import CheckFailed
+from trainlint.testing.clip import ClipResult, GradRead, assert_clip_effective
 from trainlint.testing.finite import FiniteGradsResult, assert_finite_grads
 from trainlint.testing.grads import GradsResult, assert_grads_nonzero
 from trainlint.testing.loss import LossResult, assert_loss_decreases
@@ -33,7 +37,9 @@ from trainlint.testing.weights import WeightsResult, assert_weights_updated
 
 __all__ = [
     "CheckFailed",
+    "ClipResult",
     "FiniteGradsResult",
+    "GradRead",
     "GradsResult",
     "LRTrace",
     "LossResult",
@@ -41,6 +47,7 @@ __all__ = [
     "StepTimeResult",
     "ThreadSafetyResult",
     "WeightsResult",
+    "assert_clip_effective",
     "assert_finite_grads",
     "assert_grads_nonzero",
     "assert_loss_decreases",

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, fmt, table
 from trainlint.testing._common import Step, loss_value, trainable
@@ -35,6 +36,7 @@ class FiniteGradsResult:
     losses: tuple[float | None, ...]
 
 
+@guarded(CHECK)
 def assert_finite_grads(
     model: torch.nn.Module,
     step: Step,
@@ -42,6 +44,7 @@ def assert_finite_grads(
     steps: int = 1,
     locate: bool = True,
     batches: Iterable[Any] | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> FiniteGradsResult:
     """No NaN or Inf in any gradient, nor in the loss when the step returns it.
 
@@ -63,7 +66,7 @@ def assert_finite_grads(
     named = trainable(model)
     measured = _measure(model, run, named, steps, locate)
     first = _diagnose(measured, named)
-    if first is None and not measured.bad_losses:
+    if first is None and not measured.bad_losses and measured.stopped_at is None:
         return measured.result
     _report(measured, named, first, run, locate, step)
 
@@ -111,6 +114,12 @@ def _measure(
             try:
                 out = run()
             except NonFiniteGradient:
+                stopped_at = i
+                break
+            except RuntimeError as error:
+                # The user's own anomaly detection stopped backward at a NaN first.
+                if not re.search(r"Function '\w+' returned nan values", str(error)):
+                    raise
                 stopped_at = i
                 break
             recorder.end_step()
@@ -164,16 +173,21 @@ def _report(
     sections = []
     if first is not None:
         step_i, name = first
-        headline = f"non-finite gradient in `{name}` at step {step_i}"
+        value = result.max_abs[name][step_i]
+        what = "NaN" if value is None or value != value else "Inf"
+        headline = f"{what} gradient in `{name}` at step {step_i}"
         sections.append(
-            f"First non-finite gradient: `{name}` {fmt(tuple(dict(named)[name].shape))} "
+            f"First non-finite ({what}) gradient: `{name}` "
+            f"{fmt(tuple(dict(named)[name].shape))} "
             f"at step {step_i} (the first parameter backward reached, so the nearest the loss)."
         )
         if rows:
             sections.append(table(("parameter", "shape", "step", "max |grad|"), rows))
-    else:
+    elif measured.bad_losses:
         step_i, value = measured.bad_losses[0]
         headline = f"the loss is {value} at step {step_i}"
+    else:  # the step's own anomaly detection stopped backward before a gradient was stored
+        headline = f"NaN in backward at step {measured.stopped_at}, stopped by anomaly detection"
     if measured.bad_losses:
         sections.append(
             "Loss per step: " + ", ".join(f"{i}: {fmt(v)}" for i, v in enumerate(result.losses))
@@ -204,47 +218,95 @@ def _rng_state(torch: Any, device: torch.device) -> tuple[Any, Any]:
     return torch.get_rng_state(), cuda_state
 
 
+class _Located(BaseException):
+    """Stops the rerun's backward once the op that made the non-finite value is known."""
+
+
 def _locate_nonfinite(
     torch: Any, run: StepRunner, rng: tuple[Any, Any], device: torch.device
 ) -> str:
-    """Rerun the failing step under anomaly detection; say which backward op made the NaN."""
+    """Rerun the failing step with anomaly detection forced on; name the backward op that
+    first turned finite gradients into NaN or Inf, and the forward line that created it.
+
+    Anomaly detection itself reports NaN outputs only, and a step may switch it off
+    (``set_detect_anomaly(False)``); so the rerun keeps it on whatever the step does (for
+    the forward tracebacks it records) and watches every backward node's outputs itself.
+    The user's anomaly setting is restored afterwards.
+    """
     cpu_state, cuda_state = rng
     torch.set_rng_state(cpu_state)
     if cuda_state is not None:
         torch.cuda.set_rng_state_all(cuda_state)
-    op = None
+    found: list[tuple[str, str, Any]] = []  # (op, "NaN" | "Inf", node)
     error_text = None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            with torch.autograd.detect_anomaly(check_nan=True):
-                run.again()
-        except RuntimeError as error:
-            match = re.search(r"Function '(\w+)' returned nan values", str(error))
-            if match:
-                op = match.group(1)
-            else:
-                error_text = f"{type(error).__name__}: {error}"
-        except Exception as error:  # noqa: BLE001 - diagnostics must not replace the failure
+    user_mode = (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())
+    set_anomaly = torch.set_anomaly_enabled
+    backward = torch.autograd.backward
+
+    def forced(mode: bool, check_nan: bool = True) -> None:
+        set_anomaly(True, False)  # on, whatever the step asks; NaN checks are ours
+
+    def kind(tensors: Any) -> str | None:
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
+                if bool(torch.isnan(t).any()):
+                    return "NaN"
+                if bool(torch.isinf(t).any()):
+                    return "Inf"
+        return None
+
+    def watch(roots: Any) -> None:
+        seen: set[int] = set()
+        stack = [getattr(r, "grad_fn", None) for r in roots]
+        while stack:
+            node = stack.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+
+            def hook(grad_inputs: Any, grad_outputs: Any, node: Any = node) -> None:
+                made = kind(grad_inputs)
+                if made is not None and kind(grad_outputs) is None and not found:
+                    found.append((node.name(), made, node))
+                    raise _Located
+
+            node.register_hook(hook)
+            stack += [n for n, _ in node.next_functions]
+
+    def watched_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        watch([tensors] if isinstance(tensors, torch.Tensor) else tensors)
+        return backward(tensors, *args, **kwargs)
+
+    set_anomaly(True, False)
+    torch.set_anomaly_enabled = forced
+    torch.autograd.backward = watched_backward
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run.again()
+    except _Located:
+        pass
+    except Exception as error:  # noqa: BLE001 - diagnostics must not replace the failure
+        if not found:
             error_text = f"{type(error).__name__}: {error}"
-    messages = [str(w.message) for w in caught]
-    forward = _forward_site(messages)
-    if op is None:
-        # The step may have caught the RuntimeError itself; the warning anomaly mode
-        # issues just before raising still names the op.
-        for message in messages:
-            match = re.search(r"Error detected in (\w+)\.", message)
-            if match:
-                op, error_text = match.group(1), None
-                break
-    if op is None:
+    finally:
+        torch.autograd.backward = backward
+        torch.set_anomaly_enabled = set_anomaly
+        set_anomaly(*user_mode)
+    if not found:
         why = f" (the rerun raised {error_text})" if error_text else ""
         return (
-            "Rerun under torch.autograd.detect_anomaly() did not name an op" + why + ": "
-            "anomaly detection reports NaN outputs only, so the gradient is probably Inf "
-            "(an overflow, or 1/x at x=0)."
+            "A rerun of that step did not name an op" + why + ": the non-finite value did "
+            "not come out of a backward op (a gradient assigned or edited directly?)."
         )
-    text = f"Anomaly detection on a rerun of that step: {op} returned NaN."
+    op, what, node = found[0]
+    text = (
+        f"Rerun of that step: {op} turned finite gradients into {what} "
+        f"(the first backward op to do so)."
+    )
+    forward = _forward_site(["Traceback of forward call:\n" + "".join(
+        node.metadata.get("traceback_", [])
+    )])
     if forward:
         text += f"\nIt was created in the forward pass at {forward}"
     return text
@@ -252,13 +314,17 @@ def _locate_nonfinite(
 
 def _forward_site(messages: Iterable[str]) -> str | None:
     """The innermost frame outside torch in the forward traceback anomaly mode printed."""
-    from trainlint._runtime.lintlink import display_path
+    from trainlint._runtime.lintlink import _TRAINLINT_DIR, display_path
 
     for message in messages:
         if "Traceback of forward call" not in message:
             continue
         frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s+(.*)', message)
-        user = [f for f in frames if f"{os.sep}torch{os.sep}" not in f[0]]
+        user = [
+            f for f in frames
+            if f"{os.sep}torch{os.sep}" not in f[0]
+            and not os.path.realpath(f[0]).startswith(_TRAINLINT_DIR + os.sep)
+        ]
         if user:
             path, line, func, code = user[-1]
             return f"{display_path(path)}:{line} in {func}: {code.strip()}"

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, table
 from trainlint.testing._common import Step, plural, steps_text, trainable
@@ -58,6 +59,7 @@ class GradsResult:
     ignored: tuple[str, ...] = ()
 
 
+@guarded(CHECK)
 def assert_grads_nonzero(
     model: torch.nn.Module,
     step: Step,
@@ -65,6 +67,7 @@ def assert_grads_nonzero(
     steps: int = 1,
     ignore: Sequence[ParamSpec] | ParamSpec = (),
     batches: Iterable[Any] | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> GradsResult:
     """Every trainable parameter receives a gradient that is not None and not all zero.
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, fmt, table
 from trainlint.testing._common import Step, loss_value
@@ -55,12 +56,14 @@ class LossResult:
         return self.losses[-1]
 
 
+@guarded(CHECK)
 def assert_loss_decreases(
     step: Step,
     *,
     steps: int = 20,
     factor: float = 0.5,
     batches: Iterable[Any] | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> LossResult:
     """Overfitting one batch works: after ``steps`` steps the loss fell to ``factor`` of
     the first loss (for a negative loss: by ``1 - factor`` of its magnitude).

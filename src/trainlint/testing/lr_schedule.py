@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, overload
 
+from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, fmt, symptom_texts, table
 from trainlint.testing._common import plural
@@ -51,6 +52,7 @@ class LRTrace(Sequence[float]):
         return iter(self.lrs)
 
 
+@guarded(CHECK)
 def assert_lr_schedule(
     scheduler_factory: Callable[[Any], Any],
     *,
@@ -59,6 +61,7 @@ def assert_lr_schedule(
     warmup: int = 0,
     min_lr: float | None = None,
     restarts: bool = False,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> LRTrace:
     """The learning-rate schedule has no zero start, no zero or negative LR, no restarts.
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, fmt_bytes, table
 from trainlint.testing._common import Step, plural
@@ -65,6 +66,7 @@ class MemoryResult:
         return names + (("cuda_bytes",) if self.cuda_bytes is not None else ())
 
 
+@guarded(CHECK)
 def assert_memory_stable(
     step: Step,
     *,
@@ -72,6 +74,7 @@ def assert_memory_stable(
     warmup: int = 2,
     tolerance: int = 0,
     batches: Iterable[Any] | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> MemoryResult:
     """Memory held after each step does not grow.
 

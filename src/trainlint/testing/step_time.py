@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, table
 from trainlint.testing._common import Step
@@ -48,6 +49,7 @@ class StepTimeResult:
     sync_sites: dict[str, int] | None = None
 
 
+@guarded(CHECK)
 def assert_step_time_stable(
     step: Step,
     *,
@@ -56,6 +58,7 @@ def assert_step_time_stable(
     max_slowdown: float = 1.5,
     max_syncs: int | None = None,
     batches: Iterable[Any] | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> StepTimeResult:
     """Later steps are not slower than early ones.
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, table
 from trainlint.testing._common import trainable
@@ -40,8 +43,10 @@ class ThreadSafetyResult:
     threads: int
     batches: int
     max_abs_diff: dict[str, float] = field(default_factory=dict)
+    rounds: int = 1
 
 
+@guarded(CHECK)
 def assert_thread_safe(
     model: torch.nn.Module,
     step: Callable[[Any], Any],
@@ -50,12 +55,17 @@ def assert_thread_safe(
     threads: int = 4,
     rtol: float = 1e-4,
     atol: float | None = None,
+    rounds: int = 200,
+    max_seconds: float = 3.0,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> ThreadSafetyResult:
     """Computing gradients on several threads gives what computing them in sequence gives.
 
     ``step(batch)`` runs forward and backward for one batch (no optimizer step). The
     batches are run one after another, then spread over ``threads`` threads started
-    together (with a short interpreter switch interval, so races show up); the gradients
+    together (with a short interpreter switch interval, so races show up), for up to
+    ``rounds`` rounds or ``max_seconds``, the batches shuffled over the threads each round,
+    stopping at the first round that diverges; the gradients
     accumulated in ``.grad`` must match within ``rtol`` (and ``atol``, by default ``rtol``
     times the largest sequential gradient of each parameter) and be finite. The model's
     parameters, buffers and gradients are restored afterwards.
@@ -71,9 +81,20 @@ def assert_thread_safe(
         raise ValueError("assert_thread_safe needs at least two batches")
     n_threads = min(threads, len(batch_list))
     named = trainable(model)
-    sequential, threaded, errors = _measure(model, named, step, batch_list, n_threads)
+    check_count("rounds", rounds, 1)
+
+    def diverged(
+        threaded: list[torch.Tensor | None], sequential: list[torch.Tensor | None]
+    ) -> bool:
+        return bool(_diagnose(named, sequential, threaded, rtol, atol)[0])
+
+    sequential, threaded, errors, ran = _measure(
+        model, named, step, batch_list, n_threads, rounds, max_seconds, diverged
+    )
     rows, diffs = _diagnose(named, sequential, threaded, rtol, atol)
-    result = ThreadSafetyResult(threads=n_threads, batches=len(batch_list), max_abs_diff=diffs)
+    result = ThreadSafetyResult(
+        threads=n_threads, batches=len(batch_list), max_abs_diff=diffs, rounds=ran
+    )
     if not rows and not errors:
         return result
     _report(rows, errors, n_threads, result, step)
@@ -85,10 +106,16 @@ def _measure(
     step: Callable[[Any], Any],
     batch_list: list[Any],
     n_threads: int,
-) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None], list[_ThreadError]]:
+    rounds: int,
+    max_seconds: float,
+    diverged: Callable[[list[Any], list[Any]], bool],
+) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None], list[_ThreadError], int]:
     """The gradients of running every batch in sequence, then on threads, and what raised.
 
-    The model starts both runs from the same state and is left as it was found.
+    A race shows up only in some interleavings, so the threaded run is repeated (up to
+    ``rounds`` times, or ``max_seconds``), each round with the batches shuffled over the
+    threads, and stops at the first round whose gradients diverge or whose threads raise.
+    Every run starts from the same state and the model is left as it was found.
     """
     __tracebackhide__ = True
     import torch
@@ -119,14 +146,25 @@ def _measure(
                 "assert_thread_safe compares gradients, so pass a step that runs forward and "
                 "backward without an optimizer step"
             )
-        restore()
-        errors = _run_threads(step, batch_list, n_threads)
-        threaded = [p.grad for p in params]
+        order = list(batch_list)
+        shuffle = random.Random(0).shuffle
+        deadline = time.monotonic() + max_seconds
+        ran = 0
+        while True:
+            restore()
+            errors = _run_threads(step, order, n_threads)
+            threaded = [p.grad for p in params]
+            ran += 1
+            if errors or diverged(threaded, sequential):
+                break
+            if ran >= rounds or time.monotonic() > deadline:
+                break
+            shuffle(order)
     finally:
         restore()
         for p, g in zip(params, grads_before, strict=True):
             p.grad = g
-    return sequential, threaded, errors
+    return sequential, threaded, errors, ran
 
 
 def _diagnose(

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, fmt, symptom_texts, table
 from trainlint.testing._common import Step, plural
@@ -70,6 +71,7 @@ class WeightsResult:
     got_grad: dict[str, bool]
 
 
+@guarded(CHECK)
 def assert_weights_updated(
     model: torch.nn.Module,
     step: Step,
@@ -78,6 +80,7 @@ def assert_weights_updated(
     optimizer: Any = None,
     frozen: Sequence[ParamSpec] | ParamSpec = (),
     batches: Iterable[Any] | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> WeightsResult:
     """Every trainable parameter changes, and every frozen one does not.
 

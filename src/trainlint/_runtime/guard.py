@@ -1,0 +1,421 @@
+"""What every check does around the user's steps: nothing swallowed, nothing hangs forever.
+
+A step may start threads and processes. An exception raised in a thread goes to
+``threading.excepthook``, which prints it and carries on: a threaded step whose workers
+all crashed would pass. A child process that died with a non-zero exit code is as silent.
+And a step whose workers deadlock would block the check, and the test run, forever.
+
+:func:`guarded` wraps a check so that, for its duration, it
+
+* installs a ``threading.excepthook`` that records exceptions raised in threads started
+  during the check (the previous hook still runs, and is restored afterwards);
+* records the ``multiprocessing`` processes started during the check, and their exit codes;
+* arms a timer (``timeout=``, in seconds): on expiry it takes every thread's stack,
+  terminates the processes started during the check, and stops the check.
+
+A check that would otherwise pass then fails naming the thread or process and what it
+raised; a check that failed anyway carries the same as a note. No torch here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+DEFAULT_TIMEOUT = 120.0
+# How long to wait at the end of a check for threads and processes the step started and
+# left running, so that an exception they raise a moment later is not missed.
+_GRACE = 1.0
+_KILL_GRACE = 2.0
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class StepTimedOut(BaseException):
+    """Raised into the checking thread when ``timeout`` expires.
+
+    A BaseException so that a step's own ``except Exception`` does not swallow it.
+    """
+
+
+@dataclass(frozen=True)
+class ThreadError:
+    thread: str
+    error: BaseException
+    where: str
+
+
+@dataclass(frozen=True)
+class ProcessExit:
+    name: str
+    pid: int | None
+    exitcode: int
+
+
+class Guard:
+    """The state of one guarded check run (see the module docstring)."""
+
+    def __init__(self, check: str, timeout: float | None) -> None:
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.check = check
+        self.timeout = timeout
+        self.thread_errors: list[ThreadError] = []
+        self.processes: list[Any] = []
+        self.stopped_by_step: set[int] = set()
+        self.expired = False
+        self.stacks = ""
+        self.terminated: list[str] = []
+        self._threads_before: set[int] = set()
+        self._children_before: set[int] = set()
+        self._previous_hook: Callable[[Any], Any] | None = None
+        self._patches: list[tuple[Any, str, Any]] = []
+        self._alarm: tuple[Any, tuple[float, float]] | None = None
+        self._watchdog: threading.Timer | None = None
+        self._target = threading.get_ident()
+        self._started = 0.0
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ enter / exit
+
+    def __enter__(self) -> Guard:
+        self._started = time.monotonic()
+        self._threads_before = {t.ident for t in threading.enumerate() if t.ident}
+        self._children_before = set(_child_pids())
+        self._previous_hook = threading.excepthook
+        threading.excepthook = self._excepthook
+        self._patch_processes()
+        if self.timeout is not None:
+            self._arm(self.timeout)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._disarm()
+        try:
+            if not self.expired:
+                self._wait_for_stragglers()
+        finally:
+            threading.excepthook = self._previous_hook  # type: ignore[assignment]
+            for owner, name, original in reversed(self._patches):
+                setattr(owner, name, original)
+            self._patches.clear()
+
+    # ------------------------------------------------------------------ threads
+
+    def _excepthook(self, args: Any) -> None:
+        thread = args.thread
+        if args.exc_type is not SystemExit and (
+            thread is None or thread.ident not in self._threads_before
+        ):
+            name = thread.name if thread is not None else "<unknown thread>"
+            error = args.exc_value if args.exc_value is not None else args.exc_type()
+            with self._lock:
+                self.thread_errors.append(ThreadError(name, error, _user_frame(args.exc_traceback)))
+        previous = self._previous_hook
+        if previous is not None:
+            previous(args)
+
+    def _new_threads(self) -> list[threading.Thread]:
+        current = threading.current_thread()
+        return [
+            t
+            for t in threading.enumerate()
+            if t.ident not in self._threads_before and t is not current and t.is_alive()
+        ]
+
+    def _wait_for_stragglers(self) -> None:
+        deadline = time.monotonic() + _GRACE
+        for thread in self._new_threads():
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for process in self.processes:
+            with contextlib.suppress(Exception):
+                process.join(max(0.0, deadline - time.monotonic()))
+
+    # ------------------------------------------------------------------ processes
+
+    def _patch_processes(self) -> None:
+        import multiprocessing.process as mp_process
+
+        base = mp_process.BaseProcess
+        guard = self
+        start, terminate, kill = base.start, base.terminate, base.kill
+
+        def guarded_start(process: Any) -> None:
+            start(process)
+            guard.processes.append(process)
+
+        def guarded_terminate(process: Any) -> None:
+            guard.stopped_by_step.add(id(process))
+            terminate(process)
+
+        def guarded_kill(process: Any) -> None:
+            guard.stopped_by_step.add(id(process))
+            kill(process)
+
+        for name, replacement, original in (
+            ("start", guarded_start, start),
+            ("terminate", guarded_terminate, terminate),
+            ("kill", guarded_kill, kill),
+        ):
+            self._patches.append((base, name, original))
+            setattr(base, name, replacement)
+
+    def process_exits(self) -> list[ProcessExit]:
+        """Processes started during the check that exited non-zero on their own."""
+        out = []
+        for process in self.processes:
+            if id(process) in self.stopped_by_step:
+                continue
+            code = process.exitcode
+            if code not in (None, 0):
+                out.append(ProcessExit(process.name, process.pid, code))
+        return out
+
+    # ------------------------------------------------------------------ timeout
+
+    def _arm(self, timeout: float) -> None:
+        # In the main thread a signal interrupts a blocking wait (a join, a lock, a pipe
+        # read), which an exception set from another thread cannot. Not when someone else
+        # (pytest-timeout) has an alarm running: then the watchdog thread does it.
+        if (
+            threading.current_thread() is threading.main_thread()
+            and hasattr(signal, "setitimer")
+            and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+        ):
+            previous = signal.signal(signal.SIGALRM, self._on_alarm)
+            old_timer = signal.setitimer(signal.ITIMER_REAL, timeout)
+            self._alarm = (previous, old_timer)
+            return
+        self._watchdog = threading.Timer(timeout, self._on_watchdog)
+        self._watchdog.daemon = True
+        self._watchdog.name = "trainlint-timeout"
+        self._watchdog.start()
+
+    def _disarm(self) -> None:
+        if self._alarm is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            previous, _ = self._alarm
+            signal.signal(signal.SIGALRM, previous)
+            self._alarm = None
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self.expired:
+                return
+            self.expired = True
+        self.stacks = all_stacks(skip=threading.get_ident() if self._watchdog else None)
+        self.terminated = self._terminate_children()
+
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        self._expire()
+        raise StepTimedOut
+
+    def _on_watchdog(self) -> None:
+        self._expire()
+        import ctypes
+
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(self._target), ctypes.py_object(StepTimedOut)
+        )
+
+    def _terminate_children(self) -> list[str]:
+        done: list[str] = []
+        alive = [p for p in self.processes if p.is_alive()]
+        for process in alive:
+            with contextlib.suppress(Exception):
+                process.terminate()
+                done.append(f"{process.name} (pid {process.pid})")
+        deadline = time.monotonic() + _KILL_GRACE
+        for process in alive:
+            with contextlib.suppress(Exception):
+                process.join(max(0.0, deadline - time.monotonic()))
+                if process.is_alive():
+                    process.kill()
+                    process.join(1.0)
+        # Processes started another way (subprocess, os.fork): by pid.
+        known = {p.pid for p in self.processes}
+        for pid in _child_pids():
+            if pid in self._children_before or pid in known:
+                continue
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+                done.append(f"pid {pid}")
+        return done
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self._started
+
+
+def _child_pids() -> list[int]:
+    """This process's children, from /proc where it lists them (Linux); else none."""
+    pids: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{os.getpid()}/task"):
+            with contextlib.suppress(OSError), open(
+                f"/proc/{os.getpid()}/task/{task}/children", encoding="ascii"
+            ) as f:
+                pids += [int(p) for p in f.read().split()]
+    return pids
+
+
+def all_stacks(skip: int | None = None) -> str:
+    """Every thread's stack, innermost call last, as ``faulthandler`` would show them."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    blocks = []
+    for ident, frame in sys._current_frames().items():
+        if ident == skip:
+            continue
+        frames = traceback.extract_stack(frame)
+        here = os.path.realpath(__file__)
+        frames = traceback.StackSummary.from_list(
+            [f for f in frames if os.path.realpath(f.filename) != here]
+        )
+        name = names.get(ident, f"thread {ident}")
+        blocks.append(f"Thread {name!r} (most recent call last):\n" + "".join(frames.format()))
+    return "\n".join(blocks)
+
+
+def _user_frame(tb: Any) -> str:
+    from trainlint._runtime.lintlink import display_path
+
+    frames = [
+        f
+        for f in traceback.extract_tb(tb)
+        if f"{os.sep}torch{os.sep}" not in f.filename
+        and f"{os.sep}threading.py" not in f.filename
+    ]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f"{display_path(frame.filename)}:{frame.lineno} in {frame.name}"
+
+
+def _first_step(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    for key in ("step", "scheduler_factory"):
+        if key in kwargs:
+            return kwargs[key]
+    for arg in args:
+        if callable(arg) and not hasattr(arg, "named_parameters"):
+            return arg
+    return None
+
+
+def guarded(check: str) -> Callable[[F], F]:
+    """Run the decorated check under a :class:`Guard`; it reads the check's ``timeout=``."""
+
+    def decorate(func: F) -> F:
+        default = inspect.signature(func).parameters["timeout"].default
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            step = _first_step(args, kwargs)
+            guard = Guard(check, kwargs.get("timeout", default))
+            try:
+                with guard:
+                    result = func(*args, **kwargs)
+            except StepTimedOut:
+                _report_timeout(guard, step)
+            except BaseException as error:
+                note = problems_text(guard)
+                if note and hasattr(error, "add_note"):
+                    error.add_note(note)
+                raise
+            if guard.thread_errors or guard.process_exits():
+                _report_problems(guard, step)
+            return result
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+@contextlib.contextmanager
+def guarding(check: str, timeout: float | None = DEFAULT_TIMEOUT) -> Iterator[Guard]:
+    """:func:`guarded` as a context manager, for code that is not a check function."""
+    with Guard(check, timeout) as guard:
+        yield guard
+
+
+def problems_text(guard: Guard) -> str:
+    """What threads and processes started during the check raised or exited with."""
+    lines = []
+    for e in guard.thread_errors:
+        text = f"{type(e.error).__name__}: {e.error}".rstrip(": ")
+        if len(text) > 200:
+            text = text[:197] + "..."
+        lines.append(
+            f"thread {e.thread!r} raised {text}" + (f" (at {e.where})" if e.where else "")
+        )
+    for p in guard.process_exits():
+        how = (
+            f"was killed by signal {-p.exitcode}"
+            if p.exitcode < 0
+            else f"exited with code {p.exitcode}"
+        )
+        lines.append(f"process {p.name!r} (pid {p.pid}) {how}")
+    return "\n".join(lines)
+
+
+def _report_problems(guard: Guard, step: Any) -> None:
+    __tracebackhide__ = True
+    from trainlint._runtime.report import fail
+
+    n_threads = len(guard.thread_errors)
+    n_procs = len(guard.process_exits())
+    what = []
+    if n_threads:
+        what.append(f"{n_threads} thread" + ("s" if n_threads != 1 else "") + " raised")
+    if n_procs:
+        what.append(
+            f"{n_procs} process" + ("es" if n_procs != 1 else "") + " exited with an error"
+        )
+    fail(
+        guard.check,
+        "the step's measurements passed, but " + " and ".join(what),
+        [
+            problems_text(guard),
+            "An exception in a thread is printed and otherwise ignored by Python, and a "
+            "worker process that dies leaves no error in the parent: the step went on "
+            "without that work. Join your workers and re-raise their errors.",
+        ],
+        sources=[step] if step is not None else [],
+    )
+
+
+def _report_timeout(guard: Guard, step: Any) -> None:
+    __tracebackhide__ = True
+    from trainlint._runtime.report import fail
+
+    sections = [
+        f"Every thread's stack at the timeout:\n{guard.stacks}",
+    ]
+    if guard.terminated:
+        sections.append("Terminated the processes it started: " + ", ".join(guard.terminated))
+    problems = problems_text(guard)
+    if problems:
+        sections.append(problems)
+    sections.append(
+        "A step that hangs is usually waiting on a worker that deadlocked or died: a "
+        "process forked while another thread held a lock (use the 'spawn' start method), "
+        "a queue read whose writer is gone, or a join on a worker that never ends."
+    )
+    fail(
+        guard.check,
+        f"the step did not finish within timeout={guard.timeout:g} s",
+        sections,
+        sources=[step] if step is not None else [],
+    )

@@ -1,0 +1,304 @@
+"""``assert_clip_effective``: gradient reads through ``torch.nn.utils`` see this step's backward."""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
+from trainlint._runtime.links import Symptom
+from trainlint._runtime.report import fail, fmt, table
+from trainlint.testing._common import Step, plural, trainable
+
+if TYPE_CHECKING:
+    import torch
+
+CHECK = "assert_clip_effective"
+
+SYMPTOMS = {
+    "read-after-zero-grad": Symptom(
+        ("TL101",),
+        text="The gradients were read after zero_grad() cleared them: a clip then acts on "
+        "nothing (the update is never clipped) and a logged gradient norm is always 0. "
+        "Read and clip them between backward() and zero_grad().",
+    ),
+    "clip-after-step": Symptom(
+        ("TL110",),
+        text="The gradients were clipped after optimizer.step() had already applied them: "
+        "the clip comes too late to change the update. Clip between backward() (or "
+        "scaler.unscale_()) and optimizer.step().",
+    ),
+    "read-before-backward": Symptom(
+        see_also=("TL101", "TL110"),
+        text="The gradients were read before this step's backward() ran: the read sees the "
+        "previous step's gradients, or none.",
+    ),
+}
+
+_UTILS = ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "get_total_norm")
+
+
+@dataclass(frozen=True)
+class GradRead:
+    """One gradient read through ``torch.nn.utils`` during the check.
+
+    ``seen``: the total 2-norm of the gradients the read saw (0 for none); ``backward``:
+    the total 2-norm the last backward left in those parameters' gradients (None: no
+    backward had reached them); ``after``: what happened to them since that backward
+    (``"backward"``: nothing, the read is fine; ``"zero_grad"``; ``"step"``; None: no
+    backward yet).
+    """
+
+    step: int
+    function: str
+    seen: float
+    backward: float | None
+    after: str | None
+    order: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ClipResult:
+    """What :func:`assert_clip_effective` measured: every read, in order."""
+
+    steps: int
+    reads: tuple[GradRead, ...]
+
+
+@guarded(CHECK)
+def assert_clip_effective(
+    model: torch.nn.Module,
+    step: Step,
+    *,
+    steps: int = 1,
+    batches: Iterable[Any] | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
+) -> ClipResult:
+    """Every gradient read the step makes through ``torch.nn.utils`` sees this step's backward.
+
+    ``clip_grad_norm_``, ``clip_grad_value_`` and ``get_total_norm`` on the model's
+    parameters must come after the backward that produced the gradients, and before the
+    ``zero_grad()`` that clears them (TL101: the norm is 0, the clip acts on nothing) and the
+    ``optimizer.step()`` that applies them (TL110: the clip comes too late). For the check's
+    duration it hooks every optimizer's ``step`` and ``zero_grad``, ``Module.zero_grad``, the
+    parameters' gradient accumulation and those functions. Gradient accumulation (several
+    backwards, one clip), AMP's ``scaler.unscale_`` then clip, and several optimizers (a GAN's
+    two) are fine. A step that reads no gradient through them passes.
+
+    Fails showing the norm the read saw, the norm the backward produced, and the order of
+    events in that step.
+    """
+    __tracebackhide__ = True
+    from trainlint._runtime.arguments import check_count, check_model
+    from trainlint._runtime.steps import StepRunner
+
+    check_model(CHECK, model, step)
+    check_count("steps", steps, 1)
+    run = StepRunner(step, batches, check=CHECK)
+    named = trainable(model)
+    result = _measure(run, named, steps)
+    bad = _diagnose(result)
+    if not bad:
+        return result
+    _report(bad, result, step)
+
+
+class _Tracker:
+    """Per parameter: what happened last (backward, zero_grad, step) and the backward's norm."""
+
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        self.params = params
+        self.index = {id(p): i for i, p in enumerate(params)}
+        self.last: list[str | None] = [None] * len(params)
+        self.sq_norm: list[Any] = [None] * len(params)
+        self.order: list[str] = []
+        self.reads: list[GradRead] = []
+        self.step = 0
+        self.local = threading.local()
+
+    def event(self, text: str) -> None:
+        if not self.order or self.order[-1] != text:
+            self.order.append(text)
+
+    def mark(self, params: Iterable[Any], what: str, label: str) -> None:
+        hit = False
+        for p in params:
+            i = self.index.get(id(p))
+            if i is not None:
+                self.last[i] = what
+                hit = True
+        if hit:
+            self.event(label)
+
+    def accumulated(self, i: int, param: torch.Tensor) -> None:
+        grad = param.grad
+        self.last[i] = "backward"
+        self.sq_norm[i] = None if grad is None else grad.detach().float().pow(2).sum()
+        self.event("backward")
+
+    def read(self, function: str, indices: list[int]) -> None:
+        import torch
+
+        indices = sorted(set(indices))
+        if not indices:
+            return
+        seen = 0.0
+        for i in indices:
+            grad = self.params[i].grad
+            if grad is not None:
+                seen += float(grad.detach().float().pow(2).sum())
+        states = [self.last[i] for i in indices]
+        after: str | None
+        if "zero_grad" in states:
+            after = "zero_grad"
+        elif "step" in states:
+            after = "step"
+        elif None in states:
+            after = None
+        else:
+            after = "backward"
+        norms = [self.sq_norm[i] for i in indices if self.sq_norm[i] is not None]
+        backward = float(torch.stack(norms).sum()) ** 0.5 if norms else None
+        self.event(f"{function}  (saw {fmt(math.sqrt(seen))})")
+        self.reads.append(
+            GradRead(self.step, function, math.sqrt(seen), backward, after, tuple(self.order))
+        )
+
+
+def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> ClipResult:
+    __tracebackhide__ = True
+    import torch
+    import torch.nn.utils as nn_utils
+    import torch.nn.utils.clip_grad as clip_grad
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    params = [p for _, p in named]
+    tracker = _Tracker(params)
+    by_grad: Callable[[Any], list[int]] = lambda grads: [  # noqa: E731
+        i for g in grads for i, p in enumerate(params) if p.grad is g
+    ]
+
+    def wrap_util(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(first: Any, *args: Any, **kwargs: Any) -> Any:
+            local = tracker.local
+            if getattr(local, "inside", False):
+                return original(first, *args, **kwargs)
+            items = [first] if isinstance(first, torch.Tensor) else list(first)
+            function = name.lstrip("_")
+            if function == "get_total_norm":
+                indices = by_grad(items)  # it takes the gradients, not the parameters
+                # A clip_grad_norm_ bound before the check (`from torch.nn.utils import
+                # clip_grad_norm_`) is seen only here, through the norm it computes.
+                if sys._getframe(1).f_code.co_name == "clip_grad_norm_":
+                    function = "clip_grad_norm_"
+            else:
+                indices = [tracker.index[id(p)] for p in items if id(p) in tracker.index]
+            tracker.read(function, indices)
+            local.inside = True
+            try:
+                return original(items[0] if isinstance(first, torch.Tensor) else items,
+                                *args, **kwargs)
+            finally:
+                local.inside = False
+
+        wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+        return wrapper
+
+    patches: list[tuple[Any, str, Any]] = []
+
+    def patch(owner: Any, name: str, replacement: Any) -> None:
+        patches.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, replacement)
+
+    wrapped: dict[int, Any] = {}
+    for owner in (nn_utils, clip_grad):
+        for name in (*_UTILS, "_get_total_norm"):
+            original = getattr(owner, name, None)
+            if original is None:
+                continue
+            if id(original) not in wrapped:
+                wrapped[id(original)] = wrap_util(name, original)
+            patch(owner, name, wrapped[id(original)])
+
+    optimizer_zero_grad = torch.optim.Optimizer.zero_grad
+    module_zero_grad = torch.nn.Module.zero_grad
+
+    def opt_zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
+        group_params = [p for g in self.param_groups for p in g["params"]]
+        tracker.mark(group_params, "zero_grad", f"{type(self).__name__}.zero_grad")
+        return optimizer_zero_grad(self, *args, **kwargs)
+
+    def mod_zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
+        tracker.mark(self.parameters(), "zero_grad", f"{type(self).__name__}.zero_grad")
+        return module_zero_grad(self, *args, **kwargs)
+
+    def step_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+        group_params = [p for g in optimizer.param_groups for p in g["params"]]
+        tracker.mark(group_params, "step", f"{type(optimizer).__name__}.step")
+
+    handles = [register_optimizer_step_pre_hook(step_hook)]
+    for i, p in enumerate(params):
+        handles.append(
+            p.register_post_accumulate_grad_hook(lambda param, i=i: tracker.accumulated(i, param))
+        )
+    patch(torch.optim.Optimizer, "zero_grad", opt_zero_grad)
+    patch(torch.nn.Module, "zero_grad", mod_zero_grad)
+    try:
+        for i in range(steps):
+            tracker.step = i
+            tracker.order = []
+            run()
+    finally:
+        for owner, name, original in reversed(patches):
+            setattr(owner, name, original)
+        for handle in handles:
+            handle.remove()
+    return ClipResult(steps=steps, reads=tuple(tracker.reads))
+
+
+def _diagnose(result: ClipResult) -> list[tuple[GradRead, str]]:
+    symptom_of = {
+        "zero_grad": "read-after-zero-grad",
+        "step": "clip-after-step",
+        None: "read-before-backward",
+    }
+    out = []
+    for read in result.reads:
+        if read.after == "step" and read.function == "get_total_norm":
+            continue  # a norm logged after the step still shows what backward produced
+        if read.after != "backward":
+            out.append((read, symptom_of[read.after]))
+    return out
+
+
+def _report(bad: list[tuple[GradRead, str]], result: ClipResult, step: Step) -> NoReturn:
+    __tracebackhide__ = True
+    what = {
+        "read-after-zero-grad": "after zero_grad()",
+        "clip-after-step": "after optimizer.step()",
+        "read-before-backward": "before backward()",
+    }
+    rows = [
+        (r.step, r.function, what[s], r.seen, "-" if r.backward is None else r.backward)
+        for r, s in bad
+    ]
+    first, first_symptom = bad[0]
+    order = "\n".join(f"  {i + 1}. {e}" for i, e in enumerate(first.order))
+    symptoms = [SYMPTOMS[s] for s in dict.fromkeys(s for _, s in bad)]
+    fail(
+        CHECK,
+        f"{first.function} read the gradients {what[first_symptom]} "
+        f"({plural(len(bad), 'bad read')} in {plural(result.steps, 'step')})",
+        [
+            table(("step", "read", "when", "norm it saw", "norm backward produced"), rows),
+            f"Events of step {first.step}, in order:\n{order}",
+            *(s.text for s in symptoms),
+        ],
+        symptoms=symptoms,
+        sources=[step],
+        result=result,
+    )
