@@ -25,35 +25,12 @@ from trainlint.testing import CheckFailed
 CHECKS = [name for name in trainlint.testing.__all__ if name.startswith("assert_")]
 REGISTRY = {rule.code: rule for rule in builtin_rules()}
 
-# Links whose check has no diagnosis that can name the rule: the check passes on the bug
-# (or cannot observe it), so the link should change. Asked for in the rules/ package; each
-# xfail applies only while the rule still names the old check, and disappears once the
-# registry has the new value.
-PENDING: dict[str, tuple[str, str]] = {
-    "TL101": ("assert_grads_nonzero", "gradients are recorded as backward accumulates them: "
-              "a norm read after zero_grad() never makes this check fail"),
-    "TL110": ("assert_grads_nonzero", "a clip after optimizer.step() leaves every gradient "
-              "non-zero: this check passes on the bug"),
-    "TL103": ("assert_weights_updated", "gradients that pile up still move every weight; the "
-              "symptom is a loss that rises (assert_loss_decreases)"),
-    "TL106": ("assert_weights_updated", "modules in a plain list are invisible to "
-              "named_parameters(), so this check never looks at them"),
-    "TL202": ("assert_lr_schedule", "the check steps optimizer and scheduler itself, in the "
-              "right order: it cannot see the user's order"),
-    "TL701": ("assert_weights_updated", "a model left in eval() still updates its weights"),
-}
-
-
 def _linked_rules() -> list[object]:
     params = []
     for code, rule in sorted(REGISTRY.items()):
         if not rule.confirm_with:
             continue
-        marks = []
-        pending = PENDING.get(code)
-        if pending is not None and rule.confirm_with == pending[0]:
-            marks.append(pytest.mark.xfail(strict=True, reason=f"confirm_with: {pending[1]}"))
-        params.append(pytest.param(rule, id=code, marks=marks))
+        params.append(pytest.param(rule, id=code))
     return params
 
 

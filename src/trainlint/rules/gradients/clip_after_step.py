@@ -46,7 +46,7 @@ class ClipAfterStep(Rule):
         "gradients clipped after the optimizer step: the update already used unclipped gradients; clip between `backward()` and `step()`"
     )
     triggers = ("clip_grad",)
-    confirm_with = None  # assert_clip_effective (issue 14) will confirm it
+    confirm_with = "assert_clip_effective"
     valid = [
         """
 import torch

@@ -57,7 +57,7 @@ class GradNormAfterZeroGrad(Rule):
         "gradients are read after `zero_grad()` in the same step: the value is always zero; read them between `backward()` and `zero_grad()`"
     )
     triggers = ("grad",)
-    confirm_with = None  # assert_clip_effective (issue 14) will confirm it
+    confirm_with = "assert_clip_effective"
     # tests read gradients after zero_grad() on purpose, to assert that it cleared them
     test_files = False
     valid = [
