@@ -75,6 +75,21 @@ for real in loader:
     torch.nn.utils.clip_grad_norm_(gen.parameters(), 5.0)
     opt_g.step()
 """,
+        # a retry that zeroes the gradients and runs the whole step again (the
+        # backward lives in another module's helper)
+        """
+import torch
+class Trainer:
+    def train_step(self, batch, retry=True):
+        self.opt.zero_grad()
+        self.task.forward_backward(self.model, batch)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        if not torch.isfinite(norm):
+            raise FloatingPointError("non-finite gradients")
+        self.opt.step()
+        if retry and self.overflowed():
+            return self.train_step(batch, retry=False)
+""",
         # no torch
         """
 for job in jobs:
@@ -118,7 +133,9 @@ class Trainer:
                 for i, e in enumerate(path):
                     if e.kind is Kind.STEP:
                         last_step = i
-                    elif e.kind is Kind.BACKWARD:
+                    elif e.kind in (Kind.BACKWARD, Kind.ZERO):
+                        # new gradients, or cleared ones (TL101's business): either way
+                        # the clip no longer belongs to the step that came before
                         last_step = -1
                     elif e.kind is Kind.CLIP and last_step >= 0:
                         if any(x.kind is Kind.STEP for x in path[i + 1 :]):
