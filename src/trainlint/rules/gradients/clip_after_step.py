@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel
 from trainlint.analysis.paths import Reported, precise_step_loops
-from trainlint.analysis.steps import Kind
+from trainlint.analysis.steps import Event, Kind, StepLoop
 from trainlint.rules.base import Invalid, Report, Rule
+
+
+def _reenters(model: FileModel, loop: StepLoop, event: Event) -> bool:
+    """The event comes from the step function calling itself again."""
+    fn = loop.node
+    return isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+        model.resolve_call(site) is fn for site in event.chain
+    )
 
 
 class ClipAfterStep(Rule):
@@ -133,9 +142,12 @@ class Trainer:
                 for i, e in enumerate(path):
                     if e.kind is Kind.STEP:
                         last_step = i
-                    elif e.kind in (Kind.BACKWARD, Kind.ZERO):
-                        # new gradients, or cleared ones (TL101's business): either way
-                        # the clip no longer belongs to the step that came before
+                    elif e.kind is Kind.BACKWARD or (
+                        last_step >= 0 and _reenters(model, loop, e)
+                        and not _reenters(model, loop, path[last_step])
+                    ):
+                        # new gradients, or a retry that runs the whole step function
+                        # again (`return self.train_step(batch)` on an AMP overflow)
                         last_step = -1
                     elif e.kind is Kind.CLIP and last_step >= 0:
                         if any(x.kind is Kind.STEP for x in path[i + 1 :]):
