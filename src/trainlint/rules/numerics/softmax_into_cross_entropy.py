@@ -269,7 +269,8 @@ for i in range(num_chunks):
     @staticmethod
     def _message(label: str) -> str:
         if label == "log":
-            return "`log(softmax(x))` underflows to -inf and NaN gradients: use `log_softmax`"
+            return ("`log(softmax(x))` is -inf wherever a probability underflows to 0, with NaN "
+                    "gradients through it; use `log_softmax`")
         if label in ("nll_loss", "NLLLoss"):
             return (f"softmax output fed to `{label}`, which expects log-probabilities: "
                     "use `log_softmax`")

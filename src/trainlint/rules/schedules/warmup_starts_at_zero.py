@@ -410,7 +410,8 @@ scheduler = LambdaLR(optimizer, lr_lambda)
                     yield self.report(
                         call,
                         "`LinearLR(start_factor=0)`: a zero LR factor (current torch rejects it "
-                        "with a ValueError at construction; older versions train at LR 0)",
+                        "with a ValueError at construction; older versions train at LR 0); "
+                        "use a small positive `start_factor`",
                     )
             elif qual.startswith("transformers") and _WARMUP_FACTORIES.match(cls):
                 warm = keyword(call, "num_warmup_steps")
@@ -421,7 +422,8 @@ scheduler = LambdaLR(optimizer, lr_lambda)
                 yield self.report(
                     call,
                     f"`{cls}` starts warmup at LR 0: the first update does nothing, and the "
-                    "LR stays 0 if `scheduler.step()` is never reached",
+                    "LR stays 0 if `scheduler.step()` is never reached; step it after every "
+                    "`optimizer.step()`",
                 )
 
     @staticmethod
