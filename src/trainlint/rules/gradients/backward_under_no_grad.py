@@ -199,9 +199,7 @@ for batch in loader:
             # `backward()` itself works under no_grad (d2l runs it there on purpose, so
             # the clip that follows is not recorded): what matters is where the loss
             # was computed, right here in the block or in a no-grad assignment.
-            if not grad_enabled_at(model, call)[0] and _computes_output(model, value):
-                yield self.report(call)
-            elif self._computed_without_grad(model, value, call):
+            if not grad_enabled_at(model, call)[0] and _computes_output(model, value) or self._computed_without_grad(model, value, call):
                 yield self.report(call)
 
     @staticmethod
@@ -222,7 +220,7 @@ for batch in loader:
         for ref in names:
             name = dotted(ref)
             found = model.flow.definition(name, ref) if name else None
-            root = ref
+            root: ast.expr = ref
             while found is None and isinstance(root, ast.Attribute):
                 root = root.value  # `out.loss`: follow `out`
                 found = model.flow.definition(root.id, root) if isinstance(

@@ -11,7 +11,6 @@ from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.steps import STEP_LOOP_TRIGGERS, Kind
 from trainlint.rules.base import Invalid, Report, Rule
 
-
 _HOOK_NAME = re.compile(r"^(on|before|after)_|hook|callback|trigger|fire_event|dispatch",
                         re.IGNORECASE)
 

@@ -87,15 +87,15 @@ class _Eval:
                 a = scope.args
                 positional = [*a.posonlyargs, *a.args]
                 defaults: dict[str, ast.expr | None] = dict.fromkeys(
-                    (x.arg for x in [*positional, *a.kwonlyargs]))
+                    x.arg for x in [*positional, *a.kwonlyargs])
                 for arg, default in zip(positional[len(positional) - len(a.defaults):],
                                         a.defaults, strict=True):
                     defaults[arg.arg] = default
                 for arg, kw_default in zip(a.kwonlyargs, a.kw_defaults, strict=True):
                     defaults[arg.arg] = kw_default
                 if node.id in defaults:
-                    default = defaults[node.id]
-                    value = self.expr(default, {}) if isinstance(default, ast.Constant) else None
+                    given = defaults[node.id]
+                    value = self.expr(given, {}) if isinstance(given, ast.Constant) else None
                     return value if _num(value) else NONNEG
             values = [n.value for n in walk_local(scope) if isinstance(n, ast.Assign)
                       and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)]
