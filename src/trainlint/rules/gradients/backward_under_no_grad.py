@@ -199,7 +199,8 @@ for batch in loader:
             # `backward()` itself works under no_grad (d2l runs it there on purpose, so
             # the clip that follows is not recorded): what matters is where the loss
             # was computed, right here in the block or in a no-grad assignment.
-            if not grad_enabled_at(model, call)[0] and _computes_output(model, value) or self._computed_without_grad(model, value, call):
+            here = not grad_enabled_at(model, call)[0] and _computes_output(model, value)
+            if here or self._computed_without_grad(model, value, call):
                 yield self.report(call)
 
     @staticmethod
