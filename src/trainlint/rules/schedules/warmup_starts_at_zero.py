@@ -7,7 +7,6 @@ import math
 import re
 from collections.abc import Iterator
 
-from trainlint.analysis.context import is_test_file
 from trainlint.analysis.model import FileModel, call_name, keyword, walk_local
 from trainlint.analysis.schedules import lambda_arg, lambda_body, scheduler_calls
 from trainlint.rules.base import Invalid, Report, Rule, Valid
@@ -260,7 +259,7 @@ class WarmupStartsAtZero(Rule):
     warmup length that cannot be resolved to a constant may be 0 (the usual default), so
     it is reported only when the multiplier is 0 whatever the length (`step / warmup`
     divides by it, so it is not 0 when it runs), or when the length is provably
-    positive. Test files are not checked.
+    positive.
 
     ## Why is this bad?
     The first optimizer update runs with LR 0 and does nothing; and if `scheduler.step()`
@@ -290,6 +289,7 @@ class WarmupStartsAtZero(Rule):
         "above 0, e.g. `(step + 1) / warmup`"
     )
     triggers = ("LambdaLR", "LinearLR", "_with_warmup")
+    test_files = False  # tests build schedules to test something else than the first LR
     confirm_with = "assert_lr_schedule"
     valid = [
         "import torch\nS = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))\n",
@@ -392,8 +392,6 @@ scheduler = LambdaLR(optimizer, lr_lambda)
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        if is_test_file(model.path):
-            return  # tests build schedules to test something else than the first LR
         for call in scheduler_calls(model):
             qual = model.qualname(call.func) or ""
             cls = qual.rsplit(".", 1)[-1]
