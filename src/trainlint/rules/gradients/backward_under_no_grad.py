@@ -32,8 +32,11 @@ def _is_loss_or_output(model: FileModel, value: ast.AST) -> bool:
 
 class BackwardUnderNoGrad(Rule):
     """## What it does
-    Flags `backward()` inside `torch.no_grad()` / `torch.inference_mode()` (a `with` block
-    or a decorated function), and `backward()` on a loss that was computed inside one.
+    Flags `backward()` on a loss computed without autograd recording: inside
+    `torch.no_grad()` / `torch.inference_mode()` (a `with` block or a decorated
+    function), or assigned inside one and backpropagated later. A `backward()` that only
+    *runs* under no-grad, on a loss computed outside, is fine and not reported; nor is a
+    frozen model's output under no-grad added to a loss that still carries the graph.
 
     ## Why is this bad?
     Under no-grad nothing records a graph: the loss has no `grad_fn`, so `backward()`
@@ -96,6 +99,32 @@ def run(torch, model, x):
     with torch.no_grad():
         model(x).sum().backward()
 """,
+        # backward itself under no_grad, on a loss computed outside: valid, and done on
+        # purpose so the clip that follows is not recorded
+        """
+import torch
+for batch in loader:
+    loss = model.training_step(batch)
+    optimizer.zero_grad()
+    with torch.no_grad():
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+""",
+        # a frozen model's output under no_grad, added to the trained model's loss
+        """
+import torch
+from transformers import AutoModel, AutoModelForCausalLM
+student = AutoModelForCausalLM.from_pretrained("student")
+teacher = AutoModel.from_pretrained("teacher").eval()
+for batch in loader:
+    out = student(**batch)
+    with torch.no_grad():
+        penalty = teacher(out.loss)
+    loss = out.loss + penalty
+    accelerator.backward(loss)
+    optimizer.step()
+""",
         # no torch
         """
 with no_grad():
@@ -135,32 +164,68 @@ for x, y in loader:
 """,
             line=6,
         ),
+        # the model's loss under no_grad, a parameter penalty added outside: only the
+        # penalty backpropagates
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    with torch.no_grad():
+        out = model(x)
+        loss = criterion(out, y)
+    penalty = sum(p.pow(2).sum() for p in model.parameters())
+    (loss + 1e-4 * penalty).backward()
+""",
+            line=7,
+        ),
+        # the model output under no_grad, its loss attribute backpropagated there
+        Invalid(
+            """
+import torch
+for batch in loader:
+    with torch.no_grad():
+        out = model(**batch)
+        accelerator.backward(out.loss)
+""",
+            line=5,
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for call in backward_calls(model):
-            enabled, _ = grad_enabled_at(model, call)
-            if not enabled:
-                yield self.report(call)
-                continue
             value = backward_value(model, call)
-            if value is not None and self._computed_without_grad(model, value, call):
+            if value is None:
+                continue
+            # `backward()` itself works under no_grad (d2l runs it there on purpose, so
+            # the clip that follows is not recorded): what matters is where the loss
+            # was computed, right here in the block or in a no-grad assignment.
+            here = not grad_enabled_at(model, call)[0] and _computes_output(model, value)
+            if here or self._computed_without_grad(model, value, call):
                 yield self.report(call)
 
     @staticmethod
     def _computed_without_grad(model: FileModel, value: ast.AST, call: ast.Call) -> bool:
         """The loss itself, or one of its additive terms that is a loss or model output,
-        was assigned inside a no-grad block of the same function."""
+        was assigned inside a no-grad block of the same function, and no other term
+        carries the graph."""
         fn = model.function_of(call)
         names = []
         if isinstance(value, (ast.Name, ast.Attribute)):
             names.append(value)
-        for term in model.flow.terms(value):
+        elif isinstance(value, ast.Call):  # `scaler.scale(loss)`: the loss is an argument
+            names.extend(a for a in value.args if isinstance(a, (ast.Name, ast.Attribute)))
+        terms = model.flow.terms(value)
+        for term in terms:
             if isinstance(term, ast.Name) and term not in names:
                 names.append(term)
         for ref in names:
             name = dotted(ref)
             found = model.flow.definition(name, ref) if name else None
+            root: ast.expr = ref
+            while found is None and isinstance(root, ast.Attribute):
+                root = root.value  # `out.loss`: follow `out`
+                found = model.flow.definition(root.id, root) if isinstance(
+                    root, ast.Name) else None
             if found is None:
                 continue
             stmt, val = found
@@ -168,6 +233,38 @@ for x, y in loader:
                 continue
             if model.function_of(stmt) is not fn or grad_enabled_at(model, stmt)[0]:
                 continue
-            if ref is value or _is_loss_or_output(model, val):
+            if ref is value:
                 return True
+            if _is_loss_or_output(model, val):
+                # a frozen model's output added as a constant next to the trained
+                # model's loss: the sum still backpropagates into the trained model
+                return not any(
+                    _carries_graph(model, t, fn) for t in terms if t is not ref
+                )
         return False
+
+
+def _computes_output(model: FileModel, value: ast.AST) -> bool:
+    """``value`` is a loss or model output itself (a name assigned here, or an inline
+    model/loss call such as ``model(x).sum()``), not something merely passed along."""
+    for sub in ast.walk(value):
+        if isinstance(sub, ast.Call) and _is_loss_or_output(model, sub):
+            return True
+    return False
+
+
+def _carries_graph(model: FileModel, term: ast.AST, fn: ast.AST | None) -> bool:
+    """A loss term computed with grad enabled from a model output or a loss call
+    (``outputs.loss``, ``criterion(out, y)``)."""
+    node = term
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    if isinstance(node, ast.Call):
+        return grad_enabled_at(model, node)[0] and _is_loss_or_output(model, node)
+    if isinstance(node, ast.Name):
+        found = model.flow.definition(node.id, node)
+        if found is None or model.function_of(found[0]) is not fn:
+            return False
+        stmt, val = found
+        return grad_enabled_at(model, stmt)[0] and _is_loss_or_output(model, val)
+    return False

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel
 from trainlint.analysis.paths import Reported, precise_step_loops
-from trainlint.analysis.steps import Kind
+from trainlint.analysis.steps import Event, Kind, StepLoop
 from trainlint.rules.base import Invalid, Report, Rule
+
+
+def _reenters(model: FileModel, loop: StepLoop, event: Event) -> bool:
+    """The event comes from the step function calling itself again."""
+    fn = loop.node
+    return isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+        model.resolve_call(site) is fn for site in event.chain
+    )
 
 
 class ClipAfterStep(Rule):
@@ -75,6 +84,21 @@ for real in loader:
     torch.nn.utils.clip_grad_norm_(gen.parameters(), 5.0)
     opt_g.step()
 """,
+        # a retry that zeroes the gradients and runs the whole step again (the
+        # backward lives in another module's helper)
+        """
+import torch
+class Trainer:
+    def train_step(self, batch, retry=True):
+        self.opt.zero_grad()
+        self.task.forward_backward(self.model, batch)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        if not torch.isfinite(norm):
+            raise FloatingPointError("non-finite gradients")
+        self.opt.step()
+        if retry and self.overflowed():
+            return self.train_step(batch, retry=False)
+""",
         # no torch
         """
 for job in jobs:
@@ -118,7 +142,12 @@ class Trainer:
                 for i, e in enumerate(path):
                     if e.kind is Kind.STEP:
                         last_step = i
-                    elif e.kind is Kind.BACKWARD:
+                    elif e.kind is Kind.BACKWARD or (
+                        last_step >= 0 and _reenters(model, loop, e)
+                        and not _reenters(model, loop, path[last_step])
+                    ):
+                        # new gradients, or a retry that runs the whole step function
+                        # again (`return self.train_step(batch)` on an AMP overflow)
                         last_step = -1
                     elif e.kind is Kind.CLIP and last_step >= 0:
                         if any(x.kind is Kind.STEP for x in path[i + 1 :]):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel
@@ -101,6 +102,66 @@ for real in loader:
     g_norm = torch.nn.utils.clip_grad_norm_(gen.parameters(), 5.0)
     opt_g.step()
 """,
+        # micro-batches: the backward in the nested loop refills the gradients
+        """
+import torch
+for batch in loader:
+    opt.zero_grad()
+    for chunk in batch.split(8):
+        (model(chunk).mean() / 4).backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+""",
+        # the backward under an `if`: the branch that skips it is not judged
+        """
+import torch
+for batch in loader:
+    opt.zero_grad()
+    if batch is not None:
+        loss = model(batch).mean()
+        loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+""",
+        # the backward is out of sight (a trainer method from another module, a
+        # pipeline schedule): an iteration with no visible backward is not judged
+        """
+import torch
+def train_step(self, samples):
+    self.optimizer.zero_grad()
+    for sample in samples:
+        self.task.train_step(sample, self.model, self.optimizer)
+    gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+    self.optimizer.step()
+""",
+        # hogwild parent: worker processes fill the shared model's gradients
+        """
+import torch
+import torch.multiprocessing as mp
+model.share_memory()
+for rnd in range(rounds):
+    optimizer.zero_grad()
+    workers = [mp.Process(target=accumulate, args=(model, shard)) for shard in shards]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+""",
+        # an optimizer's own step(): one iteration per parameter group, each reading
+        # that group's gradients, writing the flat master gradient, freeing the rest
+        """
+import torch
+class FlatOptimizer(torch.optim.Optimizer):
+    def step(self):
+        for i, group in enumerate(self.half_groups):
+            flat = torch.cat([p.grad.flatten() for p in group])
+            self.master[i].grad = flat
+            for p in group:
+                p.grad = None
+        self.inner.step()
+""",
         # no torch: an unrelated `zero_grad`/`grad` API
         """
 for item in queue:
@@ -160,6 +221,19 @@ class Trainer:
 """,
             line=14,
         ),
+        # micro-batch backward, then the step, then a read after zero_grad
+        Invalid(
+            """
+import torch
+for batch in loader:
+    for chunk in batch.split(8):
+        model(chunk).mean().backward()
+    opt.step()
+    opt.zero_grad()
+    logger.log(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
+""",
+            line=7,
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -175,14 +249,24 @@ class Trainer:
                         last = e.kind
                 end_states.add(last)
             for path in loop.paths:
+                # An iteration that zeroes and reads but never visibly backpropagates gets
+                # its gradients from something out of sight (a helper in another module,
+                # a pipeline schedule, worker processes sharing the model): stay silent.
+                if not any(x.kind is Kind.BACKWARD for x in path):
+                    continue
                 state: Kind | None = None
                 for e in path:
                     if e.kind in (Kind.BACKWARD, Kind.ZERO):
                         state = e.kind
                     elif e.kind in (Kind.READ, Kind.CLIP):
+                        # A read at the top of the iteration sees the previous one's
+                        # cleared gradients only if iterations repeat a real backward; a
+                        # loop over parameter groups that writes `.grad` by hand reads
+                        # each group's fresh gradients.
                         zeroed = state is Kind.ZERO or (
                             state is None and end_states == {Kind.ZERO}
-                            and any(x.kind is Kind.BACKWARD for x in path)
+                            and any(x.kind is Kind.BACKWARD and isinstance(x.node, ast.Call)
+                                    for x in path)
                         )
                         if zeroed:
                             node = model.steps.anchor(e)

@@ -3,18 +3,40 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
-from trainlint.analysis.model import FileModel
+from trainlint.analysis.model import FileModel, call_name
 from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.steps import STEP_LOOP_TRIGGERS, Kind
 from trainlint.rules.base import Invalid, Report, Rule
+
+_HOOK_NAME = re.compile(r"^(on|before|after)_|hook|callback|trigger|fire_event|dispatch",
+                        re.IGNORECASE)
+
+
+def _calls_hooks(loop: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and _HOOK_NAME.search(call_name(n) or "")
+               for n in ast.walk(loop))
+
+
+def _distributed_autograd(model: FileModel, node: ast.AST) -> bool:
+    """`dist_autograd.backward(context_id, [loss])`: gradients go to the context that
+    `dist_autograd.context()` opens for this step, and `DistributedOptimizer.step(
+    context_id)` reads them there; nothing accumulates in `.grad`."""
+    return isinstance(node, ast.Call) and (
+        model.qualname(node.func) or ""
+    ).startswith("torch.distributed.autograd.")
 
 
 class MissingZeroGrad(Rule):
     """## What it does
     Flags an optimizer step in a training loop where, on some path through the loop body
     (helpers included), backward and the step run but nothing clears the gradients.
+    Distributed-autograd steps (`dist_autograd.backward` in a `dist_autograd.context()`)
+    keep their gradients per context and are not reported, nor are loops that fire
+    hooks (`call_hook(...)`, `on_*`, `before_*`) when a hook in the file calls
+    `zero_grad()`.
 
     ## Why is this bad?
     `backward()` adds to `.grad`. Without `zero_grad()` every step applies the sum of
@@ -98,6 +120,39 @@ for x, y in loader:
         return loss
     opt.step(closure)
 """,
+        # distributed autograd: each step's gradients live in their own context
+        """
+import torch.distributed.autograd as dist_autograd
+from torch import optim
+from torch.distributed.optim import DistributedOptimizer
+
+def run_trainer(model, loader):
+    opt = DistributedOptimizer(optim.SGD, model.parameter_rrefs(), lr=0.05)
+    for x, y in loader:
+        with dist_autograd.context() as context_id:
+            loss = criterion(model(x), y)
+            dist_autograd.backward(context_id, [loss])
+            opt.step(context_id)
+""",
+        # the runner fires a hook that this file implements with the zero_grad
+        """
+import torch
+
+class ClearGradsHook:
+    def before_train_iter(self, runner):
+        runner.optimizer.zero_grad()
+
+class Runner:
+    def call_hook(self, name):
+        for hook in self.hooks:
+            getattr(hook, name)(self)
+
+    def train(self, loader):
+        for batch in loader:
+            self.call_hook("before_train_iter")
+            self.model(batch).mean().backward()
+            self.optimizer.step()
+""",
         # no torch: a game environment
         """
 for episode in range(10):
@@ -146,13 +201,31 @@ for epoch in range(10):
 """,
             line=6,
         ),
+        # a loop that fires hooks, in a file whose hooks never clear gradients
+        Invalid(
+            """
+import torch
+for batch in loader:
+    callbacks.on_batch_begin()
+    model(batch).mean().backward()
+    optimizer.step()
+    callbacks.on_batch_end()
+""",
+            line=5,
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
         seen = Reported()
+        hook_zeroes = any(
+            fn is not None and _HOOK_NAME.search(fn.name)
+            for fn in (model.function_of(c) for c in model.calls.get("zero_grad", ()))
+        )
         for loop in precise_step_loops(model):
             if isinstance(loop.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue  # a step function called from elsewhere: its caller may clear grads
+            if hook_zeroes and _calls_hooks(loop.node):
+                continue  # a hook of this file clears the gradients when the loop fires it
             has_guarded_zero = any(e.under_counter_guard() for e in loop.of(Kind.ZERO))
             for path in loop.paths:
                 kinds = {e.kind for e in path}
@@ -160,6 +233,9 @@ for epoch in range(10):
                     continue
                 if not any(e.kind is Kind.BACKWARD and isinstance(e.node, ast.Call) for e in path):
                     continue  # `p.grad = g` overwrites: nothing accumulates
+                if any(e.kind is Kind.BACKWARD and _distributed_autograd(model, e.node)
+                       for e in path):
+                    continue  # gradients live in the autograd context, fresh each time
                 step = next(e for e in path if e.kind is Kind.STEP)
                 if step.under_counter_guard() and has_guarded_zero:
                     continue  # accumulation window cleared by a correlated guard

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel
 from trainlint.analysis.paths import Reported, precise_step_loops
-from trainlint.analysis.steps import STEP_LOOP_TRIGGERS, Kind, StepLoop
+from trainlint.analysis.steps import STEP_LOOP_TRIGGERS, Event, Kind, StepLoop
 from trainlint.rules.base import Invalid, Report, Rule
 
 
@@ -27,6 +27,16 @@ def _guard_mentions_loop_state(guards: tuple[tuple[ast.If, bool], ...], loop: St
             if isinstance(sub, ast.Compare):
                 return True
     return False
+
+
+def _takes_closure(step: Event) -> bool:
+    """``opt.step(closure)``: the closure backpropagates inside the step, whatever it is
+    (a local def, a ``functools.partial``, a bound method)."""
+    call = step.node
+    if not isinstance(call, ast.Call):
+        return False
+    args = call.args[1:] if step.scaled else call.args
+    return bool(args) or any(k.arg == "closure" for k in call.keywords)
 
 
 class StepBeforeBackward(Rule):
@@ -96,6 +106,35 @@ for x in loader:
         return l
     opt.step(closure)
 """,
+        # closure built with functools.partial, inside a test that loops over
+        # optimizer configurations and runs a plain training helper afterwards
+        """
+import functools
+import torch
+
+def loss_fn(opt, w):
+    opt.zero_grad()
+    loss = (w ** 2).sum()
+    loss.backward()
+    return loss
+
+def check_closure(make_opt):
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = make_opt([w])
+    closure = functools.partial(loss_fn, opt, w)
+    for _ in range(10):
+        opt.step(closure)
+
+def check_plain(make_opt):
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = make_opt([w])
+    loss_fn(opt, w)
+    opt.step()
+
+for make_opt in (torch.optim.SGD, torch.optim.Adam):
+    check_closure(make_opt)
+    check_plain(make_opt)
+""",
         # no torch
         """
 for t in range(100):
@@ -136,6 +175,9 @@ def train(model, loader, accelerator):
         for loop in precise_step_loops(model):
             steps = loop.of(Kind.STEP)
             for step in steps:
+                if step.depth > 0 or _takes_closure(step):
+                    # a step in a nested loop is judged in that loop's own iterations
+                    continue
                 if _guard_mentions_loop_state(step.guards, loop):
                     continue
                 containing = [p for p in loop.paths if any(e is step for e in p)]

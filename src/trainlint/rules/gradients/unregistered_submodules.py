@@ -16,7 +16,35 @@ def _is_module_construction(model: FileModel, node: ast.AST) -> bool:
     found = model.roles.classify(node)
     return len(found) == 1 and found[0] is not None and found[0].role is Role.MODEL and (
         found[0].call is node
-    )
+    ) and not _is_transform(model, node)
+
+
+_TRANSFORM_PREFIXES = ("torchaudio.transforms.", "torchvision.transforms.")
+
+
+def _is_transform(model: FileModel, call: ast.Call, depth: int = 0) -> bool:
+    """A parameter-free data transform: a torchaudio/torchvision transform, or a
+    same-file module whose only submodules are such transforms. Nothing of it can be
+    missing from `.parameters()` or `state_dict()`."""
+    if (model.qualname(call.func) or "").startswith(_TRANSFORM_PREFIXES):
+        return True
+    if depth > 0 or not isinstance(call.func, ast.Name) or model.qualname(call.func):
+        return False
+    cls = model.class_named(call.func.id)
+    if cls is None or model.local_base(cls) is not None:
+        return False
+    built = []
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Call) and call_name(node) in (
+            "Parameter", "register_parameter", "register_buffer", "add_module"
+        ):
+            return False
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
+            isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+            and t.value.id == "self" for t in node.targets
+        ):
+            built.append(node.value)
+    return bool(built) and all(_is_transform(model, b, depth + 1) for b in built)
 
 
 def _module_elements(model: FileModel, value: ast.AST) -> str | None:
@@ -62,7 +90,9 @@ def nn_prefix(model: FileModel) -> str | None:
 class UnregisteredSubmodules(Rule):
     """## What it does
     Flags an `nn.Module` that stores submodules in a plain `list`, `tuple` or `dict`
-    attribute (`self.layers = [nn.Linear(...) for _ in range(n)]`).
+    attribute (`self.layers = [nn.Linear(...) for _ in range(n)]`). Parameter-free data
+    transforms (torchaudio/torchvision transforms, or same-file wrappers holding only
+    those) are not reported: nothing of theirs can go untrained or unsaved.
 
     ## Why is this bad?
     `nn.Module` registers only attributes that are modules themselves. Modules inside a
@@ -131,6 +161,28 @@ class Net(nn.Module):
         super().__init__()
         self.sizes = [64, 128, 256]
         self.names = {"a": "relu"}
+""",
+        # parameter-free transforms (a same-file wrapper around a torchaudio resampler)
+        # held in a list: nothing to train or to save
+        """
+import torch
+import torchaudio
+
+class Resampler(torch.nn.Module):
+    def __init__(self, orig, new):
+        super().__init__()
+        self.kernel = torchaudio.transforms.Resample(orig, new)
+
+    def forward(self, wav):
+        self.kernel.to(wav.device)
+        return self.kernel(wav)
+
+class RandomSpeed(torch.nn.Module):
+    def __init__(self, speeds):
+        super().__init__()
+        self.resamplers = []
+        for s in speeds:
+            self.resamplers.append(Resampler(s, 100))
 """,
         # not an nn.Module: a plain container class
         """
@@ -213,6 +265,40 @@ class Tower(Block):
         self.stages = nn.ModuleList()
         for _ in range(depth):
             self.stages.append(Block())
+""",
+        ),
+        # a wrapper with a transform *and* a layer still has parameters
+        Invalid(
+            """
+import torch
+import torchaudio
+
+class Frontend(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mel = torchaudio.transforms.MelSpectrogram(n_mels=80)
+        self.proj = torch.nn.Linear(80, 256)
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.frontends = [Frontend() for _ in range(2)]
+""",
+            line=13,
+            fixed="""
+import torch
+import torchaudio
+
+class Frontend(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mel = torchaudio.transforms.MelSpectrogram(n_mels=80)
+        self.proj = torch.nn.Linear(80, 256)
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.frontends = torch.nn.ModuleList([Frontend() for _ in range(2)])
 """,
         ),
     ]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
-from trainlint.analysis.model import FileModel, dotted, walk_local
+from trainlint.analysis.model import FileModel, call_name, dotted, walk_local
 from trainlint.analysis.paths import Reported, precise_step_loops
-from trainlint.analysis.steps import Kind, backward_value
+from trainlint.analysis.steps import Event, Kind, StepLoop, backward_value
 from trainlint.rules.base import Invalid, Report, Rule
 
 
@@ -28,10 +29,105 @@ def _accum_named(node: ast.AST) -> bool:
     return False
 
 
+def _under(event: Event, guards: list[ast.If]) -> bool:
+    return any(g is guard for g, _ in event.guards for guard in guards)
+
+
+def _consumed_each_iteration(loop: StepLoop, bw: Event, guards: list[ast.If],
+                             guarded: set[str | None], single: bool) -> bool:
+    """On every path, this backward's gradients are cleared before it or applied after it
+    by an unguarded step: only another optimizer's update is delayed (TD3's actor, a GAN
+    critic loop), nothing accumulates."""
+    containing = [p for p in loop.paths if any(e is bw for e in p)]
+    if not containing:
+        return False
+    for path in containing:
+        i = next(k for k, e in enumerate(path) if e is bw)
+        cleared = any(
+            e.kind is Kind.ZERO and not _under(e, guards)
+            and (single or e.target is None or e.target in guarded)
+            for e in path[:i]
+        )
+        nxt = next((e for e in path[i + 1:] if e.kind is Kind.STEP), None)
+        applied = nxt is not None and not _under(nxt, guards)
+        if not (cleared or applied):
+            return False
+    return True
+
+
+_RESCALE = re.compile(r"(?<!un)(scale|multiply|mul|div|divide|normali[sz]e|average|avg)_?grad",
+                      re.IGNORECASE)
+
+
+def _rescales_grads(model: FileModel, guard: ast.If, depth: int = 0) -> bool:
+    """Inside the step branch, the accumulated gradients are divided before the step:
+    a ``scale_grads(model, 1 / n)``-style helper, ``p.grad.div_(n)``, ``p.grad /= n``."""
+    for node in (n for stmt in guard.body for n in ast.walk(stmt)):
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Div, ast.Mult)) and (
+            _mentions_grad(node.target)
+        ):
+            return True
+        if not isinstance(node, ast.Call):
+            continue
+        name = call_name(node) or ""
+        if _RESCALE.search(name):
+            return True
+        if name in ("div_", "mul_") and isinstance(node.func, ast.Attribute) and _mentions_grad(
+            node.func.value
+        ):
+            return True
+        if depth == 0:
+            fn = model.resolve_call(node)
+            if fn is not None:
+                wrapper = ast.If(test=ast.Constant(True), body=fn.body, orelse=[])
+                if _rescales_grads(model, wrapper, 1):
+                    return True
+    return False
+
+
+def _mentions_grad(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(node))
+
+
+_LR_NAME = re.compile(r"(^|_)(lr|learning_rate)($|_)", re.IGNORECASE)
+
+
+def _lr_divided(model: FileModel, divisors: list[ast.AST | None]) -> bool:
+    """The learning rate is divided by the accumulation count somewhere in the file
+    (``lr=base_lr / accum``, ``args.lr /= args.grad_accum``): the sum is what it expects."""
+    dumps = {ast.dump(d) for d in divisors if d is not None}
+
+    def by_count(expr: ast.AST) -> bool:
+        return ast.dump(expr) in dumps or _accum_named(expr)
+
+    for node in ast.walk(model.tree):
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Div):
+            if _LR_NAME.search((dotted(node.target) or "").rsplit(".", 1)[-1]) and by_count(
+                node.value
+            ):
+                return True
+        pairs: list[tuple[str, ast.AST]] = []
+        if isinstance(node, ast.Assign):
+            pairs = [((dotted(t) or "").rsplit(".", 1)[-1], node.value) for t in node.targets]
+        elif isinstance(node, ast.keyword) and node.arg:
+            pairs = [(node.arg, node.value)]
+        for name, value in pairs:
+            if _LR_NAME.search(name) and isinstance(value, ast.BinOp) and isinstance(
+                value.op, ast.Div
+            ) and by_count(value.right):
+                return True
+    return False
+
+
 class UnscaledAccumulatedLoss(Rule):
     """## What it does
     Flags the backward of a gradient-accumulation loop (the optimizer steps under
     `if (i + 1) % accum == 0`) whose loss is not divided by the accumulation count.
+    Not reported when the step branch divides the summed gradients itself
+    (`scale_grads(model, 1 / n)`, `p.grad.div_(n)`), when the learning rate is already
+    divided by the count, or when that backward's gradients are zeroed or stepped on
+    every iteration anyway and only another optimizer waits for the counter (a delayed
+    actor update, a GAN critic loop).
 
     ## Why is this bad?
     Accumulated gradients are the *sum* over `accum` micro-batches, so each update is
@@ -102,6 +198,70 @@ for i, (x, y) in enumerate(loader):
     if i % 100 == 0:
         print(loss.item())
 """,
+        # delayed policy update (TD3): the critic is zeroed and stepped every
+        # iteration, only the actor's update waits for the counter
+        """
+import torch
+for step in range(total_steps):
+    critic_loss = critic_loss_fn(batch)
+    critic_opt.zero_grad()
+    critic_loss.backward()
+    critic_opt.step()
+    if step % policy_delay == 0:
+        actor_loss = -critic(obs, actor(obs)).mean()
+        actor_opt.zero_grad()
+        actor_loss.backward()
+        actor_opt.step()
+""",
+        # WGAN: the critic trains on every batch, the generator every n_critic batches
+        """
+import torch
+for i, real in enumerate(loader):
+    opt_d.zero_grad()
+    d_loss = disc(gen(noise())).mean() - disc(real).mean()
+    d_loss.backward()
+    opt_d.step()
+    if i % n_critic == 0:
+        opt_g.zero_grad()
+        g_loss = -disc(gen(noise())).mean()
+        g_loss.backward()
+        opt_g.step()
+""",
+        # token-weighted losses summed, then the gradients divided by the token total
+        """
+import torch
+for idx, batch in enumerate(loader):
+    loss = loss_fn(model(batch["tokens"]), batch["labels"]) * batch["num_tokens"]
+    num_tokens += batch["num_tokens"]
+    loss.backward()
+    if (idx + 1) % grad_accum_steps == 0:
+        scale_grads(model, 1 / num_tokens)
+        optimizer.step()
+        optimizer.zero_grad()
+        num_tokens = 0
+""",
+        # the gradients divided in place before the step
+        """
+import torch
+for i, (x, y) in enumerate(loader):
+    criterion(model(x), y).backward()
+    if (i + 1) % accum == 0:
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.div_(accum)
+        optimizer.step()
+        optimizer.zero_grad()
+""",
+        # the learning rate already divided by the accumulation count
+        """
+import torch
+optimizer = torch.optim.SGD(model.parameters(), lr=args.lr / args.accumulation_steps)
+for i, (x, y) in enumerate(loader):
+    criterion(model(x), y).backward()
+    if (i + 1) % args.accumulation_steps == 0:
+        optimizer.step()
+        optimizer.zero_grad()
+""",
         # no torch
         """
 for i, job in enumerate(jobs):
@@ -139,6 +299,21 @@ for step, batch in enumerate(loader):
 """,
             line=7,
         ),
+        # two optimizers: D steps every batch, G accumulates unscaled losses
+        Invalid(
+            """
+import torch
+for i, real in enumerate(loader):
+    opt_d.zero_grad()
+    disc_loss(real).backward()
+    opt_d.step()
+    gen_loss(real).backward()
+    if (i + 1) % accum == 0:
+        opt_g.step()
+        opt_g.zero_grad()
+""",
+            line=6,
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -154,11 +329,17 @@ for step, batch in enumerate(loader):
             divisors = [_divisor(g.test) for g in guards]
             if any(isinstance(d, ast.Constant) and d.value in (1, 0) for d in divisors):
                 continue
+            if any(_rescales_grads(model, g) for g in guards) or _lr_divided(model, divisors):
+                continue  # the sum is divided afterwards, or the LR already accounts for it
+            guarded = {t for s in loop.of(Kind.STEP) if _under(s, guards) for t in [s.target]}
+            single = len(loop.targets(Kind.STEP)) <= 1
             for bw in loop.of(Kind.BACKWARD):
                 if not isinstance(bw.node, ast.Call):
                     continue
-                if any(g is guard for g, _ in bw.guards for guard in guards):
+                if _under(bw, guards):
                     continue  # backward inside the step branch: no accumulation here
+                if _consumed_each_iteration(loop, bw, guards, guarded, single):
+                    continue
                 if self._scaled(model, bw.node, divisors):
                     continue
                 node = model.steps.anchor(bw)

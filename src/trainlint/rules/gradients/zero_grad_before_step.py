@@ -33,6 +33,19 @@ def _zero_matches_step(model: FileModel, zero: Event, step: Event, loop: StepLoo
     return False
 
 
+def _sanitizing(zero: Event) -> bool:
+    """A zeroing under a test of the gradient's values (`if not torch.isfinite(p.grad)
+    .all()`) drops only the bad gradients; the others still reach the step. A test that
+    only asks whether a gradient exists (`p.grad is not None`) does not count."""
+    for guard, _ in zero.guards:
+        for sub in ast.walk(guard.test):
+            if isinstance(sub, ast.Call) and any(
+                isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(sub)
+            ):
+                return True
+    return False
+
+
 class ZeroGradBeforeStep(Rule):
     """## What it does
     Flags `zero_grad()` called between `backward()` and the optimizer step of the same
@@ -95,6 +108,29 @@ for i, x in enumerate(loader):
         opt.step()
         opt.zero_grad()
 """,
+        # dropping only non-finite gradients before the step
+        """
+import torch
+for x, y in loader:
+    optimizer.zero_grad()
+    criterion(model(x), y).backward()
+    for p in model.parameters():
+        if p.grad is not None and not torch.isfinite(p.grad).all():
+            p.grad = None
+    optimizer.step()
+""",
+        # a mixed-precision optimizer: the flat fp32 gradient is written by hand,
+        # then the fp16 copies' gradients are freed before the fp32 step
+        """
+import torch
+class MixedPrecisionOptimizer:
+    def step(self):
+        for i, group in enumerate(self.fp16_groups):
+            self.fp32_groups[i].grad = torch.cat([p.grad.flatten() for p in group]).float()
+            for p in group:
+                p.grad = None
+            self.optimizer.step()
+""",
         # no torch
         """
 for job in jobs:
@@ -135,6 +171,19 @@ class Trainer:
 """,
             line=15,
         ),
+        # a hand-written zero_grad: testing that a gradient exists is not sanitising it
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    criterion(model(x), y).backward()
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad.zero_()
+    optimizer.step()
+""",
+            line=6,
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -144,8 +193,12 @@ class Trainer:
                 last_backward = -1
                 for i, e in enumerate(path):
                     if e.kind is Kind.BACKWARD:
-                        last_backward = i
+                        # `x.grad = g` hands the step a gradient built by hand (a master
+                        # copy); freeing other tensors' grads after it is bookkeeping
+                        last_backward = i if isinstance(e.node, ast.Call) else -1
                     elif e.kind is Kind.ZERO and last_backward >= 0:
+                        if _sanitizing(e):
+                            continue
                         if any(x.kind is Kind.STEP for x in path[last_backward + 1 : i]):
                             continue
                         for s in path[i + 1 :]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel, keyword, walk_local
@@ -53,6 +54,23 @@ def _dominates(model: FileModel, stmt: ast.AST, use: ast.AST) -> bool:
                     if anc is parent:
                         break
                 return False
+    return False
+
+
+_TARGET_WORDS = re.compile(r"target|label|teacher", re.IGNORECASE)
+
+
+def _over_targets(softmax: ast.AST) -> bool:
+    """A softmax over target scores or a teacher's outputs: a distribution nothing
+    backpropagates through (``p * p.log()`` in a KL target term), so the NaN-gradient
+    hazard of ``log(softmax)`` does not apply."""
+    if not isinstance(softmax, ast.Call) or not softmax.args:
+        return False
+    for sub in ast.walk(softmax.args[0]):
+        text = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(
+            sub, ast.Attribute) else ""
+        if text and _TARGET_WORDS.search(text):
+            return True
     return False
 
 
@@ -143,6 +161,16 @@ class Net(nn.Module):
 net = Net()
 loss = nn.CrossEntropyLoss()(net(x), y)
 """,
+        # the log of a softmax over target scores (a KL target term): no gradient flows
+        # through it
+        """
+import torch.nn.functional as F
+
+def kl_to_scores(logits, target_scores, temperature=1.0):
+    target_dist = F.softmax(target_scores / temperature, dim=-1)
+    model_dist = F.log_softmax(logits, dim=-1)
+    return (target_dist * (target_dist.log() - model_dist)).sum()
+""",
         # shadowed: a parameter named F is not torch.nn.functional
         """
 import torch
@@ -213,6 +241,18 @@ for x, y in loader:
 """,
             lines=(10, 13),
         ),
+        # a chunked LM loss: the softmax over the vocabulary, its log into nll_loss
+        Invalid(
+            """
+import torch
+import torch.nn.functional as F
+for i in range(num_chunks):
+    logits_chunk = hidden[i] @ weight.t()
+    probs = F.softmax(logits_chunk.float(), dim=-1)
+    losses.append(F.nll_loss(probs.log().reshape(-1, vocab), labels[i].reshape(-1)))
+""",
+            line=5,
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -221,13 +261,16 @@ for x, y in loader:
         seen = Reported()
         for label, expr in self._sinks(model):
             for node in self._softmax_sources(model, expr, 0, set()):
+                if label == "log" and _over_targets(node):
+                    continue
                 if seen.first(node):
                     yield self.report(node, self._message(label))
 
     @staticmethod
     def _message(label: str) -> str:
         if label == "log":
-            return "`log(softmax(x))` underflows to -inf and NaN gradients: use `log_softmax`"
+            return ("`log(softmax(x))` is -inf wherever a probability underflows to 0, with NaN "
+                    "gradients through it; use `log_softmax`")
         if label in ("nll_loss", "NLLLoss"):
             return (f"softmax output fed to `{label}`, which expects log-probabilities: "
                     "use `log_softmax`")

@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.model import FileModel
+from trainlint.analysis.model import FileModel, dotted
 from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.steps import Kind
 from trainlint.rules.base import Invalid, Report, Rule
+
+
+def _rewound(model: FileModel) -> set[str]:
+    """Schedulers whose ``last_epoch`` the file assigns (ultralytics sets it to
+    ``start_epoch - 1`` and then steps at the top of each epoch, so the first epoch
+    gets the schedule's first value)."""
+    out = set()
+    for node in ast.walk(model.tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and t.attr == "last_epoch":
+                    name = dotted(t.value)
+                    if name is not None:
+                        out.add(name)
+    return out
 
 
 class SchedulerBeforeOptimizer(Rule):
@@ -69,6 +86,24 @@ for epoch in range(10):
     train_one_epoch(model, loader, optimizer)
     scheduler.step()
 """,
+        # the schedule's position rewound by hand, then stepped at the top of each
+        # epoch on purpose: the first epoch gets the first value
+        """
+import torch
+
+class Trainer:
+    def train_epoch(self):
+        for x, y in self.loader:
+            self.optimizer.zero_grad()
+            self.model(x).sum().backward()
+            self.optimizer.step()
+
+    def fit(self):
+        self.scheduler.last_epoch = self.start_epoch - 1
+        for epoch in range(self.start_epoch, self.epochs):
+            self.scheduler.step()
+            self.train_epoch()
+""",
         # no torch
         """
 for t in range(10):
@@ -114,9 +149,12 @@ for epoch in range(90):
             paths, precise = model.steps.loop_paths(ep)
             if precise:
                 loops.append((ep, paths))
+        rewound = _rewound(model)
         for _node, paths in loops:
             scheds = {id(e): e for p in paths for e in p if e.kind is Kind.SCHED and e.depth == 0}
             for sched in scheds.values():
+                if sched.target in rewound:
+                    continue  # the position is set by hand: stepping first is deliberate
                 containing = [p for p in paths if any(e is sched for e in p)]
                 first = True
                 later = False

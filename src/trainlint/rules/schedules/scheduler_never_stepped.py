@@ -157,7 +157,9 @@ def _flow_into_call(model: FileModel, call: ast.Call, arg: ast.AST, depth: int) 
             name = kw.arg
     if name is None:
         return "escapes"
-    for node in walk_local(target):
+    # closures count: ignite's `create_trainer(..., lr_scheduler)` steps it in the nested
+    # `train_step(engine, batch)` it hands to the Engine
+    for node in ast.walk(target):
         if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
             parent = model.parent_of(node)
             if isinstance(parent, ast.Attribute) and parent.attr == "step":
@@ -173,6 +175,19 @@ def _flow_into_call(model: FileModel, call: ast.Call, arg: ast.AST, depth: int) 
                 continue
             verdicts.append(_flow_of(model, node, depth + 1))
     return _merge(verdicts)
+
+
+def _exported_by_config(model: FileModel, call: ast.Call) -> bool:
+    """A module-level scheduler in a file that runs nothing: no loop at module level and
+    no training step anywhere. Such a module is a configuration another script imports
+    (ignite's `configs/*.py` read by its config runner), not a training script that
+    forgot to step."""
+    stmt = model.parent_of(call)
+    if not (isinstance(stmt, (ast.Assign, ast.AnnAssign)) and model.parent_of(stmt) is model.tree):
+        return False
+    if model.steps.step_loops:
+        return False
+    return not any(model.function_of(loop) is None for loop in model.loops)
 
 
 class SchedulerNeverStepped(Rule):
@@ -265,6 +280,37 @@ def train_epoch(model, opt, scheduler):
 sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, 100)
 train_epoch(model, opt, sched)
 """,
+        # a config module: it only builds the objects a runner script imports
+        """
+import torch.optim.lr_scheduler as lrs
+from torch import nn, optim
+
+num_epochs = 90
+model = build_model("resnet50")
+criterion = nn.CrossEntropyLoss()
+optimizer = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+lr_scheduler = lrs.MultiStepLR(optimizer, milestones=[30, 60, 80], gamma=0.1)
+""",
+        # returned, then handed to a factory whose nested step function steps it
+        """
+import torch
+
+def initialize(model):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1000)
+    return opt, sched
+
+def create_trainer(model, opt, sched):
+    def train_step(engine, batch):
+        opt.zero_grad()
+        model(batch).sum().backward()
+        opt.step()
+        sched.step()
+    return Engine(train_step)
+
+opt, sched = initialize(model)
+trainer = create_trainer(model, opt, sched)
+""",
         # no torch
         """
 class StepLR:
@@ -310,10 +356,26 @@ for epoch in range(30):
 """,
             line=4,
         ),
+        # a module-level scheduler next to the training loop of the same file
+        Invalid(
+            """
+import torch
+sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10)
+
+def main():
+    for x, y in loader:
+        opt.zero_grad()
+        criterion(model(x), y).backward()
+        opt.step()
+
+main()
+""",
+            line=2,
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for call in scheduler_calls(model):
             verdict = _flow_of(model, call, depth=0)
-            if verdict == "never":
+            if verdict == "never" and not _exported_by_config(model, call):
                 yield self.report(call)

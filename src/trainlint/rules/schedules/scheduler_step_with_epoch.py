@@ -17,10 +17,13 @@ class SchedulerStepWithEpoch(Rule):
     documented).
 
     ## Why is this bad?
-    The epoch argument is deprecated: it makes the scheduler jump to a closed-form value
-    instead of stepping, which many schedulers (`LambdaLR` chains, `SequentialLR`,
-    `ChainedScheduler`, `OneCycleLR`) do not support correctly. With a batch counter as
-    the argument the schedule jumps by whole epochs per batch.
+    The epoch argument is deprecated: it sets the scheduler's position (`last_epoch`) to
+    the value passed, through a closed form where the scheduler has one, instead of
+    advancing it by one. Called as usual after an epoch with the epoch just finished,
+    `step(epoch)` leaves `last_epoch` where the previous `step()` had put it: every
+    epoch runs with the previous epoch's LR. Chained and sequential schedulers
+    (`SequentialLR`, `ChainedScheduler`) do not support the argument correctly, and a
+    batch counter as the argument moves an epoch schedule once per batch.
 
     ## Example
     ```python
@@ -42,7 +45,11 @@ class SchedulerStepWithEpoch(Rule):
 
     code = "TL205"
     name = "scheduler-step-with-epoch"
-    message = "`scheduler.step()` with an epoch argument is deprecated and jumps the schedule"
+    message = (
+        "`scheduler.step(n)` passes the deprecated epoch argument: it sets the schedule's "
+        "position to `n` instead of advancing it (one step behind when `n` counts the "
+        "epochs already done); call `scheduler.step()` with no argument"
+    )
     severity = "warning"
     triggers = ("step(",)
     valid = [

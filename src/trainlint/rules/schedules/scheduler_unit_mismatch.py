@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
-from trainlint.analysis.model import FileModel
+from trainlint.analysis.model import FUNCTION_NODES, FileModel, dotted, keyword
 from trainlint.analysis.paths import Reported
-from trainlint.analysis.schedules import schedule_for_step
+from trainlint.analysis.schedules import (
+    ITERATION_CLASSES,
+    Schedule,
+    schedule_for_step,
+    scheduler_calls,
+)
 from trainlint.analysis.steps import EPOCH_FUNCTION_NAMES, LOOP_NODES, Event, Kind
 from trainlint.rules.base import Invalid, Report, Rule
 
@@ -45,6 +51,117 @@ def _per_epoch(model: FileModel, call: ast.Call) -> bool:
     return False
 
 
+#: Epoch schedules rarely decay after more than this many epochs; a step size or
+#: milestone this large counts iterations (detectron-style `milestones=[60000, 80000]`).
+ITERATION_SIZED = 1000
+_ITER_NAME = re.compile(r"iter", re.IGNORECASE)
+_KIND_WORDS = re.compile(
+    r"one_?cycle|cyclic|per_?(iter|batch|step)|by_?(iter|step)|iter(ation)?_?based|"
+    r"step_?(per|every|each|on)_?(batch|iter)|batch_?(level|wise)", re.IGNORECASE)
+
+
+def _sized_in_iterations(model: FileModel, sched: Schedule) -> bool:
+    """A StepLR/MultiStepLR whose step size or milestones say iterations: a large
+    constant (directly, or as a default or constant it is named by), or a name with
+    `iter` in it (`lr_decay_iters`)."""
+    call = sched.binding.call
+    if call is None or sched.cls not in ("StepLR", "MultiStepLR"):
+        return False
+    size = keyword(call, "step_size") or keyword(call, "milestones") or (
+        call.args[1] if len(call.args) > 1 else None
+    )
+    if size is None:
+        return False
+    for sub in ast.walk(size):
+        text = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(
+            sub, ast.Attribute) else ""
+        if text and _ITER_NAME.search(text):
+            return True
+        value = _constant(model, sub)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            value >= ITERATION_SIZED
+        ):
+            return True
+        if isinstance(value, (tuple, list)) and any(
+            isinstance(v, (int, float)) and v >= ITERATION_SIZED for v in value
+        ):
+            return True
+    return False
+
+
+def _constant(model: FileModel, node: ast.AST) -> object:
+    """A literal, or a name bound to one: a parameter default or an assignment."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return [_constant(model, e) for e in node.elts]
+    if not isinstance(node, ast.Name):
+        return None
+    fn = model.function_of(node)
+    if fn is not None:
+        a = fn.args
+        positional = [*a.posonlyargs, *a.args]
+        for arg, default in zip(positional[len(positional) - len(a.defaults):], a.defaults,
+                                strict=True):
+            if arg.arg == node.id:
+                return _constant(model, default)
+    found = model.flow.definition(node.id, node)
+    if found is not None and isinstance(found[1], (ast.Constant, ast.Tuple, ast.List)):
+        return _constant(model, found[1])
+    return None
+
+
+def _kind_guarded(model: FileModel, call: ast.Call) -> bool:
+    """The step sits under a test of which kind of scheduler this is: an `isinstance`
+    or a name string (`"onecycle"`), a flag named for it (`step_per_batch`), or a flag
+    set right where a scheduler is built. Whatever was built, it is stepped in the unit
+    the code chose for it."""
+    sched_ids = {id(c) for c in scheduler_calls(model)}
+    for anc in model.ancestors(call):
+        if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+            break
+        if not isinstance(anc, ast.If):
+            continue
+        for sub in ast.walk(anc.test):
+            text = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(
+                sub, ast.Attribute) else sub.value if isinstance(sub, ast.Constant) and isinstance(
+                sub.value, str) else ""
+            if text and (_KIND_WORDS.search(text) or text in ITERATION_CLASSES):
+                return True
+        if any(_set_beside_scheduler(model, dotted(flag), sched_ids) for flag in _flags(anc.test)):
+            return True
+    return False
+
+
+def _flags(test: ast.expr) -> list[ast.expr]:
+    """The plain names a condition tests: `flag`, `not flag`, `a and not b`."""
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    if isinstance(test, ast.BoolOp):
+        return [f for v in test.values for f in _flags(v)]
+    return [test] if isinstance(test, (ast.Name, ast.Attribute)) else []
+
+
+def _set_beside_scheduler(model: FileModel, name: str | None, sched_ids: set[int]) -> bool:
+    if name is None:
+        return False
+    for node in ast.walk(model.tree):
+        if not isinstance(node, ast.Assign) or not any(dotted(t) == name for t in node.targets):
+            continue
+        if not (isinstance(node.value, (ast.Compare, ast.BoolOp)) or (
+            isinstance(node.value, ast.Constant) and isinstance(node.value.value, bool)
+        )):
+            continue  # a flag holds a truth value
+        parent = model.parent_of(node)
+        for field in ("body", "orelse"):
+            block = getattr(parent, field, None)
+            if isinstance(block, list) and any(st is node for st in block) and any(
+                id(sub) in sched_ids for st in block for sub in ast.walk(st)
+            ):
+                return True
+    return False
+
+
 class SchedulerUnitMismatch(Rule):
     """## What it does
     Flags `scheduler.step()` stepped in the wrong unit: a schedule measured in epochs
@@ -53,7 +170,11 @@ class SchedulerUnitMismatch(Rule):
     whose length comes from an epoch count) stepped once per batch, or a schedule
     measured in iterations (`OneCycleLR`, `CyclicLR`, anything sized by `len(loader)`,
     `steps_per_epoch`, `total_steps`, `max_steps`, `num_training_steps`) stepped once
-    per epoch.
+    per epoch. A `StepLR`/`MultiStepLR` sized in iterations (a step size or milestone of
+    1000 or more, written directly, as a default or as a named constant, or a name with
+    `iter` in it) counts iterations; a step under a test of which scheduler was built (an
+    `isinstance`, a scheduler name, a flag set where the scheduler is built) is not
+    judged.
 
     ## Why is this bad?
     The schedule runs `len(loader)` times too fast or too slow. A cosine decay over
@@ -133,6 +254,75 @@ for x, y in loader:
     opt.step()
     sched.step()
 """,
+        # milestones in iterations (large constants), stepped per batch
+        """
+import torch
+sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[60000, 80000], gamma=0.1)
+for epoch in range(args.epochs):
+    for x, y in loader:
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        opt.step()
+        sched.step()
+""",
+        # a step size in iterations given as a default, or by a name that says so
+        """
+import torch
+
+def build_scheduler(opt, step_size=20000, gamma=0.5):
+    return torch.optim.lr_scheduler.StepLR(opt, step_size=step_size, gamma=gamma)
+
+sched = build_scheduler(opt)
+decay = torch.optim.lr_scheduler.StepLR(opt2, step_size=cfg.lr_decay_iters)
+for epoch in range(args.epochs):
+    for x, y in loader:
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        opt.step()
+        sched.step()
+        decay.step()
+""",
+        # a flag set where each scheduler is built decides where it steps
+        """
+import torch
+from torch.optim import lr_scheduler
+
+if args.scheduler == "onecycle":
+    scheduler = lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.epochs * len(loader))
+    fine_grained = True
+else:
+    scheduler = lr_scheduler.StepLR(opt, step_size=30)
+    fine_grained = False
+for epoch in range(args.epochs):
+    for x, y in loader:
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        opt.step()
+        if fine_grained:
+            scheduler.step()
+    if not fine_grained:
+        scheduler.step()
+""",
+        # the step chosen by the scheduler's type
+        """
+from torch.optim import lr_scheduler
+
+def make_scheduler(name, opt, epochs, steps):
+    if name == "onecycle":
+        return lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=epochs * steps)
+    return lr_scheduler.MultiStepLR(opt, milestones=[30, 60])
+
+scheduler = make_scheduler(args.sched, opt, args.epochs, len(loader))
+for epoch in range(args.epochs):
+    for x, y in loader:
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        opt.step()
+        if isinstance(scheduler, lr_scheduler.OneCycleLR):
+            scheduler.step()
+    if isinstance(scheduler, lr_scheduler.MultiStepLR):
+        scheduler.step()
+""",
         # no torch: a local StepLR
         """
 class StepLR:
@@ -174,6 +364,22 @@ def fit(model, loader, epochs):
 """,
             line=11,
         ),
+        # a step size in epochs (a small constant) stepped per batch, under a flag that
+        # says nothing about the scheduler
+        Invalid(
+            """
+import torch
+sched = torch.optim.lr_scheduler.StepLR(opt, step_size=30, gamma=0.1)
+for epoch in range(90):
+    for x, y in loader:
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        opt.step()
+        if use_schedule:
+            sched.step()
+""",
+            line=9,
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -184,6 +390,10 @@ def fit(model, loader, epochs):
                 continue
             if sched.cls == "CosineAnnealingWarmRestarts" and (call.args or call.keywords):
                 continue  # step(epoch + i / iters) is the documented per-batch form
+            if _kind_guarded(model, call):
+                continue
+            if sched.unit == "epoch" and _sized_in_iterations(model, sched):
+                continue  # its sizes count iterations: per-batch is its unit
             event = _per_batch(model, call)
             if event is not None and sched.unit == "epoch":
                 node = model.steps.anchor(event)
