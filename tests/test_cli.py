@@ -162,7 +162,7 @@ def test_config_found_upwards_and_per_file_ignores(run_cli, tree):
 
 def test_trainlint_toml_and_rule_options(run_cli, tree):
     root = tree({
-        "trainlint.toml": '[rules.TL702]\nrequire-explicit = false\n',
+        "trainlint.toml": '[rules.TL702]\nrequire-explicit = false\nreport-explicit-false = true\n',
         "load.py": LOAD + "sd2 = torch.load(p, weights_only=False)\n",
     })
     code, out, _ = run_cli("check", str(root))

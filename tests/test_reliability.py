@@ -166,13 +166,13 @@ def test_looping_symlinks_and_odd_names(run_cli, tree):
 
 
 def test_stdin(tmp_path):
-    src = b"import torch\nsd = torch.load(p)\n"
+    src = b"import torch\nmodel.load_state_dict(torch.load(p))\n"
     proc = subprocess.run([sys.executable, "-m", "trainlint", "check", "-", "--stdin-filename",
                            "train.py"], input=src, capture_output=True, cwd=tmp_path)
-    assert proc.returncode == 1 and b"train.py:2:6: TL702" in proc.stdout
+    assert proc.returncode == 1 and b"train.py:2:23: TL702" in proc.stdout
     proc = subprocess.run([sys.executable, "-m", "trainlint", "check", "--fix", "-"],
                           input=src, capture_output=True, cwd=tmp_path)
-    assert proc.stdout == b"import torch\nsd = torch.load(p, weights_only=True)\n"
+    assert proc.stdout == b"import torch\nmodel.load_state_dict(torch.load(p, weights_only=True))\n"
 
 
 def test_linter_never_executes_the_code(tmp_path, run_cli):
