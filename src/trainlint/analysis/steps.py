@@ -788,3 +788,42 @@ def _dedupe(paths: list[Path]) -> list[Path]:
             seen.add(key)
             out.append(p)
     return out
+
+
+def after_limiting_exit(model: FileModel, node: ast.AST, stop: ast.AST,
+                        limits: Callable[[ast.If], bool] | None = None) -> bool:
+    """Is ``node`` preceded, in a block enclosing it (up to ``stop``, a step loop or step
+    function, or ``node``'s own function), by an ``if`` that leaves early when ``limits``
+    says it gates (default: rate-limit and logging guards)? ``if not should_log: return``
+    or ``if step % n: continue`` before a read lets it run only on the steps that pass.
+    """
+    limits = limits or (lambda g: is_counter_guard(g.test) or _is_logging_guard(g.test))
+    cur: ast.AST = node
+    for anc in model.ancestors(node):
+        for field_name in ("body", "orelse", "finalbody"):
+            block = getattr(anc, field_name, None)
+            if not isinstance(block, list) or not any(s is cur for s in block):
+                continue
+            for stmt in block[: [id(s) for s in block].index(id(cur))]:
+                if not (isinstance(stmt, ast.If) and stmt.body and not stmt.orelse):
+                    continue
+                last = stmt.body[-1]
+                exits = isinstance(last, ast.Return) or (
+                    isinstance(last, ast.Continue) and _innermost_loop(model, anc) is stop
+                )
+                if exits and limits(stmt):
+                    return True
+        if anc is stop or isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+            return False
+        cur = anc
+    return False
+
+
+def _innermost_loop(model: FileModel, node: ast.AST) -> ast.AST | None:
+    """``node`` itself when it is a loop, else the loop around it in the same function."""
+    for cur in (node, *model.ancestors(node)):
+        if isinstance(cur, LOOP_NODES):
+            return cur
+        if isinstance(cur, (*FUNCTION_NODES, ast.ClassDef)):
+            return None
+    return None

@@ -2,18 +2,67 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.model import FileModel
+from trainlint.analysis.model import FileModel, call_name, dotted, walk_local
 from trainlint.analysis.paths import Reported
 from trainlint.rules.base import Invalid, Report, Rule
+
+_AVAILABILITY = {"torch.cuda.is_available", "torch.cuda.is_initialized",
+                 "torch.backends.mps.is_available", "torch.mps.is_available",
+                 "torch.xpu.is_available", "torch.distributed.is_available",
+                 "torch.distributed.is_initialized"}
+_DEVICE_WORDS = {"cuda", "mps", "xpu", "gpu"}
+
+
+def _availability_check(model: FileModel, test: ast.AST) -> bool:
+    """`torch.cuda.is_available()`, `x.is_cuda`, `device.type == "cuda"`, and `and`s of
+    them: a guard on the platform, true on every step, so it limits nothing."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return all(_availability_check(model, v) for v in test.values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _availability_check(model, test.operand)
+    if isinstance(test, ast.Call):
+        return model.qualname(test.func) in _AVAILABILITY or call_name(test) == "is_available"
+    if isinstance(test, ast.Attribute):
+        return test.attr in ("is_cuda", "is_mps", "is_xpu")
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(
+        test.ops[0], (ast.Eq, ast.NotEq, ast.In)
+    ):
+        sides = (test.left, *test.comparators)
+        names = " ".join((dotted(x) or "").lower() for x in sides)
+        consts = [x.value for x in sides if isinstance(x, ast.Constant)]
+        return "device" in names and any(
+            isinstance(c, str) and c.split(":")[0] in _DEVICE_WORDS for c in consts)
+    return False
+
+
+def _generates(model: FileModel, loop: ast.AST) -> bool:
+    """Does each step also generate (`model.generate(...)`, `self.generate_trajectory(...)`,
+    a rollout), in the step loop or, before it, in a loop around it (PPO epochs over one
+    batch of generations)? RL fine-tuning alternates a KV-cache generation phase and a
+    training phase; emptying the cache between the two is a deliberate memory trade-off,
+    and its milliseconds are nothing next to the generation."""
+    outer = [a for a in model.ancestors(loop) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))]
+    start = getattr(loop, "lineno", 0)
+    for scope in (loop, *outer[:1]):
+        for node in walk_local(scope):
+            if isinstance(node, ast.Call) and (scope is loop or node.lineno < start):
+                name = (call_name(node) or "").lower()
+                if "generate" in name or "rollout" in name:
+                    return True
+    return False
 
 
 class AllocatorCallInLoop(Rule):
     """## What it does
     Flags `torch.cuda.empty_cache()`, `torch.cuda.reset_peak_memory_stats()` and
     `gc.collect()` called on every step of a training loop (not under a rate-limiting
-    `if`, not in an OOM `except` handler).
+    `if`, not in an OOM `except` handler). A guard on the platform
+    (`if torch.cuda.is_available():`) is true on every step and limits nothing. Steps
+    that also generate (RL fine-tuning: a KV-cache generation phase, then training) are
+    left alone: emptying the cache between the phases is a deliberate trade-off there.
 
     ## Why is this bad?
     `empty_cache()` synchronises and returns cached blocks to the driver, so the next
@@ -88,8 +137,49 @@ for item in queue:
     process(item)
     gc.collect()
 """,
+        # RL fine-tuning: generate with a KV cache, then train (here for a few PPO
+        # epochs on the same generations); the cache is emptied between the phases on
+        # purpose
+        """
+import torch
+for prompts in prompt_loader:
+    with torch.no_grad():
+        completions = policy.generate(prompts, max_new_tokens=512)
+    for _ in range(ppo_epochs):
+        torch.cuda.empty_cache()
+        opt.zero_grad()
+        rl_loss(policy, prompts, completions).backward()
+        opt.step()
+""",
     ]
     invalid = [
+        # samples generated after each epoch do not make the per-step call deliberate
+        Invalid(
+            """
+import torch
+for epoch in range(epochs):
+    for x, y in loader:
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        opt.step()
+        torch.cuda.empty_cache()
+    samples = model.generate(prompt)
+""",
+            line=7,
+        ),
+        # a guard on availability is true on every step: it is not a rate limit
+        Invalid(
+            """
+import torch
+for step, (x, y) in enumerate(loader):
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    opt.zero_grad()
+    crit(model(x), y).backward()
+    opt.step()
+""",
+            line=4,
+        ),
         Invalid(
             """
 import torch
@@ -129,8 +219,9 @@ for epoch in range(3):
         )
         seen = Reported()
         for call in calls:
-            found = model.steps.per_step(call, limits=lambda g: True)
-            if found is None:
+            found = model.steps.per_step(
+                call, limits=lambda g: not _availability_check(model, g.test))
+            if found is None or _generates(model, found[0].node):
                 continue
             _, anchor = found
             if seen.first(anchor):

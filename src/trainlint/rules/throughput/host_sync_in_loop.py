@@ -4,14 +4,41 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from trainlint.analysis.flow import Taint
-from trainlint.analysis.model import FileModel, call_name, dotted
-from trainlint.analysis.paths import Reported
-from trainlint.analysis.steps import STEP_LOOP_TRIGGERS, backward_calls, backward_value
+from trainlint.analysis.model import FileModel, call_name, dotted, keyword, walk_local
+from trainlint.analysis.steps import (
+    STEP_LOOP_TRIGGERS,
+    after_limiting_exit,
+    backward_calls,
+    backward_value,
+)
 from trainlint.rules.base import Invalid, Report, Rule, Valid
 
 _SYNC_METHODS = {"item", "cpu", "numpy", "tolist"}
+_TO_HOST = {"item", "tolist", "numpy"}  # their result is no longer a tensor
+#: Reductions over the whole tensor: called without a dim, their result is one number.
+_REDUCTIONS = {"mean", "sum", "max", "min", "norm", "std", "var", "prod", "all", "any",
+               "amax", "amin", "nansum", "nanmean", "median", "count_nonzero"}
+#: Methods that keep a tensor's shape (and so whether it is one number).
+_SAME_SHAPE = {"detach", "float", "double", "half", "bfloat16", "clone", "contiguous", "squeeze"}
+_FACTORIES = {"tensor", "as_tensor", "scalar_tensor", "zeros", "ones", "full", "empty",
+              "zeros_like", "ones_like", "full_like", "empty_like", "arange"}
+_DTYPE_WORDS = {"dtype", "float", "float16", "float32", "float64", "half", "double", "bfloat16",
+                "int", "int8", "int16", "int32", "int64", "long", "short", "bool", "uint8",
+                "complex64", "complex128"}
+
+_COST = "the CPU waits for the GPU queue to drain each batch"
+
+
+@dataclass(frozen=True)
+class _Sync:
+    node: ast.AST
+    what: str  # the syncing call as the message names it
+    kind: str  # "scalar" (one number read to the host), "copy" or "format"
+    key: str  # the value read, as written
+    value: tuple[str, int] | None = None  # a named value and its definition: read twice?
 
 
 def _from_batch(model: FileModel, expr: ast.AST) -> bool:
@@ -61,7 +88,7 @@ def _param_gets_tensor(model: FileModel, expr: ast.AST) -> bool:
 def _device_tensor(model: FileModel, expr: ast.AST, *, lenient: bool) -> bool:
     """Is ``expr`` (probably) a tensor on an accelerator? Model-derived values are; batch
     data only once moved with `.to(...)`/`.cuda()`; unknown values only for `.item()`."""
-    if isinstance(expr, ast.Constant):
+    if isinstance(expr, ast.Constant) or _built_on_cpu(model, expr):
         return False
     v = model.flow.value(expr)
     if v.taint in (Taint.GRAD, Taint.CUT):
@@ -71,15 +98,30 @@ def _device_tensor(model: FileModel, expr: ast.AST, *, lenient: bool) -> bool:
     return lenient and not _moved_to_cpu_data(model, expr)
 
 
+def _moves_to_device(call: ast.Call) -> bool:
+    """`.cuda()`, `.to(device)`, `.to(x)`; not `.to(torch.float32)` or `.to(dtype=...)`."""
+    name = call_name(call)
+    if name == "cuda":
+        return True
+    if name != "to":
+        return False
+    if keyword(call, "device") is not None:
+        return True
+    return any(
+        not (isinstance(a, (ast.Attribute, ast.Name))
+             and (dotted(a) or "").rsplit(".", 1)[-1] in _DTYPE_WORDS)
+        for a in call.args
+    )
+
+
 def _moved_to_device(model: FileModel, expr: ast.AST) -> bool:
     for sub in ast.walk(expr):
-        if isinstance(sub, ast.Call) and call_name(sub) in ("to", "cuda"):
+        if isinstance(sub, ast.Call) and _moves_to_device(sub):
             return True
         if isinstance(sub, ast.Name):
             found = model.flow.definition(sub.id, sub)
             if found is not None and isinstance(found[1], ast.AST) and any(
-                isinstance(c, ast.Call) and call_name(c) in ("to", "cuda")
-                for c in ast.walk(found[1])
+                isinstance(c, ast.Call) and _moves_to_device(c) for c in ast.walk(found[1])
             ):
                 return True
     return False
@@ -89,42 +131,210 @@ def _moved_to_cpu_data(model: FileModel, expr: ast.AST) -> bool:
     return _from_batch(model, expr) and not _moved_to_device(model, expr)
 
 
+def _torch_factory(model: FileModel, node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and call_name(node) in _FACTORIES
+            and (model.qualname(node.func) or "").startswith("torch."))
+
+
+def _built_on_cpu(model: FileModel, expr: ast.AST) -> bool:
+    """`torch.as_tensor(pad).to(dtype=t.dtype)`: made by a torch factory without a
+    device and never moved, so reading it waits for nothing."""
+    cur = expr
+    while isinstance(cur, ast.Call) and not _torch_factory(model, cur):
+        if _moves_to_device(cur) or not isinstance(cur.func, ast.Attribute):
+            return False
+        cur = cur.func.value
+    return isinstance(cur, ast.Call) and keyword(cur, "device") is None
+
+
+def _one_number(model: FileModel, expr: ast.AST) -> bool:
+    """Is the copied value one number: a reduction without a dim (`x.mean()`,
+    `torch.mean(x)`), or a detached loss (`loss.detach().cpu()`)?"""
+    cur = expr
+    detached = False
+    while (isinstance(cur, ast.Call) and isinstance(cur.func, ast.Attribute)
+           and call_name(cur) in _SAME_SHAPE and not cur.args):
+        detached = detached or call_name(cur) == "detach"
+        cur = cur.func.value
+    if isinstance(cur, ast.Call):
+        if call_name(cur) not in _REDUCTIONS or keyword(cur, "dim") is not None:
+            return False
+        module = (model.qualname(cur.func) or "").split(".")[0] in ("torch", "numpy")
+        return len(cur.args) == 1 if module else not cur.args
+    name = (dotted(cur) or "").rsplit(".", 1)[-1].lower()
+    return detached and "loss" in name
+
+
+def _device_factory(model: FileModel, node: ast.AST) -> bool:
+    """`torch.zeros((), device=dev)`, `torch.tensor(0).cuda()`: a tensor made on a device."""
+    moved = False
+    while isinstance(node, ast.Call) and not _torch_factory(model, node):
+        moved = moved or _moves_to_device(node)
+        if not isinstance(node.func, ast.Attribute):
+            return False
+        node = node.func.value
+    return _torch_factory(model, node) and (moved or keyword(node, "device") is not None)  # type: ignore[arg-type]
+
+
+def _holds_tensor(model: FileModel, target: ast.AST) -> bool:
+    """`counts["tokens"] += n` where `counts` was built from device tensors, or
+    `total += n` where `total = torch.zeros((), device=dev)`."""
+    base = target
+    while isinstance(base, ast.Subscript):
+        base = base.value
+    name = dotted(base)
+    if name is None:
+        return False
+    found = model.flow.definition(name, target)
+    if found is None:
+        return False
+    value = found[1]
+    if isinstance(value, ast.Dict):
+        return base is not target and any(
+            v is not None and _device_factory(model, v) for v in value.values)
+    if isinstance(value, (ast.List, ast.Tuple)):
+        return base is not target and any(_device_factory(model, v) for v in value.elts)
+    return base is target and _device_factory(model, value)
+
+
+def _into_tensor(model: FileModel, node: ast.AST) -> bool:
+    """The number read to the host goes straight back into a tensor."""
+    for anc in model.ancestors(node):
+        if _torch_factory(model, anc):
+            return True
+        if isinstance(anc, ast.stmt):
+            return isinstance(anc, ast.AugAssign) and _holds_tensor(model, anc.target)
+    return False
+
+
+def _named_value(model: FileModel, expr: ast.AST) -> tuple[str, int] | None:
+    """`loss_t` (or `loss_t.detach()`) as (name, id of its defining statement): two reads
+    of the same pair read the same value; `fn()` read twice reads two values."""
+    while (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
+           and call_name(expr) in _SAME_SHAPE and not expr.args):
+        expr = expr.func.value
+    name = dotted(expr)
+    if name is None:
+        return None
+    found = model.flow.definition(name, expr)
+    return (name, id(found[0])) if found is not None else None
+
+
+def _on_way_out(model: FileModel, node: ast.AST, loop: ast.AST) -> bool:
+    """In a block of the step loop that ends with `break` or `return`: it runs once, on
+    the last step, not on every step."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
+        return False  # a step function: its `return` ends every step
+    cur = model.statement_of(node)
+    for anc in model.ancestors(cur):
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return False
+        for field_name in ("body", "orelse", "finalbody", "handlers"):
+            block = getattr(anc, field_name, None)
+            if not (isinstance(block, list) and any(s is cur for s in block)):
+                continue
+            last = block[-1]
+            if isinstance(last, ast.Return) or (
+                isinstance(last, ast.Break) and _loop_around(model, last) is loop
+            ):
+                return True
+        if anc is loop:
+            return False
+        if isinstance(anc, ast.stmt):
+            cur = anc
+    return False
+
+
+def _loop_around(model: FileModel, node: ast.AST) -> ast.AST | None:
+    for anc in model.ancestors(node):
+        if isinstance(anc, (ast.For, ast.AsyncFor, ast.While)):
+            return anc
+    return None
+
+
+def _is_env_step(call: ast.AST) -> bool:
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and call.func.attr in ("step", "step_async")):
+        return False
+    return "env" in (dotted(call.func.value) or "").rsplit(".", 1)[-1].lower()
+
+
+def _feeds_env(model: FileModel, node: ast.AST) -> bool:
+    """`actions = policy(obs).cpu().numpy()` then `env.step(actions)`: the environment
+    needs host data, so this copy is the price of stepping it, not a hidden sync."""
+    for anc in model.ancestors(node):
+        if _is_env_step(anc):
+            return True
+        if isinstance(anc, ast.stmt):
+            break
+    stmt = model.statement_of(node)
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else (
+        [stmt.target] if isinstance(stmt, ast.AnnAssign) else [])
+    names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    if not names:
+        return False
+    after = (stmt.lineno, stmt.col_offset)
+    for sub in walk_local(model.function_of(stmt) or model.tree):
+        if _is_env_step(sub) and (sub.lineno, sub.col_offset) > after and any(  # type: ignore[attr-defined]
+            isinstance(a, ast.Name) and a.id in names
+            for a in (*sub.args, *(k.value for k in sub.keywords))  # type: ignore[attr-defined]
+        ):
+            return True
+    return False
+
+
 class HostSyncInLoop(Rule):
     """## What it does
-    Flags host-device synchronisations on every step of a training loop: `.item()`,
-    `.cpu()`, `.numpy()`, `.tolist()`, `float(t)`/`int(t)` of a tensor, and `print(t)`
-    or an f-string of a tensor. Calls under a rate-limiting `if` (`step % N == 0`, a
-    logging/main-process guard), after the loop, and in validation loops are fine.
+    Flags host-device synchronisations on every step of a training loop that cost
+    throughput for nothing: a number read to the host only to be added back into a
+    device tensor (`counts += x.sum().item()`), the same value read twice in a step,
+    copies of whole tensors (`.cpu()`, `.cpu().numpy()`, `.tolist()` of a batch of
+    predictions), and tensors formatted by `print(t)` or an f-string. Calls under a
+    rate-limiting `if` (`step % N == 0`, a logging/main-process guard), after an early
+    `return`/`continue` on such a guard, after the loop, and in validation loops are
+    fine; so is an action copied to NumPy for `env.step(...)`, which needs host data.
+
+    By default one read per step of each scalar that is only logged (`loss.item()`,
+    `float(loss)`, `ent_coef.item()`, `loss.detach().cpu()`, `kl.mean().cpu()`) is
+    accepted: it costs one sync per step, and reviewed training code does it on purpose
+    almost everywhere. Set `allow-loss-item = false` to flag those too.
 
     ## Why is this bad?
     CUDA runs asynchronously: the Python loop normally queues the next batch's kernels
     while the GPU works. Reading a value on the host forces the CPU to wait until the
-    queue drains, every step. Throughput drops by 10-30% on a GPU-bound model and far
-    more with small kernels, and nothing reports it; a progress bar updated with
-    `loss.item()` each batch is the classic case.
+    queue drains, every step. When the host and the GPU take about as long per step,
+    throughput drops by up to half, and nothing reports it. A read whose number goes
+    straight back into a tensor, or formats a whole tensor, buys nothing for that wait.
 
     ## Example
     ```python
-    for x, y in loader:
+    tokens = torch.zeros((), device="cuda", dtype=torch.long)
+    for batch in loader:
         ...
         loss.backward()
         optimizer.step()
-        pbar.set_postfix(loss=loss.item())
+        tokens += batch["mask"].sum().item()
+        print("loss", loss)
     ```
 
     ## Use instead
     ```python
-    for step, (x, y) in enumerate(loader):
+    tokens = torch.zeros((), device="cuda", dtype=torch.long)
+    for step, batch in enumerate(loader):
         ...
         loss.backward()
         optimizer.step()
+        tokens += batch["mask"].sum()
         if step % args.log_interval == 0:
-            pbar.set_postfix(loss=loss.item())
+            print(f"loss {loss.item():.4f}")
     ```
 
     ## Options
-    - `allow-loss-item` (default `false`): accept one `.item()` of the loss per step, for
-      teams that want exact per-step loss logging and accept its cost.
+    - `allow-loss-item` (default `true`): accept one read per step of each scalar that
+      is only logged: the loss, its parts, a metric. Set it to `false` to flag every
+      per-step read, for a throughput-critical loop where even one sync per step
+      matters (then also accumulate the loss with `.detach()` and read it every N
+      steps).
 
     ## References
     - [CUDA semantics: asynchronous execution](https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution)
@@ -133,9 +343,9 @@ class HostSyncInLoop(Rule):
 
     code = "TL401"
     name = "host-sync-in-loop"
-    message = "host-device sync on every training step: the GPU queue drains each batch"
+    message = f"host-device sync on every training step: {_COST}"
     triggers = STEP_LOOP_TRIGGERS
-    options = {"allow-loss-item": False}
+    options = {"allow-loss-item": True}
     confirm_with = "assert_step_time_stable"
     valid = [
         """
@@ -190,6 +400,93 @@ for x in items:
     x.backward()
     opt.step()
 """,
+        # by default: one read per step of each logged scalar (a progress bar, an RL
+        # algorithm's loss parts and a metric, a detached loss handed to the caller)
+        """
+import torch
+for x, y in loader:
+    opt.zero_grad()
+    loss = crit(model(x), y)
+    loss.backward()
+    opt.step()
+    pbar.set_postfix(loss=loss.item())
+""",
+        """
+import torch
+for batch in minibatches:
+    pg_loss, v_loss = policy_loss(batch), value_loss(batch)
+    loss = pg_loss + 0.5 * v_loss
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    pg_losses.append(pg_loss.item())
+    v_losses.append(float(v_loss))
+    with torch.no_grad():
+        kl = (batch.old_logp - policy.log_prob(batch)).mean().cpu().numpy()
+    if kl > target_kl:
+        break
+""",
+        """
+import torch
+def fit_batch(self, batch):
+    loss = self.compute_loss(batch)
+    loss.backward()
+    self.optimizer.step()
+    return loss.detach().cpu()
+""",
+        # an environment takes NumPy actions: the copy is the price of stepping it
+        """
+import torch
+for global_step in range(total_steps):
+    actions = actor(torch.as_tensor(obs, device=device))
+    actions = actions.detach().cpu().numpy()
+    obs, rewards, dones, infos = envs.step(actions)
+    loss = critic_loss(replay.sample())
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+""",
+        # an early exit on a logging guard rate-limits what follows it
+        Valid(
+            """
+import torch
+def train_step(self, batch):
+    loss = self.model(batch).mean()
+    loss.backward()
+    self.optimizer.step()
+    if not self.metrics.should_log(self.step):
+        return
+    self.logger.log(float(loss.item()), grad_norm.item())
+""",
+            options={"allow-loss-item": False},
+        ),
+        # on the way out of the loop: runs once, on the last step
+        Valid(
+            """
+import torch
+for step, batch in enumerate(loader):
+    opt.zero_grad()
+    model(batch.cuda()).sum().backward()
+    opt.step()
+    if step + 1 >= max_steps:
+        done = torch.tensor([True], device="cuda")
+        stop_all = gather(done).any().item()
+        break
+""",
+            options={"allow-loss-item": False},
+        ),
+        # a tensor built on the CPU and converted to another dtype: no device to wait for
+        Valid(
+            """
+import torch
+for step, batch in enumerate(loader):
+    opt.zero_grad()
+    model(batch.cuda()).sum().backward()
+    opt.step()
+    pad = torch.as_tensor(pad_value).to(dtype=torch.float16).item()
+""",
+            options={"allow-loss-item": False},
+        ),
     ]
     invalid = [
         Invalid(
@@ -203,6 +500,7 @@ for x, y in loader:
     pbar.set_postfix(loss=loss.item())
 """,
             line=7,
+            options={"allow-loss-item": False},
         ),
         Invalid(
             """
@@ -235,51 +533,159 @@ for x, y in loader:
             line=8,
             options={"allow-loss-item": True},
         ),
+        # the number goes straight back into a device tensor: a round trip for nothing
+        Invalid(
+            """
+import torch
+counts = {"tokens": torch.zeros((), device="cuda", dtype=torch.long)}
+for step in range(max_steps):
+    batch = next(train_iter)
+    opt.zero_grad()
+    model(batch["ids"]).mean().backward()
+    opt.step()
+    counts["tokens"] += batch["mask"].sum().item()
+""",
+            line=8,
+        ),
+        # a copy that no environment needs is still a per-step copy
+        Invalid(
+            """
+import torch
+for global_step in range(total_steps):
+    actions = actor(torch.as_tensor(obs, device=device))
+    history.append(actions.detach().cpu().numpy())
+    obs, rewards, dones, infos = envs.step(sample_actions())
+    loss = critic_loss(replay.sample())
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+""",
+            line=4,
+        ),
+        # the read is the sync; printing the number it returned waits for nothing
+        Invalid(
+            """
+import torch
+model = torch.nn.Linear(8, 2)
+for x, y in loader:
+    opt.zero_grad()
+    loss = crit(model(x.cuda()), y.cuda())
+    loss.backward()
+    opt.step()
+    value = loss.item()
+    print(f"loss {value:.4f}", float(value))
+""",
+            line=8,
+            options={"allow-loss-item": False},
+        ),
+        # one finding per statement, even for `.cpu().item()`; an early exit on a
+        # condition that is not a rate limit still runs every step
+        Invalid(
+            """
+import torch
+for batch in loader:
+    if batch is None:
+        continue
+    opt.zero_grad()
+    loss = model(batch).mean()
+    loss.backward()
+    opt.step()
+    losses.append(loss.detach().cpu().item())
+""",
+            line=9,
+            options={"allow-loss-item": False},
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
         if not model.steps.step_loops:
             return
-        allow_loss = bool(self.opts.get("allow-loss-item"))
-        allowed_once: set[int] = set()
-        seen = Reported()
-        for call, loss_item in self._syncs(model):
-            found = model.steps.per_step(call)
+        allow_scalars = bool(self.opts.get("allow-loss-item"))
+        read: set[tuple[int, tuple[str, int]]] = set()
+        reported: set[int] = set()
+        for sync in self._syncs(model):
+            found = model.steps.per_step(sync.node)
             if found is None:
                 continue
             loop, anchor = found
-            if allow_loss and loss_item and id(loop) not in allowed_once:
-                allowed_once.add(id(loop))
+            if after_limiting_exit(model, sync.node, loop.node) or _on_way_out(
+                model, sync.node, loop.node
+            ):
                 continue
-            if seen.first(anchor):
-                yield self.report(anchor)
+            if sync.kind == "copy" and _feeds_env(model, sync.node):
+                continue
+            message = None
+            if sync.kind == "scalar":
+                again = sync.value is not None and (id(loop.node), sync.value) in read
+                if sync.value is not None:
+                    read.add((id(loop.node), sync.value))
+                if _into_tensor(model, sync.node):
+                    message = (f"{sync.what} on every training step only to add the number back "
+                               f"into a device tensor: {_COST} for nothing; drop the read and "
+                               "keep the sum on the device")
+                elif again:
+                    message = (f"{sync.what} of `{sync.key}` a second time in the step: each read "
+                               "waits for the GPU queue; read it once and reuse the number")
+                elif allow_scalars:
+                    continue
+            stmt = model.statement_of(anchor)
+            if id(stmt) in reported:
+                continue
+            reported.add(id(stmt))
+            yield self.report(anchor, message or self._message(model, sync, anchor))
 
-    def _syncs(self, model: FileModel) -> Iterator[tuple[ast.AST, bool]]:
-        """(sync node, whether it is an .item() of a backpropagated loss), in source order."""
+    @staticmethod
+    def _message(model: FileModel, sync: _Sync, anchor: ast.AST) -> str:
+        where = ""
+        if anchor is not sync.node and isinstance(anchor, ast.Call):
+            helper = call_name(anchor)
+            where = f" (in `{helper}()`)" if helper else ""
+        if sync.kind == "format":
+            return (f"{sync.what}{where} on every training step: formatting reads the tensor "
+                    f"from the GPU, so {_COST}; log a number read every N steps")
+        return (f"{sync.what}{where} on every training step: {_COST}; keep the value on "
+                "the device or read it every N steps")
+
+    def _syncs(self, model: FileModel) -> list[_Sync]:
+        """Every host read of a device tensor in the file, in source order."""
         losses = {
             dotted(v) for c in backward_calls(model)
             if (v := backward_value(model, c)) is not None and dotted(v)
         }
-        found: list[tuple[ast.AST, bool]] = []
+        found: list[_Sync] = []
         for name in _SYNC_METHODS:
             for call in model.calls.get(name, ()):
                 func = call.func
                 if not isinstance(func, ast.Attribute) or call.args or call.keywords:
                     continue
                 recv = func.value
-                if name == "numpy":
-                    # .numpy() needs a CPU tensor: only a .cpu() right before it syncs
-                    if not (isinstance(recv, ast.Call) and call_name(recv) == "cpu"):
-                        continue
+                what = f"`.{name}()`"
+                if name in ("numpy", "tolist") and isinstance(recv, ast.Call) and (
+                    call_name(recv) == "cpu"
+                ):
                     recv = recv.func.value  # type: ignore[attr-defined]
-                elif name == "cpu" and _outer_call_name(model, call) in ("numpy", "tolist"):
-                    continue  # `.cpu().numpy()`: one sync, reported at the outer call
-                if _device_tensor(model, recv, lenient=name in ("item", "cpu", "numpy")):
-                    found.append((call, name == "item" and dotted(recv) in losses))
+                    what = f"`.cpu().{name}()`"
+                elif name == "numpy":
+                    continue  # .numpy() needs a CPU tensor: only a .cpu() right before it syncs
+                elif name == "cpu" and _outer_call_name(model, call) in ("numpy", "tolist", "item"):
+                    continue  # one sync, reported at the outer call
+                if not _device_tensor(model, recv, lenient=name in ("item", "cpu", "numpy")):
+                    continue
+                scalar = name == "item" or _one_number(model, recv) or (
+                    dotted(recv) in losses and name == "tolist")
+                if isinstance(recv, ast.Call) and call_name(recv) == "cpu" and name == "item":
+                    recv = recv.func.value  # type: ignore[attr-defined]
+                found.append(_Sync(call, what, "scalar" if scalar else "copy",
+                                   ast.unparse(recv), _named_value(model, recv)))
         for call in model.calls_to("builtins.float", "builtins.int", "builtins.print"):
-            args = call.args
-            if any(self._tensor_arg(model, a) for a in args):
-                found.append((call, False))
+            fname = call_name(call)
+            if any(self._tensor_arg(model, a) for a in call.args):
+                if fname == "print":
+                    found.append(_Sync(call, "`print()` of a tensor", "format", ""))
+                elif call.args:
+                    arg = call.args[0]
+                    found.append(_Sync(call, f"`{fname}()` of a tensor", "scalar",
+                                       ast.unparse(arg), _named_value(model, arg)))
         for node in ast.walk(model.tree):
             if isinstance(node, ast.JoinedStr):
                 parent = model.parent_of(node)
@@ -289,9 +695,9 @@ for x, y in loader:
                     isinstance(v, ast.FormattedValue) and self._tensor_arg(model, v.value)
                     for v in node.values
                 ):
-                    found.append((node, False))
-        found.sort(key=lambda f: (getattr(f[0], "lineno", 0), getattr(f[0], "col_offset", 0)))
-        return iter(found)
+                    found.append(_Sync(node, "an f-string of a tensor", "format", ""))
+        found.sort(key=lambda s: (getattr(s.node, "lineno", 0), getattr(s.node, "col_offset", 0)))
+        return found
 
     @staticmethod
     def _tensor_arg(model: FileModel, expr: ast.AST) -> bool:
@@ -303,6 +709,10 @@ for x, y in loader:
         if isinstance(expr, ast.Call) and call_name(expr) in _SYNC_METHODS:
             return False  # the inner .item() is the sync, reported on its own
         v = model.flow.value(expr)
+        if v.taint is Taint.CUT and v.cuts and all(
+            isinstance(c, ast.Call) and call_name(c) in _TO_HOST for c in v.cuts
+        ):
+            return False  # `v = loss.item()`: already a Python number, formatting it is free
         if v.taint in (Taint.GRAD, Taint.CUT):
             return True
         return v.taint is Taint.UNKNOWN and _param_gets_tensor(model, expr)

@@ -5,21 +5,55 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.model import FileModel
+from trainlint.analysis.model import FUNCTION_NODES, FileModel, call_name
 from trainlint.analysis.paths import Reported
+from trainlint.analysis.steps import after_limiting_exit
 from trainlint.rules.base import Invalid, Report, Rule
+
+_COST = "the host waits for the GPU each batch; remove it or run it only when timing"
+_TIMERS = {"time.time", "time.perf_counter", "time.monotonic", "time.process_time",
+           "time.time_ns", "time.perf_counter_ns", "time.monotonic_ns", "timeit.default_timer"}
+
+
+def _reads_timer(model: FileModel, stmt: ast.AST) -> bool:
+    return any(isinstance(c, ast.Call) and model.qualname(c.func) in _TIMERS
+               for c in ast.walk(stmt))
+
+
+def _times_next(model: FileModel, call: ast.Call) -> bool:
+    """Is the statement run right after ``call`` a clock read? `synchronize(); t0 =
+    time.perf_counter()`, or a `time_sync()` helper that synchronizes and returns
+    `time.time()`: the synchronize is there to make that reading honest."""
+    cur: ast.AST = model.statement_of(call)
+    for anc in model.ancestors(cur):
+        for field_name in ("body", "orelse", "finalbody"):
+            block = getattr(anc, field_name, None)
+            if not (isinstance(block, list) and any(s is cur for s in block)):
+                continue
+            ids = [id(s) for s in block]
+            i = ids.index(id(cur))
+            if i + 1 < len(block):
+                return _reads_timer(model, block[i + 1])
+        if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef, ast.For, ast.AsyncFor, ast.While)):
+            return False
+        cur = anc
+    return False
 
 
 class SynchronizeInLoop(Rule):
     """## What it does
     Flags `torch.cuda.synchronize()`, `torch.cuda.current_stream().synchronize()` and
-    `torch.xpu.synchronize()` on every step of a training loop.
+    `torch.xpu.synchronize()` on every step of a training loop. A synchronize right
+    before a clock read (`torch.cuda.synchronize(); t0 = time.perf_counter()`, or a
+    `time_sync()` helper that synchronizes and returns `time.time()`) is deliberate
+    timing and is not reported; neither is one under a rate-limiting `if`.
 
     ## Why is this bad?
     An explicit synchronize blocks the host until every queued kernel has finished, so
-    the CPU can no longer prepare the next step while the GPU computes. Left in from a
-    timing experiment it costs throughput on every step, silently. Timing code belongs
-    under a profiling flag or a rate-limiting `if`.
+    the CPU can no longer prepare the next step while the GPU computes. One with no
+    clock read after it (left over from a debugging session, or added "to be safe"
+    after a copy already ordered with `wait_stream`) buys nothing and costs
+    throughput on every step, silently.
 
     ## Example
     ```python
@@ -45,9 +79,7 @@ class SynchronizeInLoop(Rule):
 
     code = "TL402"
     name = "synchronize-in-loop"
-    message = (
-        "device synchronize on every training step: the host waits for the GPU each batch; remove it or run it only when timing"
-    )
+    message = f"device synchronize on every training step: {_COST}"
     triggers = ("synchronize",)
     confirm_with = "assert_step_time_stable"
     valid = [
@@ -84,6 +116,34 @@ for x in items:
     opt.step()
     device.synchronize()
 """,
+        # deliberate timing: the synchronize makes the clock read right after it honest
+        """
+import time
+import torch
+for x in loader:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+    torch.cuda.synchronize()
+    step_times.append(time.perf_counter() - t0)
+""",
+        """
+import time
+import torch
+
+def time_sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.time()
+
+for x in inputs:
+    t0 = time_sync()
+    model(x).sum().backward()
+    opt.step()
+    elapsed.append(time_sync() - t0)
+""",
     ]
     invalid = [
         Invalid(
@@ -96,6 +156,21 @@ for x in loader:
     torch.cuda.synchronize()
 """,
             line=6,
+        ),
+        # a clock read later in the step does not make an earlier synchronize timing
+        Invalid(
+            """
+import time
+import torch
+for x in loader:
+    t0 = time.perf_counter()
+    opt.zero_grad()
+    model(x).sum().backward()
+    torch.cuda.synchronize()
+    opt.step()
+    step_times.append(time.perf_counter() - t0)
+""",
+            line=7,
         ),
         Invalid(
             """
@@ -125,5 +200,12 @@ class Trainer:
         seen = Reported()
         for call in calls:
             found = model.steps.per_step(call)
-            if found is not None and seen.first(found[1]):
-                yield self.report(found[1])
+            if found is None or _times_next(model, call):
+                continue
+            loop, anchor = found
+            if after_limiting_exit(model, call, loop.node) or not seen.first(anchor):
+                continue
+            what = f"`{ast.unparse(call.func)}()`"
+            if anchor is not call and isinstance(anchor, ast.Call) and call_name(anchor):
+                what += f" (in `{call_name(anchor)}()`)"
+            yield self.report(anchor, f"{what} on every training step: {_COST}")
