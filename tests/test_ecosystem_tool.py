@@ -125,6 +125,12 @@ def test_gate_fails_on_unreviewed_and_on_a_lost_true_finding(eco):
     assert eco.gate_failures(cmp, default_codes={"TL401"}) == []  # a false alarm fixed
 
 
+def test_a_true_finding_moved_to_an_opt_in_option_may_be_gone(eco):
+    moved = {**entry("true", text="was_true()"), "opt_in": "allow-loss-item = false"}
+    cmp = eco.compare([], [moved], packages={"pkg"}, codes=None)
+    assert eco.gate_failures(cmp, default_codes={"TL401"}) == []
+
+
 def test_update_keeps_reviews_adds_new_and_prunes_only_when_asked(eco):
     ledger = [entry("true", line=3, text="kept", reason="real"),
               entry("noise", line=7, text="gone")]
