@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import json
 
+import pytest
+
 from trainlint.config import RuleSelection
 from trainlint.engine import Linter
 from trainlint.findings import Finding
@@ -74,3 +76,42 @@ def test_findings_without_related_keep_their_json_shape(tmp_path):
     f = _finding(tmp_path)
     f.related = ()
     assert "related" not in json.loads(format_json([f]))[0]
+
+
+@pytest.mark.parametrize(("code", "source", "note"), [
+    ("TL101", """
+import torch
+for x, y in loader:
+    loss = model(x).sum()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+""", (6, "gradients cleared here")),
+    ("TL110", """
+import torch
+for x, y in loader:
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+""", (5, "the optimizer step it comes after")),
+    ("TL201", """
+import torch
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs)
+for epoch in range(args.epochs):
+    for x, y in loader:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+        sched.step()
+""", (3, "`T_max` sets the schedule's length here")),
+])
+def test_rules_point_at_the_other_place(code, source, note):
+    from trainlint.rule_testing import lint_example
+    from trainlint.rules import builtin_rules
+
+    rule = next(r for r in builtin_rules() if r.code == code)
+    [finding] = lint_example(rule, source)
+    assert [(r.line, r.message) for r in finding.related] == [note]

@@ -154,4 +154,7 @@ class Trainer:
                             continue
                         node = model.steps.anchor(e)
                         if seen.first(node):
-                            yield self.report(node)
+                            step = model.steps.anchor(path[last_step])
+                            yield self.report(
+                                node, related=((step, "the optimizer step it comes after"),)
+                            )

@@ -242,11 +242,14 @@ for batch in loader:
             if not single_optimizer(loop):
                 continue
             end_states = set()
+            last_zero = None  # the zero_grad a wrap-around read sees, for the message
             for path in loop.paths:
                 last = None
                 for e in path:
                     if e.kind in (Kind.BACKWARD, Kind.ZERO):
                         last = e.kind
+                        if e.kind is Kind.ZERO:
+                            last_zero = e
                 end_states.add(last)
             for path in loop.paths:
                 # An iteration that zeroes and reads but never visibly backpropagates gets
@@ -255,9 +258,12 @@ for batch in loader:
                 if not any(x.kind is Kind.BACKWARD for x in path):
                     continue
                 state: Kind | None = None
+                zero = last_zero
                 for e in path:
                     if e.kind in (Kind.BACKWARD, Kind.ZERO):
                         state = e.kind
+                        if e.kind is Kind.ZERO:
+                            zero = e
                     elif e.kind in (Kind.READ, Kind.CLIP):
                         # A read at the top of the iteration sees the previous one's
                         # cleared gradients only if iterations repeat a real backward; a
@@ -271,4 +277,8 @@ for batch in loader:
                         if zeroed:
                             node = model.steps.anchor(e)
                             if seen.first(node):
-                                yield self.report(node)
+                                related = (
+                                    ((model.steps.anchor(zero), "gradients cleared here"),)
+                                    if zero is not None else ()
+                                )
+                                yield self.report(node, related=related)

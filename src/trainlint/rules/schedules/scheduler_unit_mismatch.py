@@ -162,6 +162,22 @@ def _set_beside_scheduler(model: FileModel, name: str | None, sched_ids: set[int
     return False
 
 
+_LENGTH_KEYWORDS = ("T_max", "T_0", "step_size", "milestones", "total_steps", "epochs",
+                    "steps_per_epoch", "total_iters", "num_training_steps", "step_size_up")
+
+
+def _length_site(sched: Schedule) -> tuple[tuple[ast.AST, str], ...]:
+    """Where the schedule's length is given (`T_max=...`), else its construction."""
+    call = sched.binding.call
+    if call is None:
+        return ()
+    for name in _LENGTH_KEYWORDS:
+        value = keyword(call, name)
+        if value is not None:
+            return ((value, f"`{name}` sets the schedule's length here"),)
+    return ((call, "the scheduler is built here"),)
+
+
 class SchedulerUnitMismatch(Rule):
     """## What it does
     Flags `scheduler.step()` stepped in the wrong unit: a schedule measured in epochs
@@ -401,7 +417,9 @@ for epoch in range(90):
                     yield self.report(
                         node,
                         f"`{sched.cls}` counts epochs but is stepped every batch: the "
-                        "schedule runs len(loader) times too fast; step it once per epoch, or size it in steps",
+                        "schedule runs len(loader) times too fast; step it once per epoch, "
+                        "or size it in steps",
+                        related=_length_site(sched),
                     )
             elif event is None and sched.unit == "iteration" and _per_epoch(model, call):
                 if seen.first(call):
@@ -409,4 +427,5 @@ for epoch in range(90):
                         call,
                         f"`{sched.cls}` counts iterations but is stepped once per epoch: the "
                         "schedule barely moves; step it after every batch",
+                        related=_length_site(sched),
                     )
