@@ -6,6 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel
+from trainlint.analysis.ordering import runs_before
 from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.steps import STEP_LOOP_TRIGGERS, Event, Kind, StepLoop
 from trainlint.rules.base import Invalid, Report, Rule
@@ -180,19 +181,7 @@ def train(model, loader, accelerator):
                     continue
                 if _guard_mentions_loop_state(step.guards, loop):
                     continue
-                containing = [p for p in loop.paths if any(e is step for e in p)]
-                if not containing:
-                    continue
-                bad = True
-                later = False
-                for p in containing:
-                    i = next(k for k, e in enumerate(p) if e is step)
-                    if any(e.kind is Kind.BACKWARD for e in p[:i]):
-                        bad = False
-                        break
-                    if any(e.kind is Kind.BACKWARD for e in p[i + 1 :]):
-                        later = True
-                if bad and later:
+                if runs_before(loop.paths, step, Kind.BACKWARD):
                     node = model.steps.anchor(step)
                     if seen.first(node):
                         yield self.report(node)

@@ -6,6 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel, dotted
+from trainlint.analysis.ordering import runs_before
 from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.steps import Kind
 from trainlint.rules.base import Invalid, Report, Rule
@@ -155,17 +156,7 @@ for epoch in range(90):
             for sched in scheds.values():
                 if sched.target in rewound:
                     continue  # the position is set by hand: stepping first is deliberate
-                containing = [p for p in paths if any(e is sched for e in p)]
-                first = True
-                later = False
-                for p in containing:
-                    i = next(k for k, e in enumerate(p) if e is sched)
-                    if any(e.kind is Kind.STEP for e in p[:i]):
-                        first = False
-                        break
-                    if any(e.kind is Kind.STEP for e in p[i + 1 :]):
-                        later = True
-                if first and later:
+                if runs_before(paths, sched, Kind.STEP):
                     node = model.steps.anchor(sched)
                     if seen.first(node):
                         yield self.report(node)
