@@ -5,56 +5,12 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from trainlint.analysis.accumulation import accumulations_across_steps
 from trainlint.analysis.flow import Taint, grad_enabled_at
-from trainlint.analysis.model import FileModel, dotted, walk_local
+from trainlint.analysis.model import FileModel, dotted
 from trainlint.analysis.steps import backward_calls, backward_value
 from trainlint.rules.base import Invalid, Report, Rule, Valid
 from trainlint.rules.memory._shared import value_names
-
-
-def _container_root(node: ast.AST) -> ast.AST | None:
-    """``totals["a"]`` -> ``totals``; ``self.metrics["x"]`` -> ``self.metrics``."""
-    while isinstance(node, ast.Subscript):
-        node = node.value
-    return node if isinstance(node, (ast.Name, ast.Attribute)) else None
-
-
-def _persists_across(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
-    """Does the accumulator outlive one iteration of ``loop``: defined before it, an
-    attribute (``self.x``, ``trainer.x``) or a module global?"""
-    name = dotted(target)
-    if name is None:
-        return False
-    if "." in name:
-        return True
-    fn = model.function_of(target)
-    if fn is None:
-        return True  # module-level name
-    found = model.flow.definition(name, target)
-    if found is None:
-        return True  # a parameter or a global: lives outside the loop
-    stmt, _ = found
-    return not any(anc is loop for anc in model.ancestors(stmt)) and stmt is not loop
-
-
-def _bounded_key(model: FileModel, stmt: ast.Assign) -> bool:
-    """``d[k] = v`` whose key is the same on every iteration of the enclosing loops (a
-    constant, or names never rebound inside them): the entry is overwritten, the
-    container does not grow."""
-    target = stmt.targets[0]
-    loops = model.enclosing_loops(stmt)
-    if not isinstance(target, ast.Subscript) or not loops:
-        return False
-    names = set()
-    for sub in ast.walk(target.slice):
-        if isinstance(sub, ast.Name):
-            names.add(sub.id)
-        elif not isinstance(sub, (ast.Constant, ast.Tuple, ast.expr_context)):
-            return False  # an attribute, a slice, a call, arithmetic: assume it varies
-    return not any(
-        isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and sub.id in names
-        for lp in loops for sub in walk_local(lp)
-    )
 
 
 def _backpropagated_later(model: FileModel, name: str, after: ast.AST) -> bool:
@@ -188,34 +144,6 @@ class Unrolled(torch.nn.Module):
 total = 0
 for x in items:
     total += score(x)
-""",
-        # a module method gathering the outputs of chosen blocks: one forward pass's
-        # graph, even when the training loop calls it
-        """
-import torch
-from torch import nn
-
-class Backbone(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(4))
-        self.norm = nn.LayerNorm(8)
-
-    def features_at(self, x, wanted):
-        feats = []
-        for i, block in enumerate(self.blocks):
-            x = block(x)
-            if i in wanted:
-                feats.append(self.norm(x))
-        return feats
-
-model = Backbone()
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for x in loader:
-    loss = sum(f.mean() for f in model.features_at(x, {1, 3}))
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
 """,
         # a sampler integrating over denoising steps: not a training loop
         """
@@ -408,27 +336,7 @@ for x, y in loader:
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        training_loops = model.steps.step_loop_ids | {id(lp) for lp in model.steps.epoch_loops}
-        for stmt, target, value in self._accumulations(model):
-            fn = model.function_of(stmt)
-            if fn is not None and fn.name in ("forward", "__call__", "_forward"):
-                continue  # unrolling time steps inside forward builds the graph on purpose
-            if isinstance(stmt, ast.Assign) and _bounded_key(model, stmt):
-                continue  # `stats["loss"] = loss`: one entry, overwritten every step
-            loops = model.enclosing_loops(stmt)
-            # only a training loop's iterations count (a step loop, or an epoch loop
-            # around one): a loop over blocks, time steps or denoising steps inside one
-            # forward pass builds that pass's graph. The accumulator must outlive the
-            # loop's iterations -- or the statement is in a step function (its body is
-            # one iteration) and the accumulator comes from outside it (a parameter, an
-            # attribute, a global)
-            anchor: ast.AST = stmt
-            if not any(id(lp) in training_loops and _persists_across(model, target, lp)
-                       for lp in loops):
-                step_anchor = self._in_step_function(model, stmt, target)
-                if step_anchor is None:
-                    continue
-                anchor = step_anchor
+        for stmt, target, value, anchor in accumulations_across_steps(model):
             if not grad_enabled_at(model, stmt)[0]:
                 continue
             v = model.flow.value(value)
@@ -440,61 +348,6 @@ for x, y in loader:
             if name is not None and _backpropagated_later(model, name, stmt):
                 continue
             yield self.report(anchor, fix=self._fix(model, value) if anchor is stmt else None)
-
-    @staticmethod
-    def _in_step_function(model: FileModel, stmt: ast.stmt, target: ast.AST) -> ast.AST | None:
-        """Where to report when ``stmt`` runs once per training step (a step function, or
-        a helper the step loop calls) and accumulates into something from outside that
-        function (an attribute, a global, a parameter); else None."""
-        fn = model.function_of(stmt)
-        if fn is None or model.enclosing_loops(stmt):
-            return None
-        found_step = model.steps.per_step(stmt, limits=lambda g: False)
-        name = dotted(target)
-        if found_step is None or name is None:
-            return None
-        if "." not in name:
-            found = model.flow.definition(name, stmt)
-            if found is not None and found[0] is not fn:
-                return None  # a list made inside the function: gone after the call
-        return found_step[1]
-
-    @staticmethod
-    def _accumulations(model: FileModel) -> Iterator[tuple[ast.stmt, ast.AST, ast.AST]]:
-        """(statement, accumulator, accumulated value) for += / x = x + v / append / [k] =."""
-        for node in model.assignments:
-            if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)):
-                target = _container_root(node.target)
-                if target is not None:
-                    value = node.value
-                    if isinstance(value, (ast.List, ast.Tuple)) and len(value.elts) == 1:
-                        value = value.elts[0]  # losses += [loss]
-                    yield node, target, value
-            elif isinstance(node, ast.Assign) and len(node.targets) == 1:
-                t = node.targets[0]
-                v = node.value
-                if isinstance(t, (ast.Name, ast.Attribute)) and isinstance(v, ast.BinOp) and (
-                    isinstance(v.op, ast.Add) and dotted(v.left) == dotted(t) is not None
-                ):
-                    yield node, t, v.right
-                elif isinstance(t, ast.Subscript) and isinstance(t.value, (ast.Name, ast.Attribute)):
-                    yield node, t.value, v
-        for name in ("append", "extend", "insert"):
-            for call in model.calls.get(name, ()):
-                func = call.func
-                if not isinstance(func, ast.Attribute) or not call.args:
-                    continue
-                parent = model.parent_of(call)
-                if not isinstance(parent, ast.Expr):
-                    continue
-                value = call.args[-1]
-                if name == "extend" and isinstance(value, (ast.List, ast.Tuple)) and len(
-                    value.elts
-                ) == 1:
-                    value = value.elts[0]
-                root = _container_root(func.value)
-                if root is not None:
-                    yield parent, root, value
 
     @staticmethod
     def _defined_without_grad(model: FileModel, value: ast.AST) -> bool:

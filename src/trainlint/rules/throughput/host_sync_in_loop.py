@@ -4,283 +4,13 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from dataclasses import dataclass
 
-from trainlint.analysis.flow import Taint
-from trainlint.analysis.model import FileModel, call_name, dotted, keyword, walk_local
-from trainlint.analysis.steps import (
-    STEP_LOOP_TRIGGERS,
-    after_limiting_exit,
-    backward_calls,
-    backward_value,
-)
+from trainlint.analysis.model import FileModel, call_name
+from trainlint.analysis.steps import STEP_LOOP_TRIGGERS
+from trainlint.analysis.syncs import HostSync, into_tensor, per_step_syncs
 from trainlint.rules.base import Invalid, Report, Rule, Valid
 
-_SYNC_METHODS = {"item", "cpu", "numpy", "tolist"}
-_TO_HOST = {"item", "tolist", "numpy"}  # their result is no longer a tensor
-#: Reductions over the whole tensor: called without a dim, their result is one number.
-_REDUCTIONS = {"mean", "sum", "max", "min", "norm", "std", "var", "prod", "all", "any",
-               "amax", "amin", "nansum", "nanmean", "median", "count_nonzero"}
-#: Methods that keep a tensor's shape (and so whether it is one number).
-_SAME_SHAPE = {"detach", "float", "double", "half", "bfloat16", "clone", "contiguous", "squeeze"}
-_FACTORIES = {"tensor", "as_tensor", "scalar_tensor", "zeros", "ones", "full", "empty",
-              "zeros_like", "ones_like", "full_like", "empty_like", "arange"}
-_DTYPE_WORDS = {"dtype", "float", "float16", "float32", "float64", "half", "double", "bfloat16",
-                "int", "int8", "int16", "int32", "int64", "long", "short", "bool", "uint8",
-                "complex64", "complex128"}
-
 _COST = "the CPU waits for the GPU queue to drain each batch"
-
-
-@dataclass(frozen=True)
-class _Sync:
-    node: ast.AST
-    what: str  # the syncing call as the message names it
-    kind: str  # "scalar" (one number read to the host), "copy" or "format"
-    key: str  # the value read, as written
-    value: tuple[str, int] | None = None  # a named value and its definition: read twice?
-
-
-def _from_batch(model: FileModel, expr: ast.AST) -> bool:
-    for sub in ast.walk(expr):
-        if isinstance(sub, ast.Name):
-            found = model.flow.definition(sub.id, sub)
-            if found is not None and isinstance(found[0], (ast.For, ast.AsyncFor)):
-                it = found[0].iter
-                if isinstance(it, ast.Call) and call_name(it) == "range":
-                    return False
-                return True
-    return False
-
-
-def _outer_call_name(model: FileModel, call: ast.Call) -> str | None:
-    """``x.cpu().numpy()``: for the inner call, "numpy"."""
-    attr = model.parent_of(call)
-    outer = model.parent_of(attr) if isinstance(attr, ast.Attribute) else None
-    return call_name(outer) if isinstance(outer, ast.Call) and outer.func is attr else None
-
-
-def _param_gets_tensor(model: FileModel, expr: ast.AST) -> bool:
-    """A helper's parameter that some same-file call site fills with a model-derived
-    tensor: `update_meters(meters, loss)` then `float(loss)` inside the helper."""
-    if not isinstance(expr, ast.Name):
-        return False
-    fn = model.function_of(expr)
-    found = model.flow.definition(expr.id, expr) if fn is not None else None
-    if found is None or found[0] is not fn:
-        return False  # reassigned inside the helper
-    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
-    if expr.id not in params:
-        return False
-    index = params.index(expr.id)
-    for site in model.call_sites.get(id(fn), ()):
-        offset = 1 if params and params[0] in ("self", "cls") and isinstance(
-            site.func, ast.Attribute) else 0
-        args = {kw.arg: kw.value for kw in site.keywords}
-        arg = args.get(expr.id)
-        if arg is None and 0 <= index - offset < len(site.args):
-            arg = site.args[index - offset]
-        if arg is not None and model.flow.value(arg).taint in (Taint.GRAD, Taint.CUT):
-            return True
-    return False
-
-
-def _device_tensor(model: FileModel, expr: ast.AST, *, lenient: bool) -> bool:
-    """Is ``expr`` (probably) a tensor on an accelerator? Model-derived values are; batch
-    data only once moved with `.to(...)`/`.cuda()`; unknown values only for `.item()`."""
-    if isinstance(expr, ast.Constant) or _built_on_cpu(model, expr):
-        return False
-    v = model.flow.value(expr)
-    if v.taint in (Taint.GRAD, Taint.CUT):
-        return True
-    if v.taint is Taint.DATA:
-        return _moved_to_device(model, expr)
-    return lenient and not _moved_to_cpu_data(model, expr)
-
-
-def _moves_to_device(call: ast.Call) -> bool:
-    """`.cuda()`, `.to(device)`, `.to(x)`; not `.to(torch.float32)` or `.to(dtype=...)`."""
-    name = call_name(call)
-    if name == "cuda":
-        return True
-    if name != "to":
-        return False
-    if keyword(call, "device") is not None:
-        return True
-    return any(
-        not (isinstance(a, (ast.Attribute, ast.Name))
-             and (dotted(a) or "").rsplit(".", 1)[-1] in _DTYPE_WORDS)
-        for a in call.args
-    )
-
-
-def _moved_to_device(model: FileModel, expr: ast.AST) -> bool:
-    for sub in ast.walk(expr):
-        if isinstance(sub, ast.Call) and _moves_to_device(sub):
-            return True
-        if isinstance(sub, ast.Name):
-            found = model.flow.definition(sub.id, sub)
-            if found is not None and isinstance(found[1], ast.AST) and any(
-                isinstance(c, ast.Call) and _moves_to_device(c) for c in ast.walk(found[1])
-            ):
-                return True
-    return False
-
-
-def _moved_to_cpu_data(model: FileModel, expr: ast.AST) -> bool:
-    return _from_batch(model, expr) and not _moved_to_device(model, expr)
-
-
-def _torch_factory(model: FileModel, node: ast.AST) -> bool:
-    return (isinstance(node, ast.Call) and call_name(node) in _FACTORIES
-            and (model.qualname(node.func) or "").startswith("torch."))
-
-
-def _built_on_cpu(model: FileModel, expr: ast.AST) -> bool:
-    """`torch.as_tensor(pad).to(dtype=t.dtype)`: made by a torch factory without a
-    device and never moved, so reading it waits for nothing."""
-    cur = expr
-    while isinstance(cur, ast.Call) and not _torch_factory(model, cur):
-        if _moves_to_device(cur) or not isinstance(cur.func, ast.Attribute):
-            return False
-        cur = cur.func.value
-    return isinstance(cur, ast.Call) and keyword(cur, "device") is None
-
-
-def _one_number(model: FileModel, expr: ast.AST) -> bool:
-    """Is the copied value one number: a reduction without a dim (`x.mean()`,
-    `torch.mean(x)`), or a detached loss (`loss.detach().cpu()`)?"""
-    cur = expr
-    detached = False
-    while (isinstance(cur, ast.Call) and isinstance(cur.func, ast.Attribute)
-           and call_name(cur) in _SAME_SHAPE and not cur.args):
-        detached = detached or call_name(cur) == "detach"
-        cur = cur.func.value
-    if isinstance(cur, ast.Call):
-        if call_name(cur) not in _REDUCTIONS or keyword(cur, "dim") is not None:
-            return False
-        module = (model.qualname(cur.func) or "").split(".")[0] in ("torch", "numpy")
-        return len(cur.args) == 1 if module else not cur.args
-    name = (dotted(cur) or "").rsplit(".", 1)[-1].lower()
-    return detached and "loss" in name
-
-
-def _device_factory(model: FileModel, node: ast.AST) -> bool:
-    """`torch.zeros((), device=dev)`, `torch.tensor(0).cuda()`: a tensor made on a device."""
-    moved = False
-    while isinstance(node, ast.Call) and not _torch_factory(model, node):
-        moved = moved or _moves_to_device(node)
-        if not isinstance(node.func, ast.Attribute):
-            return False
-        node = node.func.value
-    return _torch_factory(model, node) and (moved or keyword(node, "device") is not None)  # type: ignore[arg-type]
-
-
-def _holds_tensor(model: FileModel, target: ast.AST) -> bool:
-    """`counts["tokens"] += n` where `counts` was built from device tensors, or
-    `total += n` where `total = torch.zeros((), device=dev)`."""
-    base = target
-    while isinstance(base, ast.Subscript):
-        base = base.value
-    name = dotted(base)
-    if name is None:
-        return False
-    found = model.flow.definition(name, target)
-    if found is None:
-        return False
-    value = found[1]
-    if isinstance(value, ast.Dict):
-        return base is not target and any(
-            v is not None and _device_factory(model, v) for v in value.values)
-    if isinstance(value, (ast.List, ast.Tuple)):
-        return base is not target and any(_device_factory(model, v) for v in value.elts)
-    return base is target and _device_factory(model, value)
-
-
-def _into_tensor(model: FileModel, node: ast.AST) -> bool:
-    """The number read to the host goes straight back into a tensor."""
-    for anc in model.ancestors(node):
-        if _torch_factory(model, anc):
-            return True
-        if isinstance(anc, ast.stmt):
-            return isinstance(anc, ast.AugAssign) and _holds_tensor(model, anc.target)
-    return False
-
-
-def _named_value(model: FileModel, expr: ast.AST) -> tuple[str, int] | None:
-    """`loss_t` (or `loss_t.detach()`) as (name, id of its defining statement): two reads
-    of the same pair read the same value; `fn()` read twice reads two values."""
-    while (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
-           and call_name(expr) in _SAME_SHAPE and not expr.args):
-        expr = expr.func.value
-    name = dotted(expr)
-    if name is None:
-        return None
-    found = model.flow.definition(name, expr)
-    return (name, id(found[0])) if found is not None else None
-
-
-def _on_way_out(model: FileModel, node: ast.AST, loop: ast.AST) -> bool:
-    """In a block of the step loop that ends with `break` or `return`: it runs once, on
-    the last step, not on every step."""
-    if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
-        return False  # a step function: its `return` ends every step
-    cur = model.statement_of(node)
-    for anc in model.ancestors(cur):
-        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            return False
-        for field_name in ("body", "orelse", "finalbody", "handlers"):
-            block = getattr(anc, field_name, None)
-            if not (isinstance(block, list) and any(s is cur for s in block)):
-                continue
-            last = block[-1]
-            if isinstance(last, ast.Return) or (
-                isinstance(last, ast.Break) and _loop_around(model, last) is loop
-            ):
-                return True
-        if anc is loop:
-            return False
-        if isinstance(anc, ast.stmt):
-            cur = anc
-    return False
-
-
-def _loop_around(model: FileModel, node: ast.AST) -> ast.AST | None:
-    for anc in model.ancestors(node):
-        if isinstance(anc, (ast.For, ast.AsyncFor, ast.While)):
-            return anc
-    return None
-
-
-def _is_env_step(call: ast.AST) -> bool:
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-            and call.func.attr in ("step", "step_async")):
-        return False
-    return "env" in (dotted(call.func.value) or "").rsplit(".", 1)[-1].lower()
-
-
-def _feeds_env(model: FileModel, node: ast.AST) -> bool:
-    """`actions = policy(obs).cpu().numpy()` then `env.step(actions)`: the environment
-    needs host data, so this copy is the price of stepping it, not a hidden sync."""
-    for anc in model.ancestors(node):
-        if _is_env_step(anc):
-            return True
-        if isinstance(anc, ast.stmt):
-            break
-    stmt = model.statement_of(node)
-    targets = stmt.targets if isinstance(stmt, ast.Assign) else (
-        [stmt.target] if isinstance(stmt, ast.AnnAssign) else [])
-    names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-    if not names:
-        return False
-    after = (stmt.lineno, stmt.col_offset)
-    for sub in walk_local(model.function_of(stmt) or model.tree):
-        if _is_env_step(sub) and (sub.lineno, sub.col_offset) > after and any(  # type: ignore[attr-defined]
-            isinstance(a, ast.Name) and a.id in names
-            for a in (*sub.args, *(k.value for k in sub.keywords))  # type: ignore[attr-defined]
-        ):
-            return True
-    return False
 
 
 class HostSyncInLoop(Rule):
@@ -603,23 +333,13 @@ for batch in loader:
         allow_scalars = bool(self.opts.get("allow-loss-item"))
         read: set[tuple[int, tuple[str, int]]] = set()
         reported: set[int] = set()
-        for sync in self._syncs(model):
-            found = model.steps.per_step(sync.node)
-            if found is None:
-                continue
-            loop, anchor = found
-            if after_limiting_exit(model, sync.node, loop.node) or _on_way_out(
-                model, sync.node, loop.node
-            ):
-                continue
-            if sync.kind == "copy" and _feeds_env(model, sync.node):
-                continue
+        for sync, loop, anchor in per_step_syncs(model):
             message = None
             if sync.kind == "scalar":
                 again = sync.value is not None and (id(loop.node), sync.value) in read
                 if sync.value is not None:
                     read.add((id(loop.node), sync.value))
-                if _into_tensor(model, sync.node):
+                if into_tensor(model, sync.node):
                     message = (f"{sync.what} on every training step only to add the number back "
                                f"into a device tensor: {_COST} for nothing; drop the read and "
                                "keep the sum on the device")
@@ -635,7 +355,7 @@ for batch in loader:
             yield self.report(anchor, message or self._message(model, sync, anchor))
 
     @staticmethod
-    def _message(model: FileModel, sync: _Sync, anchor: ast.AST) -> str:
+    def _message(model: FileModel, sync: HostSync, anchor: ast.AST) -> str:
         where = ""
         if anchor is not sync.node and isinstance(anchor, ast.Call):
             helper = call_name(anchor)
@@ -645,74 +365,3 @@ for batch in loader:
                     f"from the GPU, so {_COST}; log a number read every N steps")
         return (f"{sync.what}{where} on every training step: {_COST}; keep the value on "
                 "the device or read it every N steps")
-
-    def _syncs(self, model: FileModel) -> list[_Sync]:
-        """Every host read of a device tensor in the file, in source order."""
-        losses = {
-            dotted(v) for c in backward_calls(model)
-            if (v := backward_value(model, c)) is not None and dotted(v)
-        }
-        found: list[_Sync] = []
-        for name in _SYNC_METHODS:
-            for call in model.calls.get(name, ()):
-                func = call.func
-                if not isinstance(func, ast.Attribute) or call.args or call.keywords:
-                    continue
-                recv = func.value
-                what = f"`.{name}()`"
-                if name in ("numpy", "tolist") and isinstance(recv, ast.Call) and (
-                    call_name(recv) == "cpu"
-                ):
-                    recv = recv.func.value  # type: ignore[attr-defined]
-                    what = f"`.cpu().{name}()`"
-                elif name == "numpy":
-                    continue  # .numpy() needs a CPU tensor: only a .cpu() right before it syncs
-                elif name == "cpu" and _outer_call_name(model, call) in ("numpy", "tolist", "item"):
-                    continue  # one sync, reported at the outer call
-                if not _device_tensor(model, recv, lenient=name in ("item", "cpu", "numpy")):
-                    continue
-                scalar = name == "item" or _one_number(model, recv) or (
-                    dotted(recv) in losses and name == "tolist")
-                if isinstance(recv, ast.Call) and call_name(recv) == "cpu" and name == "item":
-                    recv = recv.func.value  # type: ignore[attr-defined]
-                found.append(_Sync(call, what, "scalar" if scalar else "copy",
-                                   ast.unparse(recv), _named_value(model, recv)))
-        for call in model.calls_to("builtins.float", "builtins.int", "builtins.print"):
-            fname = call_name(call)
-            if any(self._tensor_arg(model, a) for a in call.args):
-                if fname == "print":
-                    found.append(_Sync(call, "`print()` of a tensor", "format", ""))
-                elif call.args:
-                    arg = call.args[0]
-                    found.append(_Sync(call, f"`{fname}()` of a tensor", "scalar",
-                                       ast.unparse(arg), _named_value(model, arg)))
-        for node in ast.walk(model.tree):
-            if isinstance(node, ast.JoinedStr):
-                parent = model.parent_of(node)
-                if isinstance(parent, ast.Call) and call_name(parent) == "print":
-                    continue  # reported as print(...) if it formats a tensor
-                if any(
-                    isinstance(v, ast.FormattedValue) and self._tensor_arg(model, v.value)
-                    for v in node.values
-                ):
-                    found.append(_Sync(node, "an f-string of a tensor", "format", ""))
-        found.sort(key=lambda s: (getattr(s.node, "lineno", 0), getattr(s.node, "col_offset", 0)))
-        return found
-
-    @staticmethod
-    def _tensor_arg(model: FileModel, expr: ast.AST) -> bool:
-        if isinstance(expr, ast.JoinedStr):
-            return any(
-                isinstance(v, ast.FormattedValue) and HostSyncInLoop._tensor_arg(model, v.value)
-                for v in expr.values
-            )
-        if isinstance(expr, ast.Call) and call_name(expr) in _SYNC_METHODS:
-            return False  # the inner .item() is the sync, reported on its own
-        v = model.flow.value(expr)
-        if v.taint is Taint.CUT and v.cuts and all(
-            isinstance(c, ast.Call) and call_name(c) in _TO_HOST for c in v.cuts
-        ):
-            return False  # `v = loss.item()`: already a Python number, formatting it is free
-        if v.taint in (Taint.GRAD, Taint.CUT):
-            return True
-        return v.taint is Taint.UNKNOWN and _param_gets_tensor(model, expr)

@@ -1,0 +1,138 @@
+"""Which statements accumulate a value across the iterations of a training loop."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from trainlint.analysis.model import FileModel, dotted, walk_local
+
+
+def _container_root(node: ast.AST) -> ast.AST | None:
+    """``totals["a"]`` -> ``totals``; ``self.metrics["x"]`` -> ``self.metrics``."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return node if isinstance(node, (ast.Name, ast.Attribute)) else None
+
+
+def _persists_across(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
+    """Does the accumulator outlive one iteration of ``loop``: defined before it, an
+    attribute (``self.x``, ``trainer.x``) or a module global?"""
+    name = dotted(target)
+    if name is None:
+        return False
+    if "." in name:
+        return True
+    fn = model.function_of(target)
+    if fn is None:
+        return True  # module-level name
+    found = model.flow.definition(name, target)
+    if found is None:
+        return True  # a parameter or a global: lives outside the loop
+    stmt, _ = found
+    return not any(anc is loop for anc in model.ancestors(stmt)) and stmt is not loop
+
+
+def _bounded_key(model: FileModel, stmt: ast.Assign) -> bool:
+    """``d[k] = v`` whose key is the same on every iteration of the enclosing loops (a
+    constant, or names never rebound inside them): the entry is overwritten, the
+    container does not grow."""
+    target = stmt.targets[0]
+    loops = model.enclosing_loops(stmt)
+    if not isinstance(target, ast.Subscript) or not loops:
+        return False
+    names = set()
+    for sub in ast.walk(target.slice):
+        if isinstance(sub, ast.Name):
+            names.add(sub.id)
+        elif not isinstance(sub, (ast.Constant, ast.Tuple, ast.expr_context)):
+            return False  # an attribute, a slice, a call, arithmetic: assume it varies
+    return not any(
+        isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and sub.id in names
+        for lp in loops for sub in walk_local(lp)
+    )
+
+
+def _step_function_anchor(model: FileModel, stmt: ast.stmt, target: ast.AST) -> ast.AST | None:
+    """Where to report when ``stmt`` runs once per training step (a step function, or
+    a helper the step loop calls) and accumulates into something from outside that
+    function (an attribute, a global, a parameter); else None."""
+    fn = model.function_of(stmt)
+    if fn is None or model.enclosing_loops(stmt):
+        return None
+    found_step = model.steps.per_step(stmt, limits=lambda g: False)
+    name = dotted(target)
+    if found_step is None or name is None:
+        return None
+    if "." not in name:
+        found = model.flow.definition(name, stmt)
+        if found is not None and found[0] is not fn:
+            return None  # a list made inside the function: gone after the call
+    return found_step[1]
+
+
+def accumulations(model: FileModel) -> Iterator[tuple[ast.stmt, ast.AST, ast.AST]]:
+    """(statement, accumulator, accumulated value) for += / x = x + v / append / [k] =."""
+    for node in model.assignments:
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)):
+            target = _container_root(node.target)
+            if target is not None:
+                value = node.value
+                if isinstance(value, (ast.List, ast.Tuple)) and len(value.elts) == 1:
+                    value = value.elts[0]  # losses += [loss]
+                yield node, target, value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            t = node.targets[0]
+            v = node.value
+            if isinstance(t, (ast.Name, ast.Attribute)) and isinstance(v, ast.BinOp) and (
+                isinstance(v.op, ast.Add) and dotted(v.left) == dotted(t) is not None
+            ):
+                yield node, t, v.right
+            elif isinstance(t, ast.Subscript) and isinstance(t.value, (ast.Name, ast.Attribute)):
+                yield node, t.value, v
+    for name in ("append", "extend", "insert"):
+        for call in model.calls.get(name, ()):
+            func = call.func
+            if not isinstance(func, ast.Attribute) or not call.args:
+                continue
+            parent = model.parent_of(call)
+            if not isinstance(parent, ast.Expr):
+                continue
+            value = call.args[-1]
+            if name == "extend" and isinstance(value, (ast.List, ast.Tuple)) and len(
+                value.elts
+            ) == 1:
+                value = value.elts[0]
+            root = _container_root(func.value)
+            if root is not None:
+                yield parent, root, value
+
+
+def accumulations_across_steps(
+    model: FileModel,
+) -> Iterator[tuple[ast.stmt, ast.AST, ast.AST, ast.AST]]:
+    """(statement, accumulator, accumulated value, where to report) for each accumulation
+    that grows across the iterations of a training loop, or on every call of a step
+    function into something from outside it."""
+    training_loops = model.steps.step_loop_ids | {id(lp) for lp in model.steps.epoch_loops}
+    for stmt, target, value in accumulations(model):
+        fn = model.function_of(stmt)
+        if fn is not None and fn.name in ("forward", "__call__", "_forward"):
+            continue  # unrolling time steps inside forward builds the graph on purpose
+        if isinstance(stmt, ast.Assign) and _bounded_key(model, stmt):
+            continue  # `stats["loss"] = loss`: one entry, overwritten every step
+        loops = model.enclosing_loops(stmt)
+        # only a training loop's iterations count (a step loop, or an epoch loop
+        # around one): a loop over blocks, time steps or denoising steps inside one
+        # forward pass builds that pass's graph. The accumulator must outlive the
+        # loop's iterations -- or the statement is in a step function (its body is
+        # one iteration) and the accumulator comes from outside it (a parameter, an
+        # attribute, a global)
+        anchor: ast.AST = stmt
+        if not any(id(lp) in training_loops and _persists_across(model, target, lp)
+                   for lp in loops):
+            step_anchor = _step_function_anchor(model, stmt, target)
+            if step_anchor is None:
+                continue
+            anchor = step_anchor
+        yield stmt, target, value, anchor

@@ -1,0 +1,219 @@
+"""Which modules an `eval()` switches, whether training updates them, and whether a path trains before switching them back."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from trainlint.analysis.model import FUNCTION_NODES, FileModel, call_name, dotted, is_false
+from trainlint.analysis.steps import Event, Kind
+
+
+def same_module(a: str | None, b: str | None) -> bool:
+    """Could ``a`` and ``b`` name the same module (one contains the other; None: unknown)?"""
+    if a is None or b is None:
+        return True
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def trains_before_restore(events: list[tuple[Event, str | None]], target: str | None) -> bool:
+    """Does a backward or optimizer step come, in ``events``, before ``target``'s `train()`?"""
+    for e, name in events:
+        if e.kind is Kind.TRAIN and same_module(name, target):
+            return False
+        if e.kind is Kind.EVAL and same_module(name, target):
+            continue
+        if e.kind in (Kind.BACKWARD, Kind.STEP):
+            return True
+    return False
+
+
+def restores_before_end(events: list[tuple[Event, str | None]], target: str | None) -> bool:
+    """Is ``target`` switched back with `train()` somewhere in ``events``?"""
+    return any(e.kind is Kind.TRAIN and same_module(n, target) for e, n in events)
+
+
+#: Modules that are copies of the trained one or frozen on purpose: an EMA/SWA average,
+#: a distillation teacher, an RL target network, a frozen reference model.
+_COPY_WORD = re.compile(
+    r"(^|_)(ema|teacher|frozen|averaged|swa|shadow|target|ref|reference)(_|$)", re.IGNORECASE
+)
+_COPY_CALLS = re.compile(r"deepcopy|AveragedModel|EMA|Ema|clone_model|copy_model")
+
+
+def resolved_target(model: FileModel, e: Event) -> str | None:
+    """The module ``e`` acts on, as the loop whose path holds it names it."""
+    return _resolve(model, e.target, e.chain)
+
+
+def _resolve(model: FileModel, target: str | None, chain: tuple[ast.Call, ...]) -> str | None:
+    """``target`` with helper parameters replaced by the arguments at the calls that
+    inlined the helper (``validate(net)`` with ``def validate(model)``: ``model`` is
+    ``net``); None when an argument is not a plain name."""
+    for site in reversed(chain):
+        if target is None:
+            return None
+        fn = model.resolve_call(site)
+        if fn is None:
+            return target
+        root, _, rest = target.partition(".")
+        params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+        if params and params[0] in ("self", "cls") and isinstance(site.func, ast.Attribute):
+            if root == params[0]:
+                recv = dotted(site.func.value)
+                target = None if recv is None else recv + ("." + rest if rest else "")
+                continue
+            params = params[1:]
+        arg: ast.AST | None = None
+        if root in params:
+            idx = params.index(root)
+            if idx < len(site.args) and not any(isinstance(a, ast.Starred) for a in site.args[: idx + 1]):
+                arg = site.args[idx]
+            else:
+                arg = next((k.value for k in site.keywords if k.arg == root), None)
+            if arg is None:
+                return None
+        elif root in {a.arg for a in fn.args.kwonlyargs}:
+            arg = next((k.value for k in site.keywords if k.arg == root), None)
+            if arg is None:
+                return None
+        else:
+            continue  # a global or `self.x` of the same object: same name outside
+        base = dotted(arg)
+        target = None if base is None else base + ("." + rest if rest else "")
+    return target
+
+
+def eval_targets(model: FileModel, e: Event, resolved: str | None) -> list[str | None]:
+    """The modules an ``eval()`` switches: ``for net, tag in ((ema, "ema"), (model,
+    "live")): net.eval()`` switches each element of the literal it loops over."""
+    if e.target is None or "." in e.target:
+        return [resolved]
+    for anc in model.ancestors(e.node):
+        if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+            break
+        if not isinstance(anc, (ast.For, ast.AsyncFor)) or not isinstance(
+            anc.iter, (ast.Tuple, ast.List)
+        ):
+            continue
+        pos = _binding_position(anc.target, e.target)
+        if pos is None:
+            continue
+        out: list[str | None] = []
+        for elt in anc.iter.elts:
+            for i in pos:
+                if not isinstance(elt, (ast.Tuple, ast.List)) or i >= len(elt.elts):
+                    break
+                elt = elt.elts[i]
+            # a module the step model does not see as one: its `train()` calls are not
+            # events either, so whether it is restored cannot be told
+            if model.steps._is_model(elt):
+                out.append(_resolve(model, dotted(elt), e.chain))
+        return out
+    return [resolved]
+
+
+def _binding_position(target: ast.AST, name: str) -> list[int] | None:
+    if isinstance(target, ast.Name):
+        return [] if target.id == name else None
+    if isinstance(target, (ast.Tuple, ast.List)):
+        for i, t in enumerate(target.elts):
+            inner = _binding_position(t, name)
+            if inner is not None:
+                return [i, *inner]
+    return None
+
+
+def switched_by_flag(model: FileModel, node: ast.AST) -> bool:
+    """``X.train() if flag else X.eval()`` (or the other way round): the mode follows the
+    flag, and the training call passes True."""
+    parent = model.parent_of(node)
+    if not isinstance(parent, ast.IfExp):
+        return False
+    other = parent.body if parent.orelse is node else parent.orelse
+    return isinstance(other, ast.Call) and call_name(other) == "train"
+
+
+def copy_or_frozen(model: FileModel, node: ast.AST, target: str | None,
+                    frozen: set[str]) -> bool:
+    """Is ``target`` a module training does not update: a copy of the trained model (an
+    EMA/SWA average, a `deepcopy`, a model rebuilt in the loop from a state dict), a
+    teacher or target network, or a module frozen with `requires_grad_(False)`?"""
+    if target is None:
+        return False
+    if any(_COPY_WORD.search(part) for part in target.split(".")):
+        return True
+    if target in frozen:
+        return True
+    if "." in target:
+        return False
+    found = model.flow.definition(target, node)
+    if found is None or not isinstance(found[0], ast.Assign):
+        return False
+    stmt, value = found
+    if isinstance(value, ast.Call) and _COPY_CALLS.search(call_name(value) or ""):
+        return True
+    # bound afresh inside a loop that also runs the eval(): a new object every time
+    fn = model.function_of(node)
+    loops = {id(lp) for lp in model.enclosing_loops(node)}
+    rewraps = any(isinstance(sub, ast.Name) and sub.id == target for sub in ast.walk(value))
+    return isinstance(value, ast.Call) and not rewraps and model.function_of(stmt) is fn and any(
+        id(anc) in loops for anc in model.ancestors(stmt)
+    )
+
+
+def frozen_modules(model: FileModel) -> set[str]:
+    """Modules the file freezes whole: ``X.requires_grad_(False)``, or ``p.requires_grad =
+    False`` / ``p.requires_grad_(False)`` for every ``p`` of a loop over ``X.parameters()``
+    (not under an ``if``: freezing some parameters leaves the module trained). A module
+    with something unfrozen again (``X.head.requires_grad_(True)``) is not frozen."""
+    frozen: set[str] = set()
+    unfrozen: set[str] = set()
+    for call in model.calls.get("requires_grad_", ()):
+        if not isinstance(call.func, ast.Attribute):
+            continue
+        off = bool(call.args) and is_false(call.args[0])
+        names = _frozen_owners(model, call, dotted(call.func.value))
+        (frozen if off else unfrozen).update(names)
+    for node in model.assignments:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
+            node.targets[0], ast.Attribute
+        ) and node.targets[0].attr == "requires_grad" and isinstance(node.value, ast.Constant):
+            names = _frozen_owners(model, node, dotted(node.targets[0].value))
+            (frozen if node.value.value is False else unfrozen).update(names)
+    return {f for f in frozen
+            if not any(u == f or u.startswith(f + ".") for u in unfrozen)}
+
+
+def _frozen_owners(model: FileModel, node: ast.AST, name: str | None) -> list[str]:
+    """The module a ``requires_grad`` change at ``node`` on ``name`` applies to: ``name``
+    itself, or ``X`` when ``name`` is the loop variable of ``for p in X.parameters()``
+    and the change is unconditional in that loop."""
+    if name is None:
+        return []
+    conditional = False
+    for anc in model.ancestors(node):
+        if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+            break
+        if isinstance(anc, (ast.If, ast.IfExp)):
+            conditional = True
+        if isinstance(anc, (ast.For, ast.AsyncFor)):
+            bound = anc.target.elts[-1] if isinstance(anc.target, ast.Tuple) and (
+                anc.target.elts
+            ) else anc.target
+            if isinstance(bound, ast.Name) and bound.id == name:
+                return [] if conditional else _parameters_owner(anc.iter)
+            break
+    return [name]
+
+
+def _parameters_owner(it: ast.AST) -> list[str]:
+    """``X`` in ``X.parameters()`` (through ``enumerate``/``named_parameters``)."""
+    while isinstance(it, ast.Call) and call_name(it) == "enumerate" and it.args:
+        it = it.args[0]
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in (
+        "parameters", "named_parameters"
+    ):
+        name = dotted(it.func.value)
+        return [name] if name is not None else []
+    return []
