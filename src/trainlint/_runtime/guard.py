@@ -10,8 +10,9 @@ And a step whose workers deadlock would block the check, and the test run, forev
 * installs a ``threading.excepthook`` that records exceptions raised in threads started
   during the check (the previous hook still runs, and is restored afterwards);
 * records the ``multiprocessing`` processes started during the check, and their exit codes;
-* arms a timer (``timeout=``, in seconds): on expiry it takes every thread's stack,
-  terminates the processes started during the check, and stops the check.
+* arms a timer (``timeout=``, in seconds; see :mod:`trainlint._runtime.timeout`): on
+  expiry it takes every thread's stack, terminates the processes started during the
+  check, and stops the check.
 
 A check that would otherwise pass then fails naming the thread or process and what it
 raised; a check that failed anyway carries the same as a note. No torch here.
@@ -24,13 +25,14 @@ import functools
 import inspect
 import os
 import signal
-import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from trainlint._runtime.timeout import Deadline, StepTimedOut, all_stacks
 
 DEFAULT_TIMEOUT = 120.0
 # How long to wait at the end of a check for threads and processes the step started and
@@ -39,13 +41,6 @@ _GRACE = 1.0
 _KILL_GRACE = 2.0
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class StepTimedOut(BaseException):
-    """Raised into the checking thread when ``timeout`` expires.
-
-    A BaseException so that a step's own ``except Exception`` does not swallow it.
-    """
 
 
 @dataclass(frozen=True)
@@ -80,9 +75,7 @@ class Guard:
         self._children_before: set[int] = set()
         self._previous_hook: Callable[[Any], Any] | None = None
         self._patches: list[tuple[Any, str, Any]] = []
-        self._alarm: tuple[Any, tuple[float, float]] | None = None
-        self._watchdog: threading.Timer | None = None
-        self._target = threading.get_ident()
+        self._deadline = Deadline(self._expire)
         self._started = 0.0
         self._lock = threading.Lock()
 
@@ -96,11 +89,11 @@ class Guard:
         threading.excepthook = self._excepthook
         self._patch_processes()
         if self.timeout is not None:
-            self._arm(self.timeout)
+            self._deadline.arm(self.timeout)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._disarm()
+        self._deadline.disarm()
         try:
             if not self.expired:
                 self._wait_for_stragglers()
@@ -183,53 +176,13 @@ class Guard:
 
     # ------------------------------------------------------------------ timeout
 
-    def _arm(self, timeout: float) -> None:
-        # In the main thread a signal interrupts a blocking wait (a join, a lock, a pipe
-        # read), which an exception set from another thread cannot. Not when someone else
-        # (pytest-timeout) has an alarm running: then the watchdog thread does it.
-        if (
-            threading.current_thread() is threading.main_thread()
-            and hasattr(signal, "setitimer")
-            and signal.getitimer(signal.ITIMER_REAL)[0] == 0
-        ):
-            previous = signal.signal(signal.SIGALRM, self._on_alarm)
-            old_timer = signal.setitimer(signal.ITIMER_REAL, timeout)
-            self._alarm = (previous, old_timer)
-            return
-        self._watchdog = threading.Timer(timeout, self._on_watchdog)
-        self._watchdog.daemon = True
-        self._watchdog.name = "trainlint-timeout"
-        self._watchdog.start()
-
-    def _disarm(self) -> None:
-        if self._alarm is not None:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            previous, _ = self._alarm
-            signal.signal(signal.SIGALRM, previous)
-            self._alarm = None
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            self._watchdog = None
-
     def _expire(self) -> None:
         with self._lock:
             if self.expired:
                 return
             self.expired = True
-        self.stacks = all_stacks(skip=threading.get_ident() if self._watchdog else None)
+        self.stacks = all_stacks(skip=threading.get_ident() if self._deadline.watching else None)
         self.terminated = self._terminate_children()
-
-    def _on_alarm(self, signum: int, frame: Any) -> None:
-        self._expire()
-        raise StepTimedOut
-
-    def _on_watchdog(self) -> None:
-        self._expire()
-        import ctypes
-
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(
-            ctypes.c_ulong(self._target), ctypes.py_object(StepTimedOut)
-        )
 
     def _terminate_children(self) -> list[str]:
         done: list[str] = []
@@ -269,23 +222,6 @@ def _child_pids() -> list[int]:
             ) as f:
                 pids += [int(p) for p in f.read().split()]
     return pids
-
-
-def all_stacks(skip: int | None = None) -> str:
-    """Every thread's stack, innermost call last, as ``faulthandler`` would show them."""
-    names = {t.ident: t.name for t in threading.enumerate()}
-    blocks = []
-    for ident, frame in sys._current_frames().items():
-        if ident == skip:
-            continue
-        frames = traceback.extract_stack(frame)
-        here = os.path.realpath(__file__)
-        frames = traceback.StackSummary.from_list(
-            [f for f in frames if os.path.realpath(f.filename) != here]
-        )
-        name = names.get(ident, f"thread {ident}")
-        blocks.append(f"Thread {name!r} (most recent call last):\n" + "".join(frames.format()))
-    return "\n".join(blocks)
 
 
 def _user_frame(tb: Any) -> str:

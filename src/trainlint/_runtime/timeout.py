@@ -1,0 +1,103 @@
+"""The timeout of a guarded check: a deadline that stops the checking thread, and the stacks.
+
+In the main thread the deadline is a ``SIGALRM`` timer, whose handler can interrupt a
+blocking wait (a join, a lock, a pipe read). Off the main thread, or when someone else
+(pytest-timeout) has an alarm running, a watchdog thread raises :class:`StepTimedOut`
+into the checking thread instead. No torch here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+# The guard's own frames (this module's and guard.py's) are left out of the stacks.
+_GUARD_FILES = ("guard.py", "timeout.py")
+
+
+class StepTimedOut(BaseException):
+    """Raised into the checking thread when ``timeout`` expires.
+
+    A BaseException so that a step's own ``except Exception`` does not swallow it.
+    """
+
+
+class Deadline:
+    """Stops the thread that created it with :class:`StepTimedOut`, ``timeout`` seconds
+    after :meth:`arm`, first calling ``on_expire`` (in the thread the deadline fires in)."""
+
+    def __init__(self, on_expire: Callable[[], None]) -> None:
+        self._on_expire = on_expire
+        self._alarm: tuple[Any, tuple[float, float]] | None = None
+        self._watchdog: threading.Timer | None = None
+        self._target = threading.get_ident()
+
+    @property
+    def watching(self) -> bool:
+        """Whether a watchdog thread (not a signal) is armed: it runs ``on_expire``."""
+        return self._watchdog is not None
+
+    def arm(self, timeout: float) -> None:
+        # In the main thread a signal interrupts a blocking wait (a join, a lock, a pipe
+        # read), which an exception set from another thread cannot. Not when someone else
+        # (pytest-timeout) has an alarm running: then the watchdog thread does it.
+        if (
+            threading.current_thread() is threading.main_thread()
+            and hasattr(signal, "setitimer")
+            and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+        ):
+            previous = signal.signal(signal.SIGALRM, self._on_alarm)
+            old_timer = signal.setitimer(signal.ITIMER_REAL, timeout)
+            self._alarm = (previous, old_timer)
+            return
+        self._watchdog = threading.Timer(timeout, self._on_watchdog)
+        self._watchdog.daemon = True
+        self._watchdog.name = "trainlint-timeout"
+        self._watchdog.start()
+
+    def disarm(self) -> None:
+        if self._alarm is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            previous, _ = self._alarm
+            signal.signal(signal.SIGALRM, previous)
+            self._alarm = None
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        self._on_expire()
+        raise StepTimedOut
+
+    def _on_watchdog(self) -> None:
+        self._on_expire()
+        import ctypes
+
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(self._target), ctypes.py_object(StepTimedOut)
+        )
+
+
+def all_stacks(skip: int | None = None) -> str:
+    """Every thread's stack, innermost call last, as ``faulthandler`` would show them."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    blocks = []
+    for ident, frame in sys._current_frames().items():
+        if ident == skip:
+            continue
+        frames = traceback.extract_stack(frame)
+        here = {
+            os.path.realpath(os.path.join(os.path.dirname(__file__), name))
+            for name in _GUARD_FILES
+        }
+        frames = traceback.StackSummary.from_list(
+            [f for f in frames if os.path.realpath(f.filename) not in here]
+        )
+        name = names.get(ident, f"thread {ident}")
+        blocks.append(f"Thread {name!r} (most recent call last):\n" + "".join(frames.format()))
+    return "\n".join(blocks)
