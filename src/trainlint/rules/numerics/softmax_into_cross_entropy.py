@@ -6,56 +6,15 @@ import ast
 import re
 from collections.abc import Iterator
 
-from trainlint.analysis.model import FileModel, keyword, walk_local
+from trainlint.analysis.model import FileModel, keyword
 from trainlint.analysis.paths import Reported
-from trainlint.analysis.roles import Binding, Role
+from trainlint.analysis.roles import Role
+from trainlint.analysis.softmax import softmax_sources
 from trainlint.rules.base import Invalid, Report, Rule
 
-_SOFTMAX_FUNCS = {"torch.nn.functional.softmax", "torch.softmax", "torch.special.softmax"}
-_SOFTMAX_MODULE = "torch.nn.Softmax"
 _CE_FUNCS = {"torch.nn.functional.cross_entropy": "cross_entropy",
              "torch.nn.functional.nll_loss": "nll_loss"}
 _CE_CLASSES = {"torch.nn.CrossEntropyLoss": "CrossEntropyLoss", "torch.nn.NLLLoss": "NLLLoss"}
-
-
-# Methods that keep a tensor's values (reshaping, casting, selecting): probabilities stay
-# probabilities through them, so a softmax output is still one after `.view(-1, C)`.
-_SAME_VALUES = {"view", "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose",
-                "contiguous", "float", "double", "half", "bfloat16", "to", "type", "clone",
-                "gather", "view_as", "reshape_as", "cuda", "cpu"}
-
-
-def _int_literal(node: ast.AST) -> bool:
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        node = node.operand
-    return isinstance(node, ast.Constant) and type(node.value) is int
-
-
-def _dominates(model: FileModel, stmt: ast.AST, use: ast.AST) -> bool:
-    """Does ``stmt`` run before ``use`` on every way to it (same block, or a block enclosing
-    it)? A definition in one branch of an ``if`` does not dominate a use after the ``if``."""
-    if not isinstance(stmt, ast.stmt):
-        stmt = model.statement_of(stmt)
-    parent = model.parent_of(stmt)
-    if parent is None:
-        return False
-    for field in ("body", "orelse", "finalbody"):
-        block = getattr(parent, field, None)
-        if not isinstance(block, list):
-            continue
-        for i, s in enumerate(block):
-            if s is stmt:
-                later = {id(x) for x in block[i + 1 :]}
-                if id(use) in later:
-                    return True
-                for anc in model.ancestors(use):
-                    if id(anc) in later:
-                        return True
-                    if anc is parent:
-                        break
-                return False
-    return False
-
 
 _TARGET_WORDS = re.compile(r"target|label|teacher", re.IGNORECASE)
 
@@ -260,7 +219,7 @@ for i in range(num_chunks):
             return
         seen = Reported()
         for label, expr in self._sinks(model):
-            for node in self._softmax_sources(model, expr, 0, set()):
+            for node in softmax_sources(model, expr):
                 if label == "log" and _over_targets(node):
                     continue
                 if seen.first(node):
@@ -314,105 +273,3 @@ for i in range(num_chunks):
         out.sort(key=lambda t: (t[0].lineno, t[0].col_offset))
         for _, label, expr in out:
             yield label, expr
-
-    def _softmax_sources(self, model: FileModel, expr: ast.AST, depth: int,
-                         classes: set[int]) -> list[ast.AST]:
-        """The softmax node(s) whose output ``expr`` certainly is; [] when not certain."""
-        if depth > 8:
-            return []
-        d = depth + 1
-        if isinstance(expr, ast.Subscript):
-            return self._softmax_sources(model, expr.value, d, classes)
-        if isinstance(expr, ast.Name):
-            found = model.flow.definition(expr.id, expr)
-            if found is None or not isinstance(found[1], ast.expr):
-                return []
-            if not _dominates(model, found[0], expr):
-                return []
-            return self._softmax_sources(model, found[1], d, classes)
-        if not isinstance(expr, ast.Call):
-            return []
-        func = expr.func
-        qual = model.qualname(func)
-        if qual in _SOFTMAX_FUNCS:
-            return [expr]
-        if isinstance(func, ast.Attribute) and qual is None:
-            if func.attr == "softmax" and self._method_form(expr):
-                return [expr]
-            if func.attr in _SAME_VALUES:
-                return self._softmax_sources(model, func.value, d, classes)
-        if isinstance(func, ast.Call) and model.qualname(func.func) == _SOFTMAX_MODULE:
-            return [expr]  # nn.Softmax(dim=1)(x)
-        return self._module_output(model, expr, d, classes)
-
-    @staticmethod
-    def _method_form(call: ast.Call) -> bool:
-        """``t.softmax(-1)`` / ``t.softmax(dim=1)``, told apart from an unresolved
-        ``F.softmax(t, 1)`` (a shadowed module) by its arguments."""
-        kws = {k.arg for k in call.keywords}
-        if not kws <= {"dim", "dtype"}:
-            return False
-        if not call.args:
-            return "dim" in kws
-        return len(call.args) == 1 and _int_literal(call.args[0]) and "dim" not in kws
-
-    def _module_output(self, model: FileModel, call: ast.Call, depth: int,
-                       classes: set[int]) -> list[ast.AST]:
-        """Softmax at the end of a module called here: an `nn.Softmax` instance, the last
-        layer of an `nn.Sequential`, or every return of a same-file class's `forward`."""
-        func = call.func
-        cls: ast.ClassDef | None = None
-        if isinstance(func, ast.Name) and func.id == "self":
-            cls = model.enclosing_class(func)
-            if cls is not None and not model.roles.is_module_class(cls):
-                return []  # `self(x)` runs `__call__`, which is `forward` only for modules
-        elif isinstance(func, (ast.Name, ast.Attribute)):
-            binding = model.roles.lookup(func)
-            if binding is None or binding.call is None:
-                return []
-            if binding.qualname == _SOFTMAX_MODULE:
-                return [call]
-            if binding.qualname == "torch.nn.Sequential":
-                last = binding.call.args[-1] if binding.call.args else None
-                if isinstance(last, ast.Call) and model.qualname(last.func) == _SOFTMAX_MODULE:
-                    return [last]
-                return []
-            cls = self._local_module_class(model, binding)
-        if cls is None or id(cls) in classes:
-            return []
-        forward = self._forward_of(model, cls)
-        if forward is None:
-            return []
-        returns = [n for n in walk_local(forward) if isinstance(n, ast.Return)]
-        if not returns:
-            return []
-        found: list[ast.AST] = []
-        for ret in returns:
-            if ret.value is None:
-                return []
-            nodes = self._softmax_sources(model, ret.value, depth, classes | {id(cls)})
-            if not nodes:
-                return []  # some return is not a softmax output: not certain
-            found.extend(nodes)
-        return found
-
-    @staticmethod
-    def _local_module_class(model: FileModel, binding: Binding) -> ast.ClassDef | None:
-        call = binding.call
-        if binding.role is not Role.MODEL or call is None or not isinstance(call.func, ast.Name):
-            return None
-        if model.qualname(call.func) is not None:
-            return None
-        return model.class_named(call.func.id)
-
-    @staticmethod
-    def _forward_of(model: FileModel, cls: ast.ClassDef) -> ast.FunctionDef | None:
-        seen: set[int] = set()
-        cur: ast.ClassDef | None = cls
-        while cur is not None and id(cur) not in seen:
-            seen.add(id(cur))
-            fn = model.methods(cur).get("forward")
-            if isinstance(fn, ast.FunctionDef):
-                return fn
-            cur = model.local_base(cur)
-        return None

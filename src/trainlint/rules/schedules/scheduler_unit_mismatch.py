@@ -3,164 +3,18 @@
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterator
 
-from trainlint.analysis.model import FUNCTION_NODES, FileModel, dotted, keyword
+from trainlint.analysis.model import FileModel, keyword
 from trainlint.analysis.paths import Reported
-from trainlint.analysis.schedules import (
-    ITERATION_CLASSES,
-    Schedule,
-    schedule_for_step,
-    scheduler_calls,
+from trainlint.analysis.schedule_units import (
+    kind_guarded,
+    per_batch_event,
+    runs_per_epoch,
+    sized_in_iterations,
 )
-from trainlint.analysis.steps import EPOCH_FUNCTION_NAMES, LOOP_NODES, Event, Kind
+from trainlint.analysis.schedules import Schedule, schedule_for_step
 from trainlint.rules.base import Invalid, Report, Rule
-
-
-def _per_batch(model: FileModel, call: ast.Call) -> Event | None:
-    """The step-loop event of this scheduler step when it runs once per batch."""
-    for loop in model.steps.step_loops:
-        for e in loop.of(Kind.SCHED):
-            if e.node is call and e.depth == 0:
-                return e
-    return None
-
-
-def _per_epoch(model: FileModel, call: ast.Call) -> bool:
-    """Runs once per epoch: in a loop that encloses a step loop but is none itself, or in a
-    `train_one_epoch`-style function after its batch loop."""
-    if _per_batch(model, call) is not None:
-        return False
-    epoch_ids = {id(e) for e in model.steps.epoch_loops}
-    step_ids = model.steps.step_loop_ids
-    contexts = model.loop_contexts(call)
-    for ctx in contexts:
-        loops = [n for n in ctx if isinstance(n, LOOP_NODES)]
-        if not loops:
-            continue
-        innermost = loops[0]
-        if id(innermost) in step_ids:
-            return False
-        if id(innermost) in epoch_ids:
-            return True
-    fn = model.function_of(call)
-    if fn is not None and EPOCH_FUNCTION_NAMES.search(fn.name) and not model.enclosing_loops(call):
-        return any(id(loop) in step_ids for loop in model.loops
-                   if model.function_of(loop) is fn)
-    return False
-
-
-#: Epoch schedules rarely decay after more than this many epochs; a step size or
-#: milestone this large counts iterations (detectron-style `milestones=[60000, 80000]`).
-ITERATION_SIZED = 1000
-_ITER_NAME = re.compile(r"iter", re.IGNORECASE)
-_KIND_WORDS = re.compile(
-    r"one_?cycle|cyclic|per_?(iter|batch|step)|by_?(iter|step)|iter(ation)?_?based|"
-    r"step_?(per|every|each|on)_?(batch|iter)|batch_?(level|wise)", re.IGNORECASE)
-
-
-def _sized_in_iterations(model: FileModel, sched: Schedule) -> bool:
-    """A StepLR/MultiStepLR whose step size or milestones say iterations: a large
-    constant (directly, or as a default or constant it is named by), or a name with
-    `iter` in it (`lr_decay_iters`)."""
-    call = sched.binding.call
-    if call is None or sched.cls not in ("StepLR", "MultiStepLR"):
-        return False
-    size = keyword(call, "step_size") or keyword(call, "milestones") or (
-        call.args[1] if len(call.args) > 1 else None
-    )
-    if size is None:
-        return False
-    for sub in ast.walk(size):
-        text = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(
-            sub, ast.Attribute) else ""
-        if text and _ITER_NAME.search(text):
-            return True
-        value = _constant(model, sub)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and (
-            value >= ITERATION_SIZED
-        ):
-            return True
-        if isinstance(value, (tuple, list)) and any(
-            isinstance(v, (int, float)) and v >= ITERATION_SIZED for v in value
-        ):
-            return True
-    return False
-
-
-def _constant(model: FileModel, node: ast.AST) -> object:
-    """A literal, or a name bound to one: a parameter default or an assignment."""
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, (ast.Tuple, ast.List)):
-        return [_constant(model, e) for e in node.elts]
-    if not isinstance(node, ast.Name):
-        return None
-    fn = model.function_of(node)
-    if fn is not None:
-        a = fn.args
-        positional = [*a.posonlyargs, *a.args]
-        for arg, default in zip(positional[len(positional) - len(a.defaults):], a.defaults,
-                                strict=True):
-            if arg.arg == node.id:
-                return _constant(model, default)
-    found = model.flow.definition(node.id, node)
-    if found is not None and isinstance(found[1], (ast.Constant, ast.Tuple, ast.List)):
-        return _constant(model, found[1])
-    return None
-
-
-def _kind_guarded(model: FileModel, call: ast.Call) -> bool:
-    """The step sits under a test of which kind of scheduler this is: an `isinstance`
-    or a name string (`"onecycle"`), a flag named for it (`step_per_batch`), or a flag
-    set right where a scheduler is built. Whatever was built, it is stepped in the unit
-    the code chose for it."""
-    sched_ids = {id(c) for c in scheduler_calls(model)}
-    for anc in model.ancestors(call):
-        if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
-            break
-        if not isinstance(anc, ast.If):
-            continue
-        for sub in ast.walk(anc.test):
-            text = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(
-                sub, ast.Attribute) else sub.value if isinstance(sub, ast.Constant) and isinstance(
-                sub.value, str) else ""
-            if text and (_KIND_WORDS.search(text) or text in ITERATION_CLASSES):
-                return True
-        if any(_set_beside_scheduler(model, dotted(flag), sched_ids) for flag in _flags(anc.test)):
-            return True
-    return False
-
-
-def _flags(test: ast.expr) -> list[ast.expr]:
-    """The plain names a condition tests: `flag`, `not flag`, `a and not b`."""
-    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        test = test.operand
-    if isinstance(test, ast.BoolOp):
-        return [f for v in test.values for f in _flags(v)]
-    return [test] if isinstance(test, (ast.Name, ast.Attribute)) else []
-
-
-def _set_beside_scheduler(model: FileModel, name: str | None, sched_ids: set[int]) -> bool:
-    if name is None:
-        return False
-    for node in ast.walk(model.tree):
-        if not isinstance(node, ast.Assign) or not any(dotted(t) == name for t in node.targets):
-            continue
-        if not (isinstance(node.value, (ast.Compare, ast.BoolOp)) or (
-            isinstance(node.value, ast.Constant) and isinstance(node.value.value, bool)
-        )):
-            continue  # a flag holds a truth value
-        parent = model.parent_of(node)
-        for field in ("body", "orelse"):
-            block = getattr(parent, field, None)
-            if isinstance(block, list) and any(st is node for st in block) and any(
-                id(sub) in sched_ids for st in block for sub in ast.walk(st)
-            ):
-                return True
-    return False
-
 
 _LENGTH_KEYWORDS = ("T_max", "T_0", "step_size", "milestones", "total_steps", "epochs",
                     "steps_per_epoch", "total_iters", "num_training_steps", "step_size_up")
@@ -406,11 +260,11 @@ for epoch in range(90):
                 continue
             if sched.cls == "CosineAnnealingWarmRestarts" and (call.args or call.keywords):
                 continue  # step(epoch + i / iters) is the documented per-batch form
-            if _kind_guarded(model, call):
+            if kind_guarded(model, call):
                 continue
-            if sched.unit == "epoch" and _sized_in_iterations(model, sched):
+            if sched.unit == "epoch" and sized_in_iterations(model, sched):
                 continue  # its sizes count iterations: per-batch is its unit
-            event = _per_batch(model, call)
+            event = per_batch_event(model, call)
             if event is not None and sched.unit == "epoch":
                 node = model.steps.anchor(event)
                 if seen.first(node):
@@ -421,7 +275,7 @@ for epoch in range(90):
                         "or size it in steps",
                         related=_length_site(sched),
                     )
-            elif event is None and sched.unit == "iteration" and _per_epoch(model, call):
+            elif event is None and sched.unit == "iteration" and runs_per_epoch(model, call):
                 if seen.first(call):
                     yield self.report(
                         call,

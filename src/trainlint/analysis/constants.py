@@ -1,0 +1,249 @@
+"""What an expression is worth statically: a literal it is bound to, or its value at a step."""
+
+from __future__ import annotations
+
+import ast
+
+from trainlint.analysis.model import FileModel, call_name, keyword, walk_local
+
+POS = object()  # an unknown quantity known to be > 0
+NONNEG = object()  # an unknown quantity >= 0 (a warmup length: it may well be 0)
+
+
+def is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def is_zero(v: object) -> bool:
+    return is_number(v) and v == 0
+
+
+def is_positive(v: object) -> bool:
+    return v is POS or (is_number(v) and v > 0)  # type: ignore[operator]
+
+
+def is_nonneg(v: object) -> bool:
+    return v is NONNEG or v is POS or (is_number(v) and v >= 0)  # type: ignore[operator]
+
+
+class ConstantEvaluator:
+    """Evaluates a warmup multiplier at step 0. A length or total that cannot be resolved
+    to a constant is only known to be >= 0 (a warmup that defaults to 0 is common), except
+    as a divisor: code that divides by it only runs when it is not 0."""
+
+    def __init__(self, model: FileModel) -> None:
+        self.model = model
+
+    def expr(self, node: ast.AST, env: dict[str, object]) -> object:
+        if isinstance(node, ast.Constant):
+            return node.value if is_number(node.value) or isinstance(node.value, bool) else None
+        if isinstance(node, ast.Name):
+            return env[node.id] if node.id in env else self._resolve(node)
+        if isinstance(node, ast.Attribute):
+            return self._attribute_default(node.attr)
+        if isinstance(node, ast.UnaryOp):
+            v = self.expr(node.operand, env)
+            if isinstance(node.op, ast.USub) and is_number(v):
+                return -v  # type: ignore[operator]
+            if isinstance(node.op, ast.Not) and isinstance(v, bool):
+                return not v
+            return None
+        if isinstance(node, ast.BinOp):
+            return self._binop(node.op, self.expr(node.left, env), self.expr(node.right, env))
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            return self._compare(node.ops[0], self.expr(node.left, env),
+                                 self.expr(node.comparators[0], env))
+        if isinstance(node, ast.IfExp):
+            t = self.expr(node.test, env)
+            if isinstance(t, bool):
+                return self.expr(node.body if t else node.orelse, env)
+            return None
+        if isinstance(node, ast.Call):
+            name = call_name(node)
+            args = [self.expr(a, env) for a in node.args]
+            if name in ("float", "int") and len(args) == 1:
+                return args[0]
+            if name in ("min", "max") and args:
+                return self._minmax(name, args)
+            if name in ("cos", "exp") and len(args) == 1 and is_zero(args[0]):
+                return 1.0
+            return None
+        return None
+
+    def _resolve(self, node: ast.Name) -> object:
+        """A free name: a numeric constant assigned in an enclosing scope, or a parameter's
+        constant default; anything else is an unknown length (>= 0)."""
+        scopes: list[ast.AST] = [a for a in self.model.ancestors(node)
+                                 if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        scopes.append(self.model.tree)
+        for scope in scopes:
+            if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = scope.args
+                positional = [*a.posonlyargs, *a.args]
+                defaults: dict[str, ast.expr | None] = dict.fromkeys(
+                    x.arg for x in [*positional, *a.kwonlyargs])
+                for arg, default in zip(positional[len(positional) - len(a.defaults):],
+                                        a.defaults, strict=True):
+                    defaults[arg.arg] = default
+                for arg, kw_default in zip(a.kwonlyargs, a.kw_defaults, strict=True):
+                    defaults[arg.arg] = kw_default
+                if node.id in defaults:
+                    given = defaults[node.id]
+                    value = self.expr(given, {}) if isinstance(given, ast.Constant) else None
+                    return value if is_number(value) else NONNEG
+            values = [n.value for n in walk_local(scope) if isinstance(n, ast.Assign)
+                      and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)]
+            if values:
+                last = values[-1]
+                if isinstance(last, ast.Constant) and is_number(last.value):
+                    return last.value
+                return NONNEG
+        return NONNEG
+
+    def _attribute_default(self, attr: str) -> object:
+        """``config.warmup_epochs``: the file's own default for that setting, from an
+        ``add_argument("--warmup-epochs", default=10)`` or a config class field
+        ``warmup_epochs: int = 10``. Several different defaults, or none: unknown."""
+        found: set[object] = set()
+        flag = "--" + attr.replace("_", "-")
+        for node in ast.walk(self.model.tree):
+            if isinstance(node, ast.Call) and call_name(node) == "add_argument":
+                names = {a.value for a in node.args if isinstance(a, ast.Constant)}
+                if flag in names or "--" + attr in names:
+                    default = keyword(node, "default")
+                    found.add(default.value if isinstance(default, ast.Constant) else None)
+            elif isinstance(node, ast.ClassDef):
+                for stmt in node.body:
+                    target = stmt.target if isinstance(stmt, ast.AnnAssign) else (
+                        stmt.targets[0] if isinstance(stmt, ast.Assign)
+                        and len(stmt.targets) == 1 else None
+                    )
+                    value = getattr(stmt, "value", None)
+                    if isinstance(target, ast.Name) and target.id == attr and value is not None:
+                        found.add(value.value if isinstance(value, ast.Constant) else None)
+        if len(found) == 1:
+            (value,) = found
+            if is_number(value):
+                return value
+        if found and all(is_number(v) and v > 0 for v in found):  # type: ignore[operator]
+            return POS
+        return NONNEG
+
+    @staticmethod
+    def _minmax(name: str, args: list[object]) -> object:
+        if all(is_number(a) for a in args):
+            return (min if name == "min" else max)(args)  # type: ignore[type-var]
+        if not all(is_nonneg(a) for a in args):
+            return None
+        if name == "min":
+            if any(is_zero(a) for a in args):
+                return 0
+            return POS if all(is_positive(a) for a in args) else NONNEG
+        return POS if any(is_positive(a) for a in args) else NONNEG
+
+    @staticmethod
+    def _binop(op: ast.operator, a: object, b: object) -> object:
+        if is_number(a) and is_number(b):
+            try:
+                if isinstance(op, ast.Add):
+                    return a + b  # type: ignore[operator]
+                if isinstance(op, ast.Sub):
+                    return a - b  # type: ignore[operator]
+                if isinstance(op, ast.Mult):
+                    return a * b  # type: ignore[operator]
+                if isinstance(op, ast.Div):
+                    return a / b  # type: ignore[operator]
+                if isinstance(op, ast.FloorDiv):
+                    return a // b  # type: ignore[operator]
+                if isinstance(op, ast.Pow):
+                    return a**b  # type: ignore[operator]
+            except (ZeroDivisionError, OverflowError):
+                return None
+            return None
+        if isinstance(op, (ast.Div, ast.FloorDiv)):
+            if b is NONNEG:
+                b = POS  # it divides by the length, so the length is not 0 when this runs
+            if is_zero(a) and is_positive(b):
+                return 0
+            if isinstance(op, ast.Div) and is_positive(a) and is_positive(b):
+                return POS
+            return NONNEG if is_nonneg(a) and is_positive(b) else None
+        if isinstance(op, ast.Mult):
+            if (is_zero(a) and is_nonneg(b)) or (is_zero(b) and is_nonneg(a)):
+                return 0
+            if is_positive(a) and is_positive(b):
+                return POS
+            return NONNEG if is_nonneg(a) and is_nonneg(b) else None
+        if isinstance(op, ast.Add) and is_nonneg(a) and is_nonneg(b):
+            return POS if is_positive(a) or is_positive(b) else NONNEG
+        return None
+
+    @staticmethod
+    def _compare(op: ast.cmpop, a: object, b: object) -> object:
+        if is_number(a) and is_number(b):
+            return {
+                ast.Lt: a < b, ast.LtE: a <= b, ast.Gt: a > b,  # type: ignore[operator]
+                ast.GtE: a >= b, ast.Eq: a == b, ast.NotEq: a != b,  # type: ignore[operator]
+            }.get(type(op))
+        if is_zero(a) and b is POS:
+            return {ast.Lt: True, ast.LtE: True, ast.Gt: False, ast.GtE: False,
+                    ast.Eq: False, ast.NotEq: True}.get(type(op))
+        if a is POS and is_zero(b):
+            return {ast.Lt: False, ast.LtE: False, ast.Gt: True, ast.GtE: True,
+                    ast.Eq: False, ast.NotEq: True}.get(type(op))
+        if is_zero(a) and b is NONNEG:
+            return {ast.LtE: True, ast.Gt: False}.get(type(op))
+        if a is NONNEG and is_zero(b):
+            return {ast.GtE: True, ast.Lt: False}.get(type(op))
+        return None
+
+    def function(self, fn: ast.FunctionDef, env: dict[str, object]) -> object:
+        return self._block(fn.body, dict(env))
+
+    def _block(self, stmts: list[ast.stmt], env: dict[str, object]) -> object:
+        for stmt in stmts:
+            if isinstance(stmt, ast.Return):
+                return self.expr(stmt.value, env) if stmt.value is not None else None
+            if isinstance(stmt, ast.If):
+                t = self.expr(stmt.test, env)
+                if not isinstance(t, bool):
+                    return None
+                branch = stmt.body if t else stmt.orelse
+                result = self._block(branch, env)
+                if result is not _FALLTHROUGH:
+                    return result
+                continue
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
+                stmt.targets[0], ast.Name
+            ):
+                env[stmt.targets[0].id] = self.expr(stmt.value, env)
+                continue
+            if isinstance(stmt, (ast.Expr, ast.Pass)):
+                continue  # docstrings
+            return None
+        return _FALLTHROUGH
+
+
+_FALLTHROUGH = object()
+
+
+def literal_value(model: FileModel, node: ast.AST) -> object:
+    """A literal, or a name bound to one: a parameter default or an assignment."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return [literal_value(model, e) for e in node.elts]
+    if not isinstance(node, ast.Name):
+        return None
+    fn = model.function_of(node)
+    if fn is not None:
+        a = fn.args
+        positional = [*a.posonlyargs, *a.args]
+        for arg, default in zip(positional[len(positional) - len(a.defaults):], a.defaults,
+                                strict=True):
+            if arg.arg == node.id:
+                return literal_value(model, default)
+    found = model.flow.definition(node.id, node)
+    if found is not None and isinstance(found[1], (ast.Constant, ast.Tuple, ast.List)):
+        return literal_value(model, found[1])
+    return None
