@@ -102,6 +102,15 @@ class FileModel:
             found = self._memo[key] = build(self)
             return found
 
+    def release(self) -> None:
+        """Drop the tree, the tables and every analysis once the file's rules have run.
+
+        Analyses point back at the model (``Roles.model``...), so a model left to itself
+        is a reference cycle holding the whole tree: only the cycle collector could free
+        it. Breaking the cycle here lets reference counting free the file at once.
+        """
+        self.__dict__.clear()
+
     # -- the single indexing pass ------------------------------------------------------
     def _index(self) -> None:
         # The hottest loop of a lint run (every node of every file), hence the local
