@@ -88,6 +88,8 @@ class FileModel:
         self.withs: list[ast.With | ast.AsyncWith] = []
         self._scope_of: dict[int, ast.AST] = {}
         self._memo: dict[object, Any] = {}
+        self._scope_chains: dict[int, list[ast.AST]] = {}
+        self._qualnames: dict[int, str | None] = {}
         self._index()
 
     def memo(self, key: object, build: Callable[[FileModel], T]) -> T:
@@ -252,10 +254,15 @@ class FileModel:
 
     def scopes_of(self, node: ast.AST) -> list[ast.AST]:
         """Enclosing scopes, innermost first, ending with the module."""
-        scopes = [self.scope_of(node)]
-        while scopes[-1] is not self.tree:
-            scopes.append(self.scope_of(scopes[-1]))
-        return scopes
+        first = self._scope_of.get(id(node), self.tree)
+        chains = self._scope_chains
+        chain = chains.get(id(first))
+        if chain is None:
+            chain = [first]
+            while chain[-1] is not self.tree:
+                chain.append(self.scope_of(chain[-1]))
+            chains[id(first)] = chain
+        return chain.copy()
 
     def function_of(self, node: ast.AST) -> FunctionNode | None:
         """The innermost def enclosing ``node`` (lambdas and classes are skipped over)."""
@@ -279,6 +286,18 @@ class FileModel:
     # -- names -------------------------------------------------------------------------
     def qualname(self, node: ast.AST) -> str | None:
         """Resolve a name/attribute chain to a qualified name, or None if undecidable."""
+        # Memoized for the file's own nodes only (their ids are stable while the model
+        # lives); a node built by an analysis may reuse a freed node's id.
+        key = id(node)
+        if key in self._scope_of:
+            try:
+                return self._qualnames[key]
+            except KeyError:
+                found = self._qualnames[key] = self._qualname(node)
+                return found
+        return self._qualname(node)
+
+    def _qualname(self, node: ast.AST) -> str | None:
         parts: list[str] = []
         cur = node
         while isinstance(cur, ast.Attribute):
