@@ -154,7 +154,7 @@ class FileModel:
                     elif func.__class__ is ast.Name:
                         calls[func.id].append(node)  # type: ignore[arg-type]
                 elif kind == _K_ATTRIBUTE:
-                    attributes[node.attr].append(node)  # type: ignore[attr-defined]
+                    attributes[node.attr].append(node)  # type: ignore[attr-defined,arg-type]
                 elif kind == _K_ASSIGN:
                     assignments.append(node)  # type: ignore[arg-type]
                     if cls is ast.Assign:
