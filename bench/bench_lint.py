@@ -1,12 +1,24 @@
-"""Benchmark trainlint against a bare libcst parse (and other linters, when installed).
+"""Benchmark trainlint against the parse floor, a bare libcst parse and ruff.
 
-    python bench/bench_lint.py [DIR ...] [--runs N] [--jobs N]
+    python bench/bench_lint.py [DIR ...] [--runs N] [--jobs N] [--copies N] [--others]
 
 Default trees: the installed torch package's own ``nn``, ``optim`` and ``utils``
-sources (always at hand where torch is installed). Every measurement is the median
-of ``--runs`` runs, and results are printed as ratios to the bare
-``libcst.parse_module`` of the same files measured in the same process, so numbers
-from different machines compare. Nothing here asserts on time.
+sources (always at hand where torch is installed); pass directories for another tree
+(a training-heavy one: timm, litgpt, fairseq...). Times are CPU seconds (user + system),
+the minimum of ``--runs`` runs, so that other work on the machine matters less; they
+are printed as ratios to the floor measured in the same process:
+
+* **floor**: read every file and ``ast.parse`` it, one process;
+* **cold**: lint every file, all rules, one process, no cache;
+* **ruff**: ``ruff check --select ALL --no-cache``, one thread, over a copy of the
+  same files (when ruff is installed), its own process's CPU;
+* **peak memory**: maximum resident set of a separate process linting the tree
+  ``--copies`` times over (memory should not grow with the tree), and of one that
+  only parses it;
+* **start-up**: a one-file ``trainlint check`` in a fresh process, beyond the
+  interpreter's own start-up (``python -c pass``).
+
+Nothing here asserts on time.
 """
 
 from __future__ import annotations
@@ -16,7 +28,6 @@ import ast
 import contextlib
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,6 +35,8 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+
+SRC = str(Path(__file__).resolve().parent.parent / "src")
 
 
 def default_dirs() -> list[Path]:
@@ -45,13 +58,73 @@ def collect(dirs: list[Path]) -> list[Path]:
     return files
 
 
-def median_time(fn: Callable[[], object], runs: int) -> float:
-    times = []
+def cpu_time(fn: Callable[[], object], runs: int) -> float:
+    """Minimum CPU seconds of ``fn`` over ``runs`` runs (this process only)."""
+    best = float("inf")
     for _ in range(runs):
-        start = time.perf_counter()
+        start = time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """Run ``cmd``; its (CPU seconds, peak resident MiB), from the kernel's accounting."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, **(env or {})})
+    _, _, usage = os.wait4(proc.pid, 0)
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def child_peak(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    """Run a Python ``cmd`` that prints its own peak resident MiB last; return that."""
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                         env={**os.environ, **(env or {})}).stdout
+    return float(out.split()[-1])
+
+
+def child_min(cmd: list[str], runs: int, env: dict[str, str] | None = None) -> tuple[float, float]:
+    results = [child(cmd, env) for _ in range(runs)]
+    return min(r[0] for r in results), max(r[1] for r in results)
+
+
+_PEAK = """
+def _peak() -> None:
+    # VmHWM is this process's own high-water mark; ru_maxrss would include the parent's
+    # resident set at fork time, which Linux carries across exec.
+    import resource
+    try:
+        with open("/proc/self/status") as fh:
+            kib = next(int(x.split()[1]) for x in fh if x.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(kib / 1024)
+_peak()
+"""
+
+_CHILD_LINT = """
+import sys
+from pathlib import Path
+from trainlint.config import Settings, select_rules
+from trainlint.rules import builtin_rules
+from trainlint.runner import run
+files = [Path(p) for p in Path(sys.argv[1]).read_text().splitlines()]
+settings = Settings()
+selection = select_rules(builtin_rules(), settings, cli_select=["ALL"])
+run(files * int(sys.argv[2]), selection, settings, jobs=1)
+""" + _PEAK
+
+_CHILD_PARSE = """
+import ast, sys, warnings
+from pathlib import Path
+warnings.simplefilter("ignore")
+for _ in range(int(sys.argv[2])):
+    for p in Path(sys.argv[1]).read_text().splitlines():
+        try:
+            ast.parse(Path(p).read_bytes())
+        except (SyntaxError, ValueError):
+            pass
+""" + _PEAK
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,8 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dirs", nargs="*", type=Path)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--copies", type=int, default=3,
+                        help="peak memory: lint the tree this many times over in one process")
     parser.add_argument("--others", action="store_true",
-                        help="also time ruff/torchfix/fixit on the same files when installed")
+                        help="also time torchfix/fixit on the same files when installed")
     args = parser.parse_args(argv)
     dirs = args.dirs or default_dirs()
     files = collect(dirs)
@@ -69,24 +144,17 @@ def main(argv: list[str] | None = None) -> int:
     lines = sum(s.count(b"\n") for s in sources)
     print(f"{len(files)} files, {lines} lines, {size / 1e6:.1f} MB from {', '.join(map(str, dirs))}")
 
-    import libcst
-
     from trainlint.cache import Cache
     from trainlint.config import Settings, select_rules
     from trainlint.rules import builtin_rules
     from trainlint.runner import run
 
-    def parse_libcst() -> None:
-        for s in sources:
-            with contextlib.suppress(Exception):
-                libcst.parse_module(s)
-
-    def parse_ast() -> None:
+    def floor() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for s in sources:
+            for p in files:
                 with contextlib.suppress(SyntaxError, ValueError):
-                    ast.parse(s)
+                    ast.parse(p.read_bytes())
 
     settings = Settings()
     selection = select_rules(builtin_rules(), settings, cli_select=["ALL"])
@@ -97,62 +165,100 @@ def main(argv: list[str] | None = None) -> int:
     def parallel() -> None:
         run(files, selection, settings, jobs=args.jobs)
 
-    cache_dir = Path(tempfile.mkdtemp(prefix="trainlint-bench-"))
+    work = Path(tempfile.mkdtemp(prefix="trainlint-bench-"))
     try:
-        cache = Cache(cache_dir, "bench")
+        cache = Cache(work / "cache", "bench")
         run(files, selection, settings, jobs=1, cache=cache)  # fill the cache
 
         def warm() -> None:
             run(files, selection, settings, jobs=1, cache=cache)
 
-        results: list[tuple[str, float]] = []
-        base = median_time(parse_libcst, args.runs)
-        results.append(("libcst.parse_module (baseline)", base))
-        results.append(("ast.parse", median_time(parse_ast, args.runs)))
-        cold_t = median_time(cold, args.runs)
-        results.append(("trainlint cold, 1 process, all rules", cold_t))
-        results.append((f"trainlint cold, --jobs {args.jobs}", median_time(parallel, args.runs)))
-        warm_t = median_time(warm, args.runs)
-        results.append(("trainlint warm (cache)", warm_t))
-        if args.others:
-            results.extend(_others(files, args.runs))
-    finally:
-        shutil.rmtree(cache_dir, ignore_errors=True)
+        # floor and cold interleaved, so that a busy machine slows both alike
+        floor_t = cold_t = float("inf")
+        for _ in range(args.runs):
+            floor_t = min(floor_t, cpu_time(floor, 1))
+            cold_t = min(cold_t, cpu_time(cold, 1))
+        rows: list[tuple[str, float]] = [
+            ("ast.parse floor (read + parse)", floor_t),
+            ("trainlint cold, 1 process, all rules", cold_t),
+        ]
+        with contextlib.suppress(ImportError):
+            import libcst
 
-    width = max(len(name) for name, _ in results)
-    print(f"{'':{width}}  {'seconds':>8}  {'x libcst parse':>14}")
-    for name, secs in results:
-        print(f"{name:{width}}  {secs:8.3f}  {secs / base:14.3f}")
-    print(f"warm / cold = {warm_t / cold_t:.3f}")
+            def parse_libcst() -> None:
+                for s in sources:
+                    with contextlib.suppress(Exception):
+                        libcst.parse_module(s)
+
+            rows.append(("libcst.parse_module (SPEC 12 baseline)", cpu_time(parse_libcst, 1)))
+        start = time.perf_counter()
+        parallel()
+        rows.append((f"trainlint cold, --jobs {args.jobs} (wall clock)", time.perf_counter() - start))
+        warm_t = cpu_time(warm, args.runs)
+        rows.append(("trainlint warm (cache)", warm_t))
+
+        copy_root = work / "copy"
+        listing = _copy_files(files, copy_root)
+        list_file = work / "files.txt"
+        list_file.write_text("\n".join(map(str, files)))
+        env = {"PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        if shutil.which("ruff"):
+            ruff_t, _ = child_min(
+                ["ruff", "check", "--no-cache", "--select", "ALL", "--exit-zero", "--quiet",
+                 "--isolated", *listing], args.runs, {"RAYON_NUM_THREADS": "1"})
+            rows.append(("ruff --select ALL, one thread (whole process)", ruff_t))
+        if args.others:
+            rows.extend(_others(listing, args.runs))
+
+        width = max(len(name) for name, _ in rows)
+        print(f"\n{'':{width}}  {'CPU s':>7}  {'x floor':>7}")
+        for name, secs in rows:
+            print(f"{name:{width}}  {secs:7.3f}  {secs / floor_t:7.2f}")
+        print(f"warm / cold = {warm_t / cold_t:.3f}")
+        if shutil.which("ruff"):
+            print(f"cold / ruff = {cold_t / ruff_t:.2f} (trainlint in-process, ruff whole process)")
+
+        lint_mem = child_peak(
+            [sys.executable, "-c", _CHILD_LINT, str(list_file), str(args.copies)], env)
+        parse_mem = child_peak(
+            [sys.executable, "-c", _CHILD_PARSE, str(list_file), str(args.copies)], env)
+        print(f"\npeak memory, the tree {args.copies}x in one process: lint {lint_mem:.0f} MiB "
+              f"(parse only: {parse_mem:.0f} MiB)")
+
+        one = copy_root / "one_file.py"
+        one.write_text("import torch\n\nx = torch.zeros(3)\n")
+        bare, _ = child_min([sys.executable, "-c", "pass"], max(args.runs, 5))
+        check, _ = child_min([sys.executable, "-m", "trainlint", "check", "--no-cache", "-q",
+                              "--exit-zero", str(one)], max(args.runs, 5), env)
+        print(f"start-up: `trainlint check one_file.py` {check:.3f} s CPU, the interpreter "
+              f"alone {bare:.3f} s: {check - bare:.3f} s beyond it")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
-def _others(files: list[Path], runs: int) -> list[tuple[str, float]]:
-    """Other linters over the same files, through their CLIs, when they are installed."""
-    out = []
-    # A copy outside any git work tree: tools that honour .gitignore (fixit) would skip
-    # files under an ignored site-packages and time nothing.
-    copy_root = Path(tempfile.mkdtemp(prefix="trainlint-bench-others-"))
+def _copy_files(files: list[Path], root: Path) -> list[str]:
+    """A flat copy outside any git work tree and site-packages: ruff skips site-packages
+    by default and tools that honour .gitignore would skip ignored trees."""
+    root.mkdir(parents=True)
     listing = []
     for i, p in enumerate(files):
-        target = copy_root / f"{i:05d}_{p.name}"
+        target = root / f"{i:05d}_{p.name}"
         target.write_bytes(p.read_bytes())
         listing.append(str(target))
+    return listing
+
+
+def _others(listing: list[str], runs: int) -> list[tuple[str, float]]:
+    """Other linters over the same files, through their CLIs, when they are installed."""
+    out = []
     commands = {
-        "ruff (all rules, no cache)": ["ruff", "check", "--no-cache", "--select", "ALL",
-                                       "--exit-zero", "--quiet"],
-        "torchfix": ["torchfix"],
-        "fixit": ["fixit", "lint"],
+        "torchfix (whole process)": ["torchfix"],
+        "fixit (whole process)": ["fixit", "lint"],
     }
     for name, cmd in commands.items():
-        if shutil.which(cmd[0]) is None:
-            continue
-
-        def go(cmd: list[str] = cmd) -> None:
-            subprocess.run([*cmd, *listing], capture_output=True, check=False)
-
-        out.append((name, median_time(go, runs)))
-    shutil.rmtree(copy_root, ignore_errors=True)
+        if shutil.which(cmd[0]) is not None:
+            out.append((name, child_min([*cmd, *listing], runs)[0]))
     return out
 
 

@@ -12,7 +12,6 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +79,8 @@ class Cache:
                     marker.write_text("# created by trainlint\n*\n", encoding="utf-8")
                 self._ready = True
             target.parent.mkdir(parents=True, exist_ok=True)
+            import tempfile  # here: a run that writes nothing never imports it
+
             fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 json.dump(entry, fh)

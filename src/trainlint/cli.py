@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import hashlib
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -293,6 +292,8 @@ def code_fingerprint(package: Path) -> str:
     """A hash of trainlint's own modules. A checkout (or an editable install) changes
     what it reports without changing its version; results cached by another build of
     the same version must not be served. Reading ~60 small files costs a millisecond."""
+    import hashlib  # here: only a run with the cache on needs it
+
     h = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
         h.update(path.relative_to(package).as_posix().encode())

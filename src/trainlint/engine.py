@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+import sys
 import time
 import tokenize
 import traceback
@@ -78,9 +79,16 @@ class Linter:
         ]
         self.rule_classes = {cls.code: cls for cls in selection.rules}
         self.known = selection.known or _builtin_codes() | self.enabled
+        # The trigger words of the whole selection, compiled once: each distinct word is
+        # searched for at most once per file, and only until every rule is decided.
+        # (One alternation regex over all the words was measured 3x slower than bytes
+        # `in`, which runs at memchr speed.)
+        words: dict[bytes, int] = {}
         self._triggers = [
-            (rule, tuple(t.encode() for t in rule.triggers)) for rule in self.rules
+            (rule, tuple(words.setdefault(t.encode(), len(words)) for t in rule.triggers))
+            for rule in self.rules
         ]
+        self._trigger_words = tuple(words)
         self.collect_timings = timings
         self._torch_pins = TorchPins()
 
@@ -109,12 +117,7 @@ class Linter:
                     )
                 )
             return result
-        in_tests = is_test_file(path)
-        active = [
-            rule for rule, trig in self._triggers
-            if on(rule.code) and (not trig or any(t in data for t in trig))
-            and (rule.test_files or not in_tests)
-        ]
+        active = self._active_rules(data, path, ignored)
         check_noqa = on(UNUSED_NOQA) and b"noqa" in data.lower()
         if not active and not check_noqa and not on(SYNTAX_ERROR):
             return result
@@ -146,18 +149,24 @@ class Linter:
         if any(TARGET_TORCH in rule.options for rule in active):
             model.torch_pin = self._torch_pins.for_file(path)
         raw: list[Finding] = []
-        for rule in active:
-            start = time.perf_counter() if self.collect_timings else 0.0
-            try:
-                reports = list(rule.check(model))
-            except Exception as exc:
-                result.errors.append(InternalError(path, f"{rule.code} {rule.name}", _describe(exc)))
-                continue
-            finally:
-                if self.collect_timings:
-                    result.timings[rule.code] = time.perf_counter() - start
-            for report in reports:
-                raw.append(self._finding(rule, report, source, path))
+        try:
+            for rule in active:
+                start = time.perf_counter() if self.collect_timings else 0.0
+                try:
+                    reports = list(rule.check(model))
+                except Exception as exc:
+                    result.errors.append(
+                        InternalError(path, f"{rule.code} {rule.name}", _describe(exc))
+                    )
+                    continue
+                finally:
+                    if self.collect_timings:
+                        result.timings[rule.code] = time.perf_counter() - start
+                for report in reports:
+                    raw.append(self._finding(rule, report, source, path))
+        finally:
+            model.release()
+            del model
         result.findings.extend(self._suppress(raw, source, on(UNUSED_NOQA), path))
         result.findings.sort(key=Finding.sort_key)
         return result
@@ -167,6 +176,31 @@ class Linter:
         return code in self.enabled and not any(code.startswith(i) for i in ignored)
 
     # -- internals ------------------------------------------------------------------------
+    def _active_rules(self, data: bytes, path: str, ignored: tuple[str, ...]) -> list[Rule]:
+        """The rules to run on ``data``: on for this file, and some trigger word present."""
+        in_tests = is_test_file(path)
+        words = self._trigger_words
+        present: list[bool | None] = [None] * len(words)
+        active: list[Rule] = []
+        for rule, trig in self._triggers:
+            if in_tests and not rule.test_files:
+                continue
+            if ignored and not self.is_on(rule.code, ignored):
+                continue
+            if rule.code not in self.enabled:
+                continue
+            if not trig:
+                active.append(rule)
+                continue
+            for i in trig:
+                found = present[i]
+                if found is None:
+                    found = present[i] = words[i] in data
+                if found:
+                    active.append(rule)
+                    break
+        return active
+
     def _meta_finding(
         self, code: str, path: str, line: int, column: int, message: str, end: Any = None
     ) -> Finding:
@@ -271,8 +305,49 @@ def _noqa_on_lines(source: Source, lines: set[int]) -> dict[int, list[str]]:
     return out
 
 
+# Comments and string literals, in order, for sources the interpreter parsed: before
+# 3.12 a string literal is a regular language (an f-string cannot nest its own quotes or
+# hold a comment), so skipping strings finds exactly the comments `tokenize` would.
+_COMMENT_OR_STRING = re.compile(
+    "|".join((
+        r"(#[^\r\n]*)",                       # a comment: group 1
+        r"'''(?:[^'\\]|\\.|'(?!''))*'''",    # triple-quoted strings first
+        r'"""(?:[^"\\]|\\.|"(?!""))*"""',
+        r"'(?:[^'\\\r\n]|\\.)*'",
+        r'"(?:[^"\\\r\n]|\\.)*"',
+    )),
+    re.DOTALL,
+)
+_SCAN_COMMENTS = sys.version_info < (3, 12)
+
+
 def _noqa_comments(source: Source) -> dict[int, list[str]]:
     """line -> codes ([] for a bare noqa), from real comments only (not strings)."""
+    text = source.text
+    if _SCAN_COMMENTS and text.count("\r") == text.count("\r\n"):
+        return _scan_noqa_comments(text)
+    return _tokenize_noqa_comments(source)
+
+
+def _scan_noqa_comments(text: str) -> dict[int, list[str]]:
+    """`_tokenize_noqa_comments` at a fraction of the cost (tokenize is pure Python):
+    lines counted as tokenize counts them (on "\\n"), comments cut where it cuts them."""
+    out: dict[int, list[str]] = {}
+    line, counted = 1, 0
+    for m in _COMMENT_OR_STRING.finditer(text):
+        comment = m.group(1)
+        if comment is None:
+            continue
+        found = NOQA_RE.search(comment)
+        if found and not FILE_NOQA_RE.match(comment):
+            start = m.start()
+            line += text.count("\n", counted, start)
+            counted = start
+            out[line] = _codes(found.group("codes"))
+    return out
+
+
+def _tokenize_noqa_comments(source: Source) -> dict[int, list[str]]:
     out: dict[int, list[str]] = {}
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(source.text).readline))

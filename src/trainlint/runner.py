@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,9 +128,36 @@ def _init_worker(selection: RuleSelection, settings: Settings, timings: bool,
     _WORKER = (Linter(selection, timings=timings), settings, fix)
 
 
+# Garbage collection while linting. A file's tree and model are alive until its rules
+# have run, so the collector's passes over young objects find nothing to free: they
+# only walk the tree again (a fifth of the run, measured). The engine frees each model
+# by reference counting (FileModel.release), so the collector is paused for the length
+# of one file and then clears that file's few leftover cycles in one young-generation
+# pass; every _FULLER_EVERY files, a pass over the middle generation too.
+_FULLER_EVERY = 16
+_files_since_fuller = 0
+
+
 def _work(path: Path) -> FileResult:
+    global _files_since_fuller
     assert _WORKER is not None
     linter, settings, fix = _WORKER
+    if not gc.isenabled():  # the caller manages collection; leave it alone
+        return _lint_one(linter, settings, path, fix)
+    gc.disable()
+    try:
+        return _lint_one(linter, settings, path, fix)
+    finally:
+        gc.enable()
+        _files_since_fuller += 1
+        if _files_since_fuller >= _FULLER_EVERY:
+            _files_since_fuller = 0
+            gc.collect(1)
+        else:
+            gc.collect(0)
+
+
+def _lint_one(linter: Linter, settings: Settings, path: Path, fix: FixMode | None) -> FileResult:
     try:
         return lint_file(linter, settings, path, fix)
     except Exception as exc:  # never lose the rest of the run to one file
@@ -141,6 +167,11 @@ def _work(path: Path) -> FileResult:
 def _run_pool(paths: Sequence[Path], selection: RuleSelection, settings: Settings,
               timings: bool, fix: FixMode | None, jobs: int) -> list[FileResult]:
     """Lint in worker processes; a worker that dies is retried in-process, never dropped."""
+    # imported here: a run that stays in this process (one file, --jobs 1) never pays
+    # for multiprocessing's import
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     chunk = max(1, min(64, len(paths) // (jobs * 4)))
     try:
         with ProcessPoolExecutor(

@@ -64,6 +64,26 @@ def combine(values: list[Value]) -> Value:
     return Value(top, cuts if top is Taint.CUT else ())
 
 
+def _add_definition(
+    defs: dict[str, list[tuple[tuple[int, int], ast.AST, ast.AST]]],
+    target: ast.AST, stmt: ast.AST, value: ast.AST,
+) -> None:
+    # A module-level function, not a recursive closure: that would be a reference cycle
+    # holding the definitions (and through them the tree) until the cycle collector ran.
+    name = dotted(target)
+    if name is not None:
+        defs[name].append(((stmt.lineno, stmt.col_offset), stmt, value))  # type: ignore[attr-defined]
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+            for t, v in zip(target.elts, value.elts, strict=True):
+                _add_definition(defs, t, stmt, v)
+        else:
+            # `for x, y in loader`: every element comes from the same iterable
+            inner = value if isinstance(value, _Marker) else _Marker(value, "unpack")
+            for t in target.elts:
+                _add_definition(defs, t, stmt, inner)
+
+
 class Flow:
     """Per-file flow facts, computed lazily per function."""
 
@@ -83,18 +103,7 @@ class Flow:
         defs: dict[str, list[tuple[tuple[int, int], ast.AST, ast.AST]]] = defaultdict(list)
 
         def add(target: ast.AST, stmt: ast.AST, value: ast.AST) -> None:
-            name = dotted(target)
-            if name is not None:
-                defs[name].append(((stmt.lineno, stmt.col_offset), stmt, value))  # type: ignore[attr-defined]
-            elif isinstance(target, (ast.Tuple, ast.List)):
-                if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
-                    for t, v in zip(target.elts, value.elts, strict=True):
-                        add(t, stmt, v)
-                else:
-                    # `for x, y in loader`: every element comes from the same iterable
-                    inner = value if isinstance(value, _Marker) else _Marker(value, "unpack")
-                    for t in target.elts:
-                        add(t, stmt, inner)
+            _add_definition(defs, target, stmt, value)
 
         if isinstance(scope, FUNCTION_NODES):
             a = scope.args

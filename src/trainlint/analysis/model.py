@@ -91,6 +91,8 @@ class FileModel:
         #: The oldest torch (major, minor) the file's project requires, from the nearest
         #: pyproject.toml's dependencies; None when unknown. Set by the engine.
         self.torch_pin: tuple[int, int] | None = None
+        self._scope_chains: dict[int, list[ast.AST]] = {}
+        self._qualnames: dict[int, str | None] = {}
         self._index()
 
     def memo(self, key: object, build: Callable[[FileModel], T]) -> T:
@@ -105,84 +107,140 @@ class FileModel:
             found = self._memo[key] = build(self)
             return found
 
+    def release(self) -> None:
+        """Drop the tree, the tables and every analysis once the file's rules have run.
+
+        Analyses point back at the model (``Roles.model``...), so a model left to itself
+        is a reference cycle holding the whole tree: only the cycle collector could free
+        it. Breaking the cycle here lets reference counting free the file at once.
+        """
+        self.__dict__.clear()
+
     # -- the single indexing pass ------------------------------------------------------
     def _index(self) -> None:
+        # The hottest loop of a lint run (every node of every file), hence the local
+        # aliases and the dispatch on the node's class. The visiting order (a stack,
+        # children pushed in field order) is part of the contract: the unsorted tables
+        # (classes, assignments, withs, attributes, an import rebound in one scope) are
+        # in that order. Leaves are recorded where they are found, never pushed; they
+        # touch only the order-free tables.
         parent = self.parent
         scope_of = self._scope_of
         imports = self.imports
         calls = self.calls
         attributes = self.attributes
-        stack: list[tuple[ast.AST, ast.AST]] = [(self.tree, self.tree)]
+        assignments = self.assignments
+        tree = self.tree
+        kinds = _KIND
+        fields_of = _FIELDS
+        leaves = _LEAVES
+        node_base = _AST
+        leaf_types = _LEAF_TYPES
+        _id = id
+        stack: list[tuple[ast.AST, ast.AST]] = [(tree, tree)]
+        pop = stack.pop
+        push = stack.append
         while stack:
-            node, scope = stack.pop()
-            scope_of[id(node)] = scope
-            inner = scope
-            if isinstance(node, SCOPE_NODES) and node is not self.tree:
-                inner = node
-                if isinstance(node, ast.ClassDef):
-                    self.classes.append(node)
-                    imports.add_binding(scope, node.name)
-                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    self.functions.append(node)
-                    imports.add_binding(scope, node.name)
-                if isinstance(node, FUNCTION_NODES):
-                    a = node.args
-                    for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
-                        if arg is not None:
-                            imports.add_binding(node, arg.arg)
-                # decorators, defaults and bases belong to the enclosing scope
-                outer_children: list[ast.AST] = []
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    outer_children.extend(node.decorator_list)
-                if isinstance(node, FUNCTION_NODES):
-                    outer_children.extend(node.args.defaults)
-                    outer_children.extend(d for d in node.args.kw_defaults if d is not None)
-                if isinstance(node, ast.ClassDef):
-                    outer_children.extend(node.bases)
-                    outer_children.extend(k.value for k in node.keywords)
-                outer_ids = {id(c) for c in outer_children}
-                for child in _children(node):
-                    parent[id(child)] = node
-                    stack.append((child, scope if id(child) in outer_ids else inner))
-                continue
-            if isinstance(node, ast.Call):
-                name = call_name(node)
-                if name is not None:
-                    calls[name].append(node)
-            elif isinstance(node, ast.Attribute):
-                attributes[node.attr].append(node)
-            elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-                self.assignments.append(node)
-                if isinstance(node, ast.Assign):
-                    for target in node.targets:
-                        imports.add_targets(scope, target, node.value)
-                else:
-                    imports.add_targets(scope, node.target, node.value)
-            elif isinstance(node, LOOP_NODES):
-                self.loops.append(node)
-                if not isinstance(node, ast.While):
-                    imports.add_targets(scope, node.target)
-            elif isinstance(node, (ast.With, ast.AsyncWith)):
-                self.withs.append(node)
-                for item in node.items:
-                    if item.optional_vars is not None:
-                        imports.add_targets(scope, item.optional_vars)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                imports.add_import(scope, node)
-            elif isinstance(node, (ast.Global, ast.Nonlocal)):
-                imports.add_global(scope, node.names)
-            elif isinstance(node, ast.NamedExpr):
-                imports.add_targets(scope, node.target)
-            elif isinstance(node, ast.ExceptHandler) and node.name:
-                imports.add_binding(scope, node.name)
-            for child in _children(node):
-                parent[id(child)] = node
-                stack.append((child, scope))
+            node, scope = pop()
+            scope_of[_id(node)] = scope
+            cls = node.__class__
+            kind = kinds.get(cls)
+            if kind is not None:
+                if kind == _K_SCOPE:
+                    if node is not tree:
+                        self._index_scope(node, scope, push)
+                        continue
+                elif kind == _K_CALL:
+                    func = node.func  # type: ignore[attr-defined]
+                    if func.__class__ is ast.Attribute:
+                        calls[func.attr].append(node)  # type: ignore[arg-type]
+                    elif func.__class__ is ast.Name:
+                        calls[func.id].append(node)  # type: ignore[arg-type]
+                elif kind == _K_ATTRIBUTE:
+                    attributes[node.attr].append(node)  # type: ignore[attr-defined,arg-type]
+                elif kind == _K_ASSIGN:
+                    assignments.append(node)  # type: ignore[arg-type]
+                    if cls is ast.Assign:
+                        for target in node.targets:  # type: ignore[attr-defined]
+                            imports.add_targets(scope, target, node.value)  # type: ignore[attr-defined]
+                    else:
+                        imports.add_targets(scope, node.target, node.value)  # type: ignore[attr-defined]
+                elif kind == _K_LOOP:
+                    self.loops.append(node)  # type: ignore[arg-type]
+                    if cls is not ast.While:
+                        imports.add_targets(scope, node.target)  # type: ignore[attr-defined]
+                elif kind == _K_WITH:
+                    self.withs.append(node)  # type: ignore[arg-type]
+                    for item in node.items:  # type: ignore[attr-defined]
+                        if item.optional_vars is not None:
+                            imports.add_targets(scope, item.optional_vars)
+                elif kind == _K_IMPORT:
+                    imports.add_import(scope, node)  # type: ignore[arg-type]
+                elif kind == _K_GLOBAL:
+                    imports.add_global(scope, node.names)  # type: ignore[attr-defined]
+                elif kind == _K_NAMED:
+                    imports.add_targets(scope, node.target)  # type: ignore[attr-defined]
+                elif kind == _K_EXCEPT:
+                    if node.name:  # type: ignore[attr-defined]
+                        imports.add_binding(scope, node.name)  # type: ignore[attr-defined]
+            fields = fields_of.get(cls)
+            if fields is None:
+                fields = _child_fields(cls)
+            for name in fields:
+                value = getattr(node, name, None)
+                if value is None:
+                    continue
+                if value.__class__ is list:
+                    for item in value:
+                        if isinstance(item, node_base):
+                            parent[_id(item)] = node
+                            if item.__class__ in leaves:
+                                scope_of[_id(item)] = scope
+                            else:
+                                push((item, scope))
+                elif isinstance(value, node_base) and not isinstance(value, leaf_types):
+                    parent[_id(value)] = node
+                    if value.__class__ in leaves:
+                        scope_of[_id(value)] = scope
+                    else:
+                        push((value, scope))
         # Source order makes every later query deterministic.
         for lst in calls.values():
             lst.sort(key=_pos)
         self.functions.sort(key=_pos)
         self.loops.sort(key=_pos)
+
+    def _index_scope(
+        self, node: ast.AST, scope: ast.AST, push: Callable[[tuple[ast.AST, ast.AST]], None]
+    ) -> None:
+        """A def, lambda or class inside ``scope``: its name, parameters and children."""
+        imports = self.imports
+        if isinstance(node, ast.ClassDef):
+            self.classes.append(node)
+            imports.add_binding(scope, node.name)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self.functions.append(node)
+            imports.add_binding(scope, node.name)
+        if isinstance(node, FUNCTION_NODES):
+            a = node.args
+            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
+                if arg is not None:
+                    imports.add_binding(node, arg.arg)
+        # decorators, defaults and bases belong to the enclosing scope
+        outer_children: list[ast.AST] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            outer_children.extend(node.decorator_list)
+        if isinstance(node, FUNCTION_NODES):
+            outer_children.extend(node.args.defaults)
+            outer_children.extend(d for d in node.args.kw_defaults if d is not None)
+        if isinstance(node, ast.ClassDef):
+            outer_children.extend(node.bases)
+            outer_children.extend(k.value for k in node.keywords)
+        outer_ids = {id(c) for c in outer_children}
+        parent = self.parent
+        for child in _children(node):
+            parent[id(child)] = node
+            push((child, scope if id(child) in outer_ids else node))
 
     # -- structure ---------------------------------------------------------------------
     def parent_of(self, node: ast.AST) -> ast.AST | None:
@@ -199,10 +257,15 @@ class FileModel:
 
     def scopes_of(self, node: ast.AST) -> list[ast.AST]:
         """Enclosing scopes, innermost first, ending with the module."""
-        scopes = [self.scope_of(node)]
-        while scopes[-1] is not self.tree:
-            scopes.append(self.scope_of(scopes[-1]))
-        return scopes
+        first = self._scope_of.get(id(node), self.tree)
+        chains = self._scope_chains
+        chain = chains.get(id(first))
+        if chain is None:
+            chain = [first]
+            while chain[-1] is not self.tree:
+                chain.append(self.scope_of(chain[-1]))
+            chains[id(first)] = chain
+        return chain.copy()
 
     def function_of(self, node: ast.AST) -> FunctionNode | None:
         """The innermost def enclosing ``node`` (lambdas and classes are skipped over)."""
@@ -226,6 +289,18 @@ class FileModel:
     # -- names -------------------------------------------------------------------------
     def qualname(self, node: ast.AST) -> str | None:
         """Resolve a name/attribute chain to a qualified name, or None if undecidable."""
+        # Memoized for the file's own nodes only (their ids are stable while the model
+        # lives); a node built by an analysis may reuse a freed node's id.
+        key = id(node)
+        if key in self._scope_of:
+            try:
+                return self._qualnames[key]
+            except KeyError:
+                found = self._qualnames[key] = self._qualname(node)
+                return found
+        return self._qualname(node)
+
+    def _qualname(self, node: ast.AST) -> str | None:
         parts: list[str] = []
         cur = node
         while isinstance(cur, ast.Attribute):
@@ -445,6 +520,58 @@ class FileModel:
 _AST = ast.AST
 _LEAF_TYPES = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
 
+# Fields that never hold a child node, per node class (the `ast` grammar of 3.10-3.11:
+# identifiers, constants, flags, contexts, operators). A class not listed here (one a
+# newer Python adds) keeps all its fields, each value checked as `_children` does.
+_SCALAR_FIELDS: dict[str, tuple[str, ...]] = {
+    "Name": ("id", "ctx"), "Constant": ("value", "kind"), "Attribute": ("attr", "ctx"),
+    "FunctionDef": ("name", "type_comment"), "AsyncFunctionDef": ("name", "type_comment"),
+    "ClassDef": ("name",), "ImportFrom": ("module", "level"), "Global": ("names",),
+    "Nonlocal": ("names",), "ExceptHandler": ("name",), "arg": ("arg", "type_comment"),
+    "keyword": ("arg",), "alias": ("name", "asname"), "MatchMapping": ("rest",),
+    "MatchClass": ("kwd_attrs",), "MatchStar": ("name",), "MatchAs": ("name",),
+    "MatchSingleton": ("value",), "Assign": ("type_comment",), "For": ("type_comment",),
+    "AsyncFor": ("type_comment",), "With": ("type_comment",),
+    "AsyncWith": ("type_comment",), "AnnAssign": ("simple",), "comprehension": ("is_async",),
+    "FormattedValue": ("conversion",), "TypeIgnore": ("lineno", "tag"),
+    "Subscript": ("ctx",), "Starred": ("ctx",), "List": ("ctx",), "Tuple": ("ctx",),
+    "BinOp": ("op",), "AugAssign": ("op",), "BoolOp": ("op",), "UnaryOp": ("op",),
+}
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(cls: type) -> tuple[str, ...]:
+    """The fields of ``cls`` that may hold child nodes, in field order (memoized)."""
+    skip = _SCALAR_FIELDS.get(cls.__name__, ()) if cls.__module__ == "ast" else ()
+    found = _FIELDS[cls] = tuple(f for f in getattr(cls, "_fields", ()) if f not in skip)
+    return found
+
+
+# What the indexing pass records for a node, by its class.
+(_K_SCOPE, _K_CALL, _K_ATTRIBUTE, _K_ASSIGN, _K_LOOP, _K_WITH, _K_IMPORT, _K_GLOBAL,
+ _K_NAMED, _K_EXCEPT) = range(1, 11)
+_KIND: dict[type, int] = {
+    **dict.fromkeys(SCOPE_NODES, _K_SCOPE),
+    ast.Call: _K_CALL,
+    ast.Attribute: _K_ATTRIBUTE,
+    **dict.fromkeys((ast.Assign, ast.AugAssign, ast.AnnAssign), _K_ASSIGN),
+    **dict.fromkeys(LOOP_NODES, _K_LOOP),
+    ast.With: _K_WITH,
+    ast.AsyncWith: _K_WITH,
+    ast.Import: _K_IMPORT,
+    ast.ImportFrom: _K_IMPORT,
+    ast.Global: _K_GLOBAL,
+    ast.Nonlocal: _K_GLOBAL,
+    ast.NamedExpr: _K_NAMED,
+    ast.ExceptHandler: _K_EXCEPT,
+}
+# Nodes with no children that the pass only records (parent, scope): handled where
+# they are found instead of going through the stack.
+_LEAVES = frozenset({ast.Name, ast.Constant, ast.Pass, ast.Break, ast.Continue, ast.alias})
+# walk_local: child fields last-first, and the nodes it yields but does not enter
+_RFIELDS: dict[type, tuple[str, ...]] = {}
+_WALK_STOP = _LEAVES | {*FUNCTION_NODES, ast.ClassDef}
+
 
 def _children(node: ast.AST) -> list[ast.AST]:
     """ast.iter_child_nodes without the generator: the indexing pass visits every node."""
@@ -462,15 +589,35 @@ def _children(node: ast.AST) -> list[ast.AST]:
 
 def walk_local(node: ast.AST) -> Iterator[ast.AST]:
     """Like ast.walk, in source order, but does not descend into nested defs/classes/lambdas."""
-    stack = [node]
-    first = True
+    yield node
+    stack = _children(node)
+    stack.reverse()
+    pop = stack.pop
+    push = stack.append
+    fields_of = _RFIELDS
+    stop = _WALK_STOP
+    node_base = _AST
+    leaf_types = _LEAF_TYPES
     while stack:
-        cur = stack.pop()
+        cur = pop()
         yield cur
-        if not first and isinstance(cur, (*FUNCTION_NODES, ast.ClassDef)):
+        cls = cur.__class__
+        if cls in stop:
             continue
-        first = False
-        stack.extend(reversed(_children(cur)))
+        fields = fields_of.get(cls)
+        if fields is None:
+            fields = _RFIELDS[cls] = _child_fields(cls)[::-1]
+        # children pushed last-first, so they come off the stack in source order
+        for name in fields:
+            value = getattr(cur, name, None)
+            if value is None:
+                continue
+            if value.__class__ is list:
+                for item in reversed(value):
+                    if isinstance(item, node_base):
+                        push(item)
+            elif isinstance(value, node_base) and not isinstance(value, leaf_types):
+                push(value)
 
 
 def _pos(node: ast.AST) -> tuple[int, int]:

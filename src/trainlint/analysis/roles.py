@@ -110,25 +110,36 @@ class Roles:
         self._in_progress: set[int] = set()
         self._module_classes: dict[int, Role | None] = {}
         self._not_torch: set[Key] = set()
+        self._looked: list[tuple[ast.AST, Binding | None]] | None = None
         # Bindings flow through names, attributes and factory returns in any order:
         # iterate to a fixpoint (a few passes suffice for real files).
         self._next: dict[Key, list[Binding]] = {}
         previous: object = None
-        for _ in range(4):
+        passes = 4
+        for n in range(passes):
             self._next = {}
             self._returns = {}
+            # A pass reads the previous pass's bindings only through `lookup`, and is
+            # otherwise a pure function of the file: when every lookup it made would
+            # answer the same with the bindings it built, the next pass would repeat it
+            # exactly, so it is not run (for most files: the second of two passes).
+            looked: list[tuple[ast.AST, Binding | None]] = []
+            self._looked = looked
             for node in model.assignments:
                 self._bind_assignment(node)
             for w in model.withs:
                 for item in w.items:
                     if item.optional_vars is not None:
                         self._bind_target(item.optional_vars, item.context_expr, w)
+            self._looked = None
             self.bindings = self._next
             self._bind_parameter_owners()
             summary = {k: tuple(b.role for b in v) for k, v in self.bindings.items()}
             if summary == previous:
                 break
             previous = summary
+            if n + 1 < passes and all(self.lookup(e) == found for e, found in looked):
+                break
 
     # -- keys ------------------------------------------------------------------------
     def key(self, expr: ast.AST) -> Key | None:
@@ -158,6 +169,12 @@ class Roles:
     # -- queries ---------------------------------------------------------------------
     def lookup(self, expr: ast.AST) -> Binding | None:
         """The single consistent role binding of ``expr``, or None."""
+        found = self._lookup(expr)
+        if self._looked is not None:
+            self._looked.append((expr, found))
+        return found
+
+    def _lookup(self, expr: ast.AST) -> Binding | None:
         key = self.key(expr)
         found = self.bindings.get(key) if key is not None else None
         if not found and isinstance(expr, ast.Attribute) and key and key[0] == "attr":

@@ -3,20 +3,81 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
-
-import pluggy
+from importlib.machinery import PathFinder
+from typing import TYPE_CHECKING, Any
 
 from trainlint.config import ConfigError
-from trainlint.plugins import hookspecs
 from trainlint.rules import builtin_rules
 from trainlint.rules.base import Rule
 
+if TYPE_CHECKING:
+    import pluggy
+
+#: The entry-point group plugins declare (hookspecs.PROJECT, without importing pluggy).
+GROUP = "trainlint"
+
+
+def entry_point_plugins_possible() -> bool:
+    """Whether an installed distribution may declare a ``trainlint`` entry point.
+
+    pluggy's scan imports ``importlib.metadata`` and parses every distribution's
+    metadata: most of the start-up time of a one-file check, usually to find nothing.
+    This lists the metadata directories on ``sys.path`` and reads their
+    ``entry_points.txt`` (about a millisecond); anything it cannot read as cheaply (a
+    zip or egg on the path, a custom distribution finder, a file naming ``trainlint``)
+    answers True and the full scan decides.
+    """
+    for finder in sys.meta_path:
+        if finder is not PathFinder and hasattr(finder, "find_distributions"):
+            return True
+    needle = GROUP.encode()
+    for entry in sys.path:
+        path = entry or "."
+        if not os.path.isdir(path):
+            if os.path.exists(path):
+                return True  # a zip file on the path
+            continue
+        if path.lower().endswith(".egg"):
+            return True
+        try:
+            names = os.listdir(path)
+        except OSError:
+            continue
+        for name in names:
+            if name.lower().endswith((".dist-info", ".egg-info")):
+                try:
+                    with open(os.path.join(path, name, "entry_points.txt"), "rb") as fh:
+                        text = fh.read()
+                except OSError:
+                    continue
+                if needle in text and _declares_group(text):
+                    return True
+    return False
+
+
+def _declares_group(text: bytes) -> bool:
+    """A ``[trainlint]`` section header (trainlint's own console script and pytest11
+    entries also name it, in other sections). Looser than importlib.metadata's reading."""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(b"[") and line.endswith(b"]") and line.strip(b"[] \t") == GROUP.encode():
+            return True
+    return False
+
 
 @lru_cache(maxsize=8)
-def _manager(plugins: tuple[str, ...]) -> pluggy.PluginManager:
+def _manager(plugins: tuple[str, ...]) -> pluggy.PluginManager | None:
+    """The plugin manager, or None when there is no plugin to load (pluggy not imported)."""
+    if not plugins and not entry_point_plugins_possible():
+        return None
+    import pluggy
+
+    from trainlint.plugins import hookspecs
+
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     try:
@@ -44,6 +105,8 @@ def _origin(pm: pluggy.PluginManager, impl: Any) -> str:
 def load_rules(plugins: Sequence[str] = ()) -> list[type[Rule]]:
     pm = _manager(tuple(plugins))
     rules = builtin_rules()
+    if pm is None:
+        return sorted(rules, key=lambda r: r.code)
     owner = {r.code: "trainlint (built-in)" for r in rules}
     for impl in pm.hook.trainlint_rules.get_hookimpls():
         origin = _origin(pm, impl)
@@ -69,6 +132,8 @@ def load_rules(plugins: Sequence[str] = ()) -> list[type[Rule]]:
 def load_formats(plugins: Sequence[str] = ()) -> dict[str, Any]:
     pm = _manager(tuple(plugins))
     formats: dict[str, Any] = {}
+    if pm is None:
+        return formats
     for result in pm.hook.trainlint_output_formats():
         formats.update(result or {})
     return formats
