@@ -310,9 +310,9 @@ class Net(torch.nn.Module):
         for cls in model.classes:
             if not model.roles.is_module_class(cls):
                 continue
-            uses = self._attribute_uses(model, cls)
-            if uses is None:
-                continue
+            # Most module classes store no container at all: look for candidates first,
+            # and walk the whole class for other uses only when there is one.
+            candidates: list[tuple[ast.Assign, str, str | None]] = []
             for node in walk_local(cls):
                 if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     continue
@@ -323,34 +323,41 @@ class Net(torch.nn.Module):
                     if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
                             and target.value.id == "self"):
                         continue
-                    attr = target.attr
-                    if attr in uses["registered"]:
-                        continue
                     kind = _module_elements(model, stmt.value)
-                    if kind is None and isinstance(stmt.value, ast.List) and not stmt.value.elts:
-                        if attr in uses["appended"]:
-                            kind = "empty"
-                    if kind is None:
+                    empty = isinstance(stmt.value, ast.List) and not stmt.value.elts
+                    if kind is not None or empty:
+                        candidates.append((stmt, target.attr, kind))
+            if not candidates:
+                continue
+            uses = self._attribute_uses(model, cls)
+            if uses is None:
+                continue
+            for stmt, attr, kind in candidates:
+                if attr in uses["registered"]:
+                    continue
+                if kind is None:
+                    if attr not in uses["appended"]:
                         continue
-                    fix = None
-                    if prefix is not None:
-                        text = model.source.segment(stmt.value)
-                        if kind == "empty":
-                            new = f"{prefix}.ModuleList()"
-                        elif kind == "list":
-                            new = f"{prefix}.ModuleList({text})"
-                        elif isinstance(stmt.value, ast.Dict) and all(
-                            isinstance(k, ast.Constant) and isinstance(k.value, str)
-                            for k in stmt.value.keys
-                        ):
-                            new = f"{prefix}.ModuleDict({text})"
-                        else:
-                            new = None
-                        if new is not None:
-                            wrapper = "ModuleDict" if "Dict" in new else "ModuleList"
-                            fix = self.fix(replace_node(model, stmt.value, new),
-                                           message=f"wrap in `{prefix}.{wrapper}`")
-                    yield self.report(stmt, fix=fix)
+                    kind = "empty"
+                fix = None
+                if prefix is not None:
+                    text = model.source.segment(stmt.value)
+                    if kind == "empty":
+                        new = f"{prefix}.ModuleList()"
+                    elif kind == "list":
+                        new = f"{prefix}.ModuleList({text})"
+                    elif isinstance(stmt.value, ast.Dict) and all(
+                        isinstance(k, ast.Constant) and isinstance(k.value, str)
+                        for k in stmt.value.keys
+                    ):
+                        new = f"{prefix}.ModuleDict({text})"
+                    else:
+                        new = None
+                    if new is not None:
+                        wrapper = "ModuleDict" if "Dict" in new else "ModuleList"
+                        fix = self.fix(replace_node(model, stmt.value, new),
+                                       message=f"wrap in `{prefix}.{wrapper}`")
+                yield self.report(stmt, fix=fix)
 
     @staticmethod
     def _attribute_uses(model: FileModel, cls: ast.ClassDef) -> dict[str, set[str]] | None:
