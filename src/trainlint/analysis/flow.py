@@ -136,10 +136,22 @@ class Flow:
         if not defs:
             return None
         pos = (getattr(at, "lineno", 0), getattr(at, "col_offset", 0))
-        before = [d for d in defs if d[0] < pos and not _contains(d[1], at)]
-        if not before:
-            return None
-        return before[-1][1], before[-1][2]
+        # The statement that holds ``at`` does not define it (``x = f(x)``): the ancestors of
+        # ``at``, looked up once, answer that for every candidate without walking each one.
+        holders: set[int] | None = None
+        for d in reversed(defs):
+            if d[0] >= pos:
+                continue
+            stmt = d[1]
+            if stmt is at:
+                continue
+            if not isinstance(stmt, _COMPOUND):
+                if holders is None:
+                    holders = {id(a) for a in self.model.ancestors(at)}
+                if id(stmt) in holders:
+                    continue
+            return d[1], d[2]
+        return None
 
     # -- evaluation ------------------------------------------------------------------
     def value(self, expr: ast.AST, depth: int = 0) -> Value:
@@ -423,10 +435,7 @@ def _cut(inner: Value, node: ast.AST) -> Value:
     return inner
 
 
-def _contains(stmt: ast.AST, node: ast.AST) -> bool:
-    if stmt is node:
-        return True
-    if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.If,
-                         ast.Try, *FUNCTION_NODES)):
-        return False  # compound statements define names, they do not "contain" the use
-    return any(sub is node for sub in ast.walk(stmt))
+# Compound statements define names (a loop target, a `with ... as`), they do not "contain"
+# the use of one in their body.
+_COMPOUND = (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.If, ast.Try,
+             *FUNCTION_NODES)
