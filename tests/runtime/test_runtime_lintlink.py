@@ -151,3 +151,38 @@ def test_real_linter_findings_appear_when_it_knows_the_rule(tmp_path):
     message = str(info.value)
     assert f"train_loop.py:{min(lines)}:" in message
     assert "TL302 graph-accumulation" in message.split("findings on the step's lines")[1]
+
+
+def test_findings_in_a_module_the_step_reaches_through_an_attribute(tmp_path, monkeypatch):
+    """Issue 14: `mod.train(...)` hides the function from the step's bytecode (a module
+    global); the failure message still lints the lines the step actually ran."""
+    package = tmp_path / "proj"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "trainer.py").write_text(
+        "from torch import nn\n"
+        "\n"
+        "\n"
+        "def train(model, optimizer, batches, history):\n"
+        "    for x, y in batches:\n"
+        "        optimizer.zero_grad()\n"
+        "        loss = nn.functional.mse_loss(model(x), y)\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        history.append(loss)\n"
+    )
+    found = [f for f in trainlint.lint_paths([package / "trainer.py"]) if f.code == "TL302"]
+    assert found, "the linter reports the planted accumulation"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import proj.trainer as trainer_module
+
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    history: list = []
+    batches = [batch()]
+
+    with pytest.raises(CheckFailed) as info:
+        assert_memory_stable(lambda: trainer_module.train(model, opt, batches, history))
+    message = str(info.value)
+    assert f"trainer.py:{found[0].line}:" in message
+    assert "TL302" in message.split("findings on the step's lines")[1]

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from trainlint._runtime.lintlink import reset_ran
 from trainlint._runtime.timeout import Deadline, StepTimedOut, all_stacks
 
 DEFAULT_TIMEOUT = 120.0
@@ -257,6 +258,13 @@ def guarded(check: str) -> Callable[[F], F]:
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            try:
+                return checked(*args, **kwargs)
+            finally:
+                reset_ran()  # what this check's step ran is not the next check's
+
+        def checked(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
             step = _first_step(args, kwargs)
             guard = Guard(check, kwargs.get("timeout", default))

@@ -2,8 +2,10 @@
 
 A runtime failure says *what* went wrong; the linter can often say *where*. We lint the
 files that define the step (and the project functions it calls directly, which is where the
-training logic usually lives when the step is a lambda in a test) and keep the findings that
-fall on those functions' lines. Any problem here (no source, a linter mid-refactor, a syntax
+training logic usually lives when the step is a lambda in a test), plus every project
+function the step actually ran the first time a check called it (a call profiler around
+that one call: `mod.train(...)` through a module, methods reached through objects), and keep
+the findings that fall on those functions' lines. Any problem here (no source, a linter mid-refactor, a syntax
 error) must never hide the runtime failure, so everything is best-effort.
 """
 
@@ -21,12 +23,60 @@ from typing import Any
 _MAX_SPANS = 24
 _TRAINLINT_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _MAX_FINDINGS = 20
+_MAX_RAN = 64
+
+# Project functions the current check's step ran (set by `record_ran`, one check at a time).
+_ran: list[tuple[str, int, int]] = []
+_project: dict[str, bool] = {}
+
+
+def reset_ran() -> None:
+    """Forget what an earlier check's step ran (a new check starts)."""
+    _ran.clear()
+
+
+def record_ran(call: Callable[[], Any]) -> Any:
+    """Call ``call()`` once while noting the project functions it enters.
+
+    A call profiler (``sys.setprofile``) sees function entries only, so one traced step
+    costs little; nothing is recorded when another profiler is already installed.
+    """
+    if sys.getprofile() is not None:
+        return call()
+    codes: dict[types.CodeType, None] = {}
+
+    def profile(frame: types.FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            codes[frame.f_code] = None
+
+    sys.setprofile(profile)
+    try:
+        return call()
+    finally:
+        sys.setprofile(None)
+        for code in codes:
+            span = _code_span(code)
+            if span is not None and span not in _ran and len(_ran) < _MAX_RAN:
+                _ran.append(span)
+
+
+def _code_span(code: types.CodeType) -> tuple[str, int, int] | None:
+    path = code.co_filename
+    known = _project.get(path)
+    if known is None:
+        known = _project[path] = os.path.isfile(path) and _is_project_file(path)
+    if not known or code.co_name.startswith("<"):  # lambdas, comprehensions: their parent
+        return None                                 # function's span covers them
+    last = max((line for _, _, line in code.co_lines() if line is not None),
+               default=code.co_firstlineno)
+    return os.path.realpath(path), code.co_firstlineno, last
 
 
 def findings_section(sources: Sequence[Callable[..., Any]]) -> str:
     """The message block listing lint findings on the sources' lines, or ``""``."""
     try:
         spans = source_spans(sources)
+        spans += [span for span in _ran if span not in spans]
         if not spans:
             return ""
         from trainlint import lint_paths

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from trainlint._runtime.arguments import check_step
+from trainlint._runtime.lintlink import record_ran, reset_ran
 
 ParamSpec = str | torch.Tensor | torch.nn.Module
 
@@ -22,6 +23,8 @@ class StepRunner:
         self, step: Callable[..., Any], batches: Iterable[Any] | None, *, check: str = "check"
     ) -> None:
         check_step(check, step, batches=batches is not None)
+        reset_ran()
+        self._first = True
         self.step = step
         self._batches = batches
         self._iter: Iterator[Any] | None = None if batches is None else self._cycle(batches)
@@ -51,10 +54,14 @@ class StepRunner:
             passes += 1
 
     def __call__(self) -> Any:
-        if self._iter is None:
-            return self.step()
-        self._last = next(self._iter)
-        return self.step(self._last)
+        if self._iter is not None:
+            self._last = next(self._iter)
+        if self._first:
+            # the first call also notes which project functions the step runs, for the
+            # failure message's lint findings
+            self._first = False
+            return record_ran(self.again)
+        return self.again()
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
