@@ -83,6 +83,12 @@ def assert_clip_effective() -> Callable[..., Any]:
 
 
 @pytest.fixture
+def assert_ddp_in_sync() -> Callable[..., Any]:
+    """:func:`trainlint.testing.assert_ddp_in_sync`."""
+    return _check("assert_ddp_in_sync")
+
+
+@pytest.fixture
 def assert_thread_safe() -> Callable[..., Any]:
     """:func:`trainlint.testing.assert_thread_safe`."""
     return _check("assert_thread_safe")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from trainlint.testing._common import CheckFailed
 from trainlint.testing.clip import ClipResult, GradRead, assert_clip_effective
+from trainlint.testing.ddp import DDPSyncResult, assert_ddp_in_sync
 from trainlint.testing.finite import FiniteGradsResult, assert_finite_grads
 from trainlint.testing.grads import GradsResult, assert_grads_nonzero
 from trainlint.testing.loss import LossResult, assert_loss_decreases
@@ -38,6 +39,7 @@ from trainlint.testing.weights import WeightsResult, assert_weights_updated
 __all__ = [
     "CheckFailed",
     "ClipResult",
+    "DDPSyncResult",
     "FiniteGradsResult",
     "GradRead",
     "GradsResult",
@@ -48,6 +50,7 @@ __all__ = [
     "ThreadSafetyResult",
     "WeightsResult",
     "assert_clip_effective",
+    "assert_ddp_in_sync",
     "assert_finite_grads",
     "assert_grads_nonzero",
     "assert_loss_decreases",
