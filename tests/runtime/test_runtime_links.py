@@ -338,3 +338,12 @@ def test_a_broken_rule_registry_does_not_hide_the_failure(monkeypatch):
         trainlint.testing.assert_weights_updated(s.model, s.step)
     assert info.value.rules == ()
     assert "Gradients arrived but no parameter moved" in str(info.value)
+
+
+def test_ddp_in_sync_confirms_only_its_rules():
+    # The ranks import the planted step from its module (it must pickle).
+    from test_runtime_ddp import BATCHES, make_model, no_sync_step
+
+    with pytest.raises(CheckFailed) as info:
+        trainlint.testing.assert_ddp_in_sync(make_model, no_sync_step, batches=BATCHES)
+    _assert_confirms_only_its_own(info.value, "assert_ddp_in_sync", "ranks-diverged")
