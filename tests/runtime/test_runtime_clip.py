@@ -8,21 +8,7 @@ from runtime_helpers import batch, mlp
 from torch import nn
 
 import trainlint.testing
-from trainlint.rules import builtin_rules
 from trainlint.testing import CheckFailed, ClipResult, assert_clip_effective
-
-REGISTRY = {rule.code: rule for rule in builtin_rules()}
-
-
-def _confirms(code: str) -> list[object]:
-    """Xfail the "it confirms CODE" assertion while the registry still has the old link."""
-    if REGISTRY[code].confirm_with == "assert_clip_effective":
-        return []
-    return [pytest.mark.xfail(
-        strict=True,
-        reason=f"{code}.confirm_with is {REGISTRY[code].confirm_with!r}; should become "
-        "'assert_clip_effective' (src/trainlint/rules/, issue 14)",
-    )]
 
 
 def setup(order: str, seed: int = 0):
@@ -80,8 +66,7 @@ def test_a_norm_read_after_zero_grad_fails_showing_both_norms_and_the_order():
     assert "TL110" not in failure.rules
 
 
-@pytest.mark.parametrize("_", [pytest.param(0, marks=_confirms("TL101"))])
-def test_a_norm_read_after_zero_grad_confirms_tl101(_):
+def test_a_norm_read_after_zero_grad_confirms_tl101():
     model, step = setup("TL101")
     with pytest.raises(CheckFailed) as info:
         assert_clip_effective(model, step)
@@ -100,8 +85,7 @@ def test_a_clip_after_the_step_fails():
     assert "TL101" not in info.value.rules
 
 
-@pytest.mark.parametrize("_", [pytest.param(0, marks=_confirms("TL110"))])
-def test_a_clip_after_the_step_confirms_tl110(_):
+def test_a_clip_after_the_step_confirms_tl110():
     model, step = setup("TL110")
     with pytest.raises(CheckFailed) as info:
         assert_clip_effective(model, step)
