@@ -23,6 +23,7 @@ import hashlib
 import math
 import os
 import socket
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -160,6 +161,8 @@ def assert_ddp_in_sync(
         )
         _check_picklable(config)
         crashed = _spawn(config)
+        if crashed is not None and crashed.died and _all_saved(config):
+            crashed = None  # died in gloo's teardown after its work was done and saved
         if crashed is not None:
             _report_crash(crashed, config, step, make_model)
         result = _measure(config)
@@ -246,6 +249,7 @@ def _free_port() -> int:
 class _Crash:
     rank: int | None
     text: str
+    died: bool = False  # killed by a signal or exited nonzero, no Python exception
 
 
 def _spawn(config: _Config) -> _Crash | None:
@@ -262,13 +266,20 @@ def _spawn(config: _Config) -> _Crash | None:
     except mp.ProcessRaisedException as error:
         return _Crash(error.error_index, _child_traceback(str(error)))
     except mp.ProcessExitedException as error:
-        return _Crash(error.error_index, str(error))
+        return _Crash(error.error_index, str(error), died=True)
     finally:
         for process in context.processes:
             if process.is_alive():
                 process.terminate()
                 process.join(2.0)
     return None
+
+
+def _all_saved(config: _Config) -> bool:
+    return all(
+        os.path.exists(os.path.join(config.out_dir, f"rank{rank}.pt"))
+        for rank in range(config.world_size)
+    )
 
 
 def _child_traceback(message: str) -> str:
@@ -338,11 +349,28 @@ def _rank_main(rank: int, config: _Config) -> None:
                 "change": change,
                 "batch_hash": first_hash,
             },
+            os.path.join(config.out_dir, f"rank{rank}.part"),
+        )
+        # complete or absent: the parent trusts a saved result even if teardown then fails
+        os.replace(
+            os.path.join(config.out_dir, f"rank{rank}.part"),
             os.path.join(config.out_dir, f"rank{rank}.pt"),
         )
-    finally:
+        # Teardown is where gloo aborts ("terminate called without an active exception",
+        # SIGABRT, seen on a loaded 2-core CI machine): a rank that destroys its group while
+        # its peer still talks to it, or C++ worker threads still holding work when the
+        # interpreter finalizes. So: wait for every rank, drop DDP's reducer before its
+        # group, destroy the group, and leave without finalizing; the result is on disk.
+        dist.barrier()
+        del ddp_model
+        dist.destroy_process_group()
+    except BaseException:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
+        raise
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _batch_source(config: _Config, rank: int) -> Callable[[int], Any] | None:
