@@ -50,3 +50,47 @@ def test_constant_evaluator_knows_pow_min_max_and_math(expr: str, expected: obje
 def test_constant_evaluator_shadowed_math_is_not_math() -> None:
     src = "class math:\n    pi = 3\nv = math.pi\n"
     assert value_of(src, "v") != math.pi
+
+
+# -- the torch table: one list of calls that keep or copy a module --------------------
+
+
+@pytest.mark.parametrize(
+    "wrapped",
+    [
+        "FSDP(model)",
+        "torch.jit.script(model)",
+        "torch.compile(model)",
+        "model.to(dev).apply(init)",
+        "DDP(model.cuda())",
+    ],
+)
+def test_escapes_unwraps_every_parameter_sharing_wrapper(wrapped: str) -> None:
+    from trainlint.analysis.escapes import escapes
+
+    src = (
+        "import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        f"w = {wrapped}\n"
+    )
+    model = build(src)
+    value = model.tree.body[-1].value  # type: ignore[attr-defined]
+    unwrapped = escapes(model).unwrap(value)
+    assert isinstance(unwrapped, ast.Name) and unwrapped.id == "model"
+
+
+def test_roles_and_tl107_share_the_table() -> None:
+    from trainlint.analysis import torch_table
+    from trainlint.analysis.roles import Role
+
+    src = (
+        "import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
+        "class Net(torch.nn.Module):\n    pass\n"
+        "net = Net()\nm = torch.jit.script(FSDP(net))\n"
+    )
+    model = build(src)
+    m = model.tree.body[-1].targets[0]  # type: ignore[attr-defined]
+    assert model.roles.role(m) is Role.MODEL
+    assert torch_table.keeps_parameters_method("prepare")
+    assert torch_table.shares_parameters("torch.distributed.fsdp.fully_shard")
+    assert not torch_table.shares_parameters("copy.deepcopy")

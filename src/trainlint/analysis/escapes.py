@@ -33,6 +33,7 @@ from trainlint.analysis.flow import grad_enabled_at
 from trainlint.analysis.model import FUNCTION_NODES, call_name, dotted, keyword, walk_local
 from trainlint.analysis.roles import Role, parameter_owners
 from trainlint.analysis.steps import Event, Kind
+from trainlint.analysis.torch_table import COPYING_METHODS, SAME_OBJECT_METHODS, SHARING_WRAPPERS
 
 if TYPE_CHECKING:
     from trainlint.analysis.model import FileModel, FunctionNode
@@ -68,14 +69,6 @@ _POOL_METHODS = {
     "starmap": "starmap", "starmap_async": "starmap",
     "apply": "apply", "apply_async": "apply", "submit": "submit",
 }
-# Same object afterwards: the caller's name still refers to the model/optimizer it sent.
-_PASS_THROUGH_METHODS = {"to", "cuda", "cpu", "train", "eval", "float", "double", "half",
-                         "bfloat16", "share_memory", "requires_grad_", "xpu", "mps"}
-_PASS_THROUGH_FUNCS = {"torch.compile", "torch.nn.DataParallel",
-                       "torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.DataParallel"}
-# In a child that received shared tensors, these replace every parameter's data with a
-# new tensor (another device or dtype): training then updates a private copy.
-COPYING_METHODS = {"to", "cuda", "double", "half", "bfloat16", "xpu", "mps", "to_empty"}
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 
@@ -790,9 +783,9 @@ class Escapes:
             if not isinstance(expr, ast.Call):
                 return expr
             func = expr.func
-            if isinstance(func, ast.Attribute) and func.attr in _PASS_THROUGH_METHODS:
+            if isinstance(func, ast.Attribute) and func.attr in SAME_OBJECT_METHODS:
                 expr = func.value
-            elif expr.args and self.model.qualname(func) in _PASS_THROUGH_FUNCS:
+            elif expr.args and self.model.qualname(func) in SHARING_WRAPPERS:
                 expr = expr.args[0]
             else:
                 return expr
