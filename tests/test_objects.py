@@ -94,3 +94,63 @@ def test_roles_and_tl107_share_the_table() -> None:
     assert torch_table.keeps_parameters_method("prepare")
     assert torch_table.shares_parameters("torch.distributed.fsdp.fully_shard")
     assert not torch_table.shares_parameters("copy.deepcopy")
+
+
+# -- the object-and-uses query ---------------------------------------------------------
+
+
+def _first_call(model: FileModel, name: str) -> ast.Call:
+    return model.calls[name][0]
+
+
+@pytest.mark.parametrize(
+    ("src", "fate"),
+    [
+        ("s = StepLR(o, 1)\nfor e in range(3):\n    s.step()\n", "called"),
+        ("s = StepLR(o, 1)\nprint(s.get_last_lr())\n", "never"),
+        ("s = StepLR(o, 1)\nTrainer(s).fit()\n", "escapes"),
+        ("def f(sched):\n    sched.step()\ns = StepLR(o, 1)\nf(s)\n", "called"),
+        ("def mk():\n    return StepLR(o, 1)\ns = mk()\ns.step()\n", "called"),
+        ("class T:\n    def __init__(self):\n        self.s = StepLR(o, 1)\n"
+         "    def end(self):\n        self.s.step()\n", "called"),
+        ("s = [StepLR(o, 1)]\n", "escapes"),
+    ],
+)
+def test_fate_follows_the_object_across_functions(src: str, fate: str) -> None:
+    from trainlint.analysis.objects import objects
+
+    model = build("from torch.optim.lr_scheduler import StepLR\n" + src)
+    assert objects(model).fate(_first_call(model, "StepLR"), "step").value == fate
+
+
+@pytest.mark.parametrize(
+    ("src", "escapes"),
+    [
+        ("sc = GradScaler()\nsc.step(o)\nif sc is not None:\n    pass\n", False),
+        ("sc = GradScaler()\nsc.step(o)\nhelper(sc)\n", True),
+        ("sc = GradScaler()\nsc.step(o)\nother = sc or None\n", True),
+    ],
+)
+def test_escapes_is_any_use_but_methods_and_tests(src: str, escapes: bool) -> None:
+    from trainlint.analysis.objects import objects
+
+    model = build("from torch.amp import GradScaler\n" + src)
+    query = objects(model)
+    assert query.escapes(query.of(_first_call(model, "GradScaler"))) is escapes
+
+
+def test_keys_refers_and_method_calls_through_a_conditional_binding() -> None:
+    from trainlint.analysis.objects import objects
+
+    model = build(
+        "from torch.utils.data import DistributedSampler\n"
+        "s = DistributedSampler(ds) if dist else None\n"
+        "def go(x):\n    x.set_epoch(1)\ngo(s)\ns.set_epoch(0)\n"
+    )
+    query = objects(model)
+    obj = query.of(_first_call(model, "DistributedSampler"))
+    assert obj.keys
+    assert [c.lineno for c in query.method_calls("set_epoch", obj)] == [6]
+    go = model.functions[0]
+    [(site, arg)] = query.arguments_for(go, "x")
+    assert site.lineno == 5 and query.refers(arg, obj)

@@ -683,7 +683,7 @@ class Escapes:
             name = dotted(expr)
             if level == 0 or name is None or "." in name or name not in params_of(fs[level]):
                 break
-            expr = self._argument_for(chain[level - 1], fs[level], name)
+            expr = self.argument_for(chain[level - 1], fs[level], name)
             expr = self.unwrap(expr) if expr is not None else None
             level -= 1
         return out
@@ -743,7 +743,7 @@ class Escapes:
                 continue
             if level == 0:
                 return Touch(name, node)
-            arg = self._argument_for(chain[level - 1], fn, root)
+            arg = self.argument_for(chain[level - 1], fn, root)
             if arg is None:
                 return None
             arg = self.unwrap(arg)
@@ -769,7 +769,8 @@ class Escapes:
         value = self.unwrap(value)
         return value if isinstance(value, (ast.Name, ast.Attribute)) else None
 
-    def _argument_for(self, site: ast.Call, fn: FunctionNode, param: str) -> ast.expr | None:
+    def argument_for(self, site: ast.Call, fn: FunctionNode, param: str) -> ast.expr | None:
+        """The caller's expression that ``fn``'s parameter ``param`` receives at ``site``."""
         bound_method = isinstance(site.func, ast.Attribute) and self.model.class_of(fn) is not None
         skip = 1 if bound_method and not _is_static(fn) else 0
         for name, arg in self.bind(fn, list(site.args), site.keywords, skip):

@@ -18,7 +18,12 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from trainlint.analysis.model import call_name, dotted
-from trainlint.analysis.torch_table import PREPARE_METHODS, SAME_OBJECT_METHODS, SHARING_WRAPPERS
+from trainlint.analysis.torch_table import (
+    GRAD_SCALERS,
+    PREPARE_METHODS,
+    SAME_OBJECT_METHODS,
+    SHARING_WRAPPERS,
+)
 
 if TYPE_CHECKING:
     from trainlint.analysis.model import FileModel
@@ -57,12 +62,6 @@ _SCHEDULER_BASES = {
     "torch.optim.lr_scheduler.LRScheduler",
     "torch.optim.lr_scheduler._LRScheduler",
     "torch.optim.lr_scheduler.LambdaLR",
-}
-_SCALERS = {
-    "torch.cuda.amp.GradScaler",
-    "torch.amp.GradScaler",
-    "torch.GradScaler",
-    "torch.cpu.amp.GradScaler",
 }
 _ROLE_VALUES = (ast.Call, ast.Name, ast.Attribute, ast.Tuple, ast.List)
 _TRAINING_LIBRARIES = ("torch", "transformers", "accelerate", "lightning", "pytorch_lightning",
@@ -309,7 +308,7 @@ class Roles:
             return Role.OPTIMIZER
         if qual.startswith("timm.optim.create_optimizer"):
             return Role.OPTIMIZER
-        if qual in _SCALERS:
+        if qual in GRAD_SCALERS:
             return Role.SCALER
         if qual == "torch.utils.data.DataLoader":
             return Role.LOADER

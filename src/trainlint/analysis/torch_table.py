@@ -52,6 +52,15 @@ NEW_OBJECT_FUNCS = frozenset({
 COPYING_METHODS = frozenset({"to", "cuda", "double", "half", "bfloat16", "xpu", "mps",
                              "to_empty"})
 
+# Loss scalers for mixed precision, however imported.
+GRAD_SCALERS = frozenset({"torch.cuda.amp.GradScaler", "torch.amp.GradScaler",
+                          "torch.GradScaler", "torch.cpu.amp.GradScaler"})
+
+# Framework calls that take over a data loader, and call `set_epoch` on its sampler
+# themselves (accelerate's DataLoaderShard, Fabric, Lightning).
+LOADER_PREPARE_METHODS = frozenset({"prepare", "prepare_data_loader", "setup_dataloaders",
+                                    "setup"})
+
 
 def keeps_parameters_method(name: str | None) -> bool:
     """A method whose result, bound back to the model's name, still holds the same

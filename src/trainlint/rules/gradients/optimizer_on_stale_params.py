@@ -15,7 +15,6 @@ from trainlint.analysis.torch_table import (
 from trainlint.rules.base import Invalid, Report, Rule
 
 
-
 class OptimizerOnStaleParams(Rule):
     """## What it does
     Flags rebinding a model name to a different module object (`model = Net()`,
