@@ -405,3 +405,17 @@ def parameter_owners(call: ast.Call) -> list[ast.expr]:
             ):
                 out.append(sub.func.value)
     return out
+
+
+def nn_prefix(model: FileModel) -> str | None:
+    """How this file can spell ``torch.nn``: ``nn`` or ``torch.nn`` (module scope)."""
+    b = model.imports._scopes.get(id(model.tree))
+    if b is None:
+        return None
+    for local, q in b.imports.items():
+        if q == "torch.nn" and local not in b.others:
+            return local
+    for local, q in b.imports.items():
+        if q == "torch" and local not in b.others:
+            return f"{local}.nn"
+    return None
