@@ -81,6 +81,37 @@ def test_rule_modules_import_no_other_rule_module(path):
             assert node.module in allowed, f"{path.name} imports {node.module}"
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+@pytest.mark.parametrize(
+    "path", sorted(p for p in RULES_DIR.rglob("*.py") if p.parent != RULES_DIR),
+    ids=lambda p: p.relative_to(RULES_DIR).as_posix(),
+)
+def test_rules_use_only_public_names_of_analysis(path):
+    """A rule asks the shared model through its public names: no ``_private`` import from
+    ``trainlint.analysis``, and no ``obj._private`` reach into an analysis object (a rule's
+    own ``self._helper`` is its business)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            "trainlint.analysis"
+        ):
+            assert not any(_private(part) for part in node.module.split(".")), node.module
+            for alias in node.names:
+                assert not _private(alias.name), f"{path.name} imports {alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("trainlint.analysis"):
+                    assert not any(_private(p) for p in alias.name.split(".")), alias.name
+        elif isinstance(node, ast.Attribute) and _private(node.attr):
+            root = node.value
+            assert isinstance(root, ast.Name) and (
+                root.id in ("self", "cls") or root.id[:1].isupper()
+            ), f"{path.name}:{node.lineno} reaches `.{node.attr}`"
+
+
 def test_rule_examples_cover_aliases_and_no_torch():
     """STYLE: examples include an aliased import and a file that never imports torch."""
     for rule in RULES:

@@ -94,7 +94,33 @@ def build_parser() -> argparse.ArgumentParser:
     rule = sub.add_parser("rule", help="explain one rule")
     rule.add_argument("code", help="rule code, e.g. TL301, or its name")
     sub.add_parser("rules", help="list all rules")
+    debug = sub.add_parser("debug", help="show what the analysis sees in a file")
+    debug_sub = debug.add_subparsers(dest="debug_command", metavar="VIEW", required=True)
+    debug_model = debug_sub.add_parser(
+        "model", help="print the step model: loops, events in order, guards, roles"
+    )
+    debug_model.add_argument("file", help="a Python file")
     return parser
+
+
+def cmd_debug_model(path: str) -> int:
+    """Print the step model of one file (what every rule reads) as stable text."""
+    from trainlint.analysis.debug import describe
+    from trainlint.analysis.model import FileModel
+    from trainlint.source import Source, SourceError, decode, parse
+
+    try:
+        text, _ = decode(Path(path).read_bytes())
+        tree = parse(text, path)
+    except OSError as exc:
+        print(f"trainlint: error: {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except SourceError as exc:
+        print(f"trainlint: error: {path}:{exc.line}:{exc.column}: {exc.message}",
+              file=sys.stderr)
+        return 1
+    sys.stdout.write(describe(FileModel(tree, Source(text), path), Path(path).as_posix()))
+    return 0
 
 
 def _load_settings(args: argparse.Namespace, paths: list[Path]) -> Settings:
@@ -317,6 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.output_format is None and args.show_source:
                 args.output_format = "full"
             return cmd_check(args)
+        if args.command == "debug":
+            return cmd_debug_model(args.file)
         from trainlint.api import all_rules
 
         settings = _load_settings(args, [Path.cwd()])

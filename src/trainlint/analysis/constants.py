@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import ast
+import math
 
 from trainlint.analysis.model import FileModel, call_name, keyword, walk_local
 
 POS = object()  # an unknown quantity known to be > 0
 NONNEG = object()  # an unknown quantity >= 0 (a warmup length: it may well be 0)
+
+# `math` functions and constants worth evaluating: a schedule written with them
+# (`0.5 * (1 + math.cos(math.pi * t))`) is a number at step 0 like any other.
+_MATH_FUNCTIONS = {
+    "cos", "sin", "tan", "exp", "log", "log2", "log10", "log1p", "expm1", "sqrt", "pow",
+    "floor", "ceil", "trunc", "fabs", "tanh", "atan", "radians", "degrees",
+}
+_MATH_CONSTANTS = {"pi", "e", "tau", "inf"}
 
 
 def is_number(v: object) -> bool:
@@ -40,6 +49,9 @@ class ConstantEvaluator:
         if isinstance(node, ast.Name):
             return env[node.id] if node.id in env else self._resolve(node)
         if isinstance(node, ast.Attribute):
+            qual = self.model.qualname(node)
+            if qual is not None and qual.startswith("math.") and qual[5:] in _MATH_CONSTANTS:
+                return float(getattr(math, qual[5:]))
             return self._attribute_default(node.attr)
         if isinstance(node, ast.UnaryOp):
             v = self.expr(node.operand, env)
@@ -65,6 +77,16 @@ class ConstantEvaluator:
                 return args[0]
             if name in ("min", "max") and args:
                 return self._minmax(name, args)
+            qual = self.model.qualname(node.func) or ""
+            if qual in ("pow", "builtins.pow") and len(args) == 2:
+                return self._binop(ast.Pow(), args[0], args[1])
+            if qual.startswith("math.") and qual[5:] in _MATH_FUNCTIONS and args and all(
+                is_number(a) for a in args
+            ):
+                try:
+                    return getattr(math, qual[5:])(*args)
+                except (ValueError, OverflowError, TypeError):
+                    return None
             if name in ("cos", "exp") and len(args) == 1 and is_zero(args[0]):
                 return 1.0
             return None

@@ -33,6 +33,7 @@ from trainlint.analysis.flow import grad_enabled_at
 from trainlint.analysis.model import FUNCTION_NODES, call_name, dotted, keyword, walk_local
 from trainlint.analysis.roles import Role, parameter_owners
 from trainlint.analysis.steps import Event, Kind
+from trainlint.analysis.torch_table import COPYING_METHODS, SAME_OBJECT_METHODS, SHARING_WRAPPERS
 
 if TYPE_CHECKING:
     from trainlint.analysis.model import FileModel, FunctionNode
@@ -68,14 +69,6 @@ _POOL_METHODS = {
     "starmap": "starmap", "starmap_async": "starmap",
     "apply": "apply", "apply_async": "apply", "submit": "submit",
 }
-# Same object afterwards: the caller's name still refers to the model/optimizer it sent.
-_PASS_THROUGH_METHODS = {"to", "cuda", "cpu", "train", "eval", "float", "double", "half",
-                         "bfloat16", "share_memory", "requires_grad_", "xpu", "mps"}
-_PASS_THROUGH_FUNCS = {"torch.compile", "torch.nn.DataParallel",
-                       "torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.DataParallel"}
-# In a child that received shared tensors, these replace every parameter's data with a
-# new tensor (another device or dtype): training then updates a private copy.
-COPYING_METHODS = {"to", "cuda", "double", "half", "bfloat16", "xpu", "mps", "to_empty"}
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 
@@ -690,7 +683,7 @@ class Escapes:
             name = dotted(expr)
             if level == 0 or name is None or "." in name or name not in params_of(fs[level]):
                 break
-            expr = self._argument_for(chain[level - 1], fs[level], name)
+            expr = self.argument_for(chain[level - 1], fs[level], name)
             expr = self.unwrap(expr) if expr is not None else None
             level -= 1
         return out
@@ -750,7 +743,7 @@ class Escapes:
                 continue
             if level == 0:
                 return Touch(name, node)
-            arg = self._argument_for(chain[level - 1], fn, root)
+            arg = self.argument_for(chain[level - 1], fn, root)
             if arg is None:
                 return None
             arg = self.unwrap(arg)
@@ -776,7 +769,8 @@ class Escapes:
         value = self.unwrap(value)
         return value if isinstance(value, (ast.Name, ast.Attribute)) else None
 
-    def _argument_for(self, site: ast.Call, fn: FunctionNode, param: str) -> ast.expr | None:
+    def argument_for(self, site: ast.Call, fn: FunctionNode, param: str) -> ast.expr | None:
+        """The caller's expression that ``fn``'s parameter ``param`` receives at ``site``."""
         bound_method = isinstance(site.func, ast.Attribute) and self.model.class_of(fn) is not None
         skip = 1 if bound_method and not _is_static(fn) else 0
         for name, arg in self.bind(fn, list(site.args), site.keywords, skip):
@@ -790,9 +784,9 @@ class Escapes:
             if not isinstance(expr, ast.Call):
                 return expr
             func = expr.func
-            if isinstance(func, ast.Attribute) and func.attr in _PASS_THROUGH_METHODS:
+            if isinstance(func, ast.Attribute) and func.attr in SAME_OBJECT_METHODS:
                 expr = func.value
-            elif expr.args and self.model.qualname(func) in _PASS_THROUGH_FUNCS:
+            elif expr.args and self.model.qualname(func) in SHARING_WRAPPERS:
                 expr = expr.args[0]
             else:
                 return expr

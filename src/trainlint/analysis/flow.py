@@ -364,6 +364,7 @@ class Flow:
                     and self.model.imports_training_library
                     and _MODEL_NAME.search((dotted(func) or "").rsplit(".", 1)[-1]) is not None)
         return False
+    is_model_call = _is_model_call  # public name for rules (issue 13)
 
 
 _NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",

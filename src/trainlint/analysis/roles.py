@@ -18,6 +18,12 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from trainlint.analysis.model import call_name, dotted
+from trainlint.analysis.torch_table import (
+    GRAD_SCALERS,
+    PREPARE_METHODS,
+    SAME_OBJECT_METHODS,
+    SHARING_WRAPPERS,
+)
 
 if TYPE_CHECKING:
     from trainlint.analysis.model import FileModel
@@ -57,26 +63,6 @@ _SCHEDULER_BASES = {
     "torch.optim.lr_scheduler._LRScheduler",
     "torch.optim.lr_scheduler.LambdaLR",
 }
-_SCALERS = {
-    "torch.cuda.amp.GradScaler",
-    "torch.amp.GradScaler",
-    "torch.GradScaler",
-    "torch.cpu.amp.GradScaler",
-}
-# Calls that return their (first) argument's object, or a wrapper sharing its parameters.
-_PASS_THROUGH_METHODS = {
-    "to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval",
-    "requires_grad_", "share_memory", "apply", "type", "xpu", "mps",
-}
-_PASS_THROUGH_FUNCS = {
-    "torch.compile",
-    "torch.nn.DataParallel",
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.DataParallel",
-    "torch.jit.script",
-    "torch.distributed.fsdp.FullyShardedDataParallel",
-}
-_PREPARE_METHODS = {"prepare", "setup", "initialize", "setup_module", "setup_optimizers"}
 _ROLE_VALUES = (ast.Call, ast.Name, ast.Attribute, ast.Tuple, ast.List)
 _TRAINING_LIBRARIES = ("torch", "transformers", "accelerate", "lightning", "pytorch_lightning",
                        "timm", "apex", "bitsandbytes", "deepspeed", "torch_xla", "fairscale",
@@ -282,16 +268,16 @@ class Roles:
             role = self._role_of_constructor(qual)
             if role is not None:
                 return [Binding(role, qual, call, stmt)]
-            if qual in _PASS_THROUGH_FUNCS and call.args:
+            if qual in SHARING_WRAPPERS and call.args:
                 return [self._single(call.args[0])]
         name = call_name(call)
         func = call.func
         if isinstance(func, ast.Attribute):
-            if name in _PASS_THROUGH_METHODS:
+            if name in SAME_OBJECT_METHODS:
                 inner = self._single(func.value)
                 if inner is not None and inner.role is Role.MODEL:
                     return [inner]
-            if name in _PREPARE_METHODS and call.args:
+            if name in PREPARE_METHODS and call.args:
                 outs = [self._single(a) for a in call.args]
                 return outs
             if name == "optimizers" and isinstance(func.value, ast.Name) and func.value.id == "self":
@@ -322,7 +308,7 @@ class Roles:
             return Role.OPTIMIZER
         if qual.startswith("timm.optim.create_optimizer"):
             return Role.OPTIMIZER
-        if qual in _SCALERS:
+        if qual in GRAD_SCALERS:
             return Role.SCALER
         if qual == "torch.utils.data.DataLoader":
             return Role.LOADER
@@ -419,3 +405,17 @@ def parameter_owners(call: ast.Call) -> list[ast.expr]:
             ):
                 out.append(sub.func.value)
     return out
+
+
+def nn_prefix(model: FileModel) -> str | None:
+    """How this file can spell ``torch.nn``: ``nn`` or ``torch.nn`` (module scope)."""
+    b = model.imports._scopes.get(id(model.tree))
+    if b is None:
+        return None
+    for local, q in b.imports.items():
+        if q == "torch.nn" and local not in b.others:
+            return local
+    for local, q in b.imports.items():
+        if q == "torch" and local not in b.others:
+            return f"{local}.nn"
+    return None

@@ -331,6 +331,7 @@ class StepModel:
             w in last for w in ("model", "net", "encoder", "decoder", "backbone", "module",
                                 "generator", "discriminator", "policy", "critic", "actor")
         )
+    is_model = _is_model  # public name for rules (issue 13)
 
     def _grad_attribute(self, node: ast.Attribute) -> Event | None:
         if not isinstance(node.ctx, ast.Load):
@@ -558,6 +559,7 @@ class StepModel:
                         break
             self._own_step[id(fn)] = cached
         return cached
+    has_own_step = _has_own_step  # public name for rules (issue 13)
 
 
 def _over_parameters(loop: ast.AST) -> bool:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.escapes import Via, escapes
+from trainlint.analysis.escapes import Via
 from trainlint.analysis.model import FileModel, dotted
+from trainlint.analysis.objects import objects
 from trainlint.analysis.roles import Role
 from trainlint.rules.base import Invalid, Report, Rule
 from trainlint.rules.concurrency._shared import shown
@@ -330,7 +331,7 @@ torch.save(model.state_dict(), "final.pt")
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        esc = escapes(model)
+        esc = objects(model).escape_analysis
         for d in esc.process_dispatches:
             if d.target is None:
                 continue

@@ -5,8 +5,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.escapes import Dispatch, Escapes, escapes
+from trainlint.analysis.escapes import Dispatch, Escapes
 from trainlint.analysis.model import FileModel
+from trainlint.analysis.objects import objects
 from trainlint.rules.base import Invalid, Report, Rule
 from trainlint.rules.concurrency._shared import shown
 
@@ -316,7 +317,7 @@ for epoch in range(10):
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        esc = escapes(model)
+        esc = objects(model).escape_analysis
         for d in esc.remote_dispatches:
             sent = _trained_objects(esc, d, through_put=True)
             if not sent:

@@ -5,18 +5,15 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.escapes import Escapes, escapes, params_of
+from trainlint.analysis.escapes import params_of
 from trainlint.analysis.model import FileModel, is_false, keyword
-from trainlint.analysis.roles import Key, Role
+from trainlint.analysis.objects import Obj, Objects, objects
+from trainlint.analysis.roles import Role
+from trainlint.analysis.torch_table import LOADER_PREPARE_METHODS
 from trainlint.rules.base import Invalid, Report, Rule
 
 DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
 DATA_LOADER = "torch.utils.data.DataLoader"
-
-
-# Frameworks that take over the loader call `set_epoch` themselves (accelerate's
-# DataLoaderShard, Fabric, Lightning).
-_PREPARE_METHODS = {"prepare", "prepare_data_loader", "setup_dataloaders", "setup"}
 
 
 class SamplerWithoutSetEpoch(Rule):
@@ -212,97 +209,56 @@ for epoch in range(args.epochs):
         samplers = model.calls_to(DISTRIBUTED_SAMPLER)
         if not samplers:
             return
-        esc = escapes(model)
-        keys = {id(s): self._keys(model, s) for s in samplers}
-        holders = self._holders(model, samplers, keys)
+        query = objects(model)
+        holders = self._holders(model, query, samplers)
         for sampler in samplers:
             if is_false(keyword(sampler, "shuffle")):
                 continue
             seed = keyword(sampler, "seed")
             if seed is not None and not isinstance(seed, ast.Constant):
                 continue  # a seed that changes (`seed=epoch`) reshuffles by itself
-            s_keys = keys[id(sampler)]
-            loaders = [h for h, s in holders if s is sampler]
-            l_keys = {k for h in loaders for k in self._keys(model, h)}
-            if self._handed_to_framework(model, loaders, l_keys):
+            s_obj = query.of(sampler)
+            loaders = query.of(*(h for h, s in holders if s is sampler))
+            if query.passed_to(loaders, LOADER_PREPARE_METHODS):
                 continue
-            if self._epoch_set(model, sampler, s_keys, l_keys, holders):
+            if self._epoch_set(model, query, sampler, s_obj, loaders, holders):
                 continue
-            if self._iterated_per_epoch(model, esc, [sampler, *loaders], s_keys | l_keys):
+            if self._iterated_per_epoch(model, query, s_obj | loaders):
                 yield self.report(sampler)
 
     @staticmethod
-    def _keys(model: FileModel, call: ast.Call) -> set[Key]:
-        """Role keys of the names bound to the object ``call`` builds, including
-        ``sampler = DistributedSampler(ds) if distributed else None``."""
-        out: set[Key] = set()
-        for key, bindings in model.roles.bindings.items():
-            if any(b.call is call for b in bindings):
-                out.add(key)
-        node: ast.AST = call
-        parent = model.parent_of(node)
-        while isinstance(parent, (ast.IfExp, ast.BoolOp)) and node is not getattr(
-            parent, "test", None
-        ):
-            node, parent = parent, model.parent_of(parent)
-        targets: list[ast.expr] = []
-        if isinstance(parent, ast.Assign) and parent.value is node:
-            targets = parent.targets
-        elif isinstance(parent, (ast.AnnAssign, ast.NamedExpr)) and parent.value is node:
-            targets = [parent.target]
-        for target in targets:
-            if isinstance(target, (ast.Name, ast.Attribute)):
-                bound = model.roles.key(target)
-                if bound is not None:
-                    out.add(bound)
-        return out
-
-    @classmethod
-    def _holders(cls, model: FileModel, samplers: list[ast.Call],
-                 keys: dict[int, set[Key]]) -> list[tuple[ast.Call, ast.Call]]:
+    def _holders(model: FileModel, query: Objects,
+                 samplers: list[ast.Call]) -> list[tuple[ast.Call, ast.Call]]:
         """(loader construction, sampler) for every `sampler=` that passes one of them."""
         out = []
         candidates = [*model.calls_to(DATA_LOADER), *(
             c for name, calls in model.calls.items() if "Loader" in name for c in calls
         )]
+        objs = [(sampler, query.of(sampler)) for sampler in samplers]
         for call in {id(c): c for c in candidates}.values():
             value = keyword(call, "sampler")
             if value is None:
                 continue
-            for sampler in samplers:
-                if cls._refers(model, value, keys[id(sampler)], [sampler]):
+            for sampler, obj in objs:
+                if query.refers(value, obj):
                     out.append((call, sampler))
         return out
 
     @staticmethod
-    def _refers(model: FileModel, expr: ast.AST, keys: set[Key], calls: list[ast.Call]) -> bool:
-        if any(expr is c for c in calls):
-            return True
-        if isinstance(expr, (ast.Name, ast.Attribute)):
-            return model.roles.key(expr) in keys
-        return False
-
-    def _handed_to_framework(self, model: FileModel, loaders: list[ast.Call],
-                             l_keys: set[Key]) -> bool:
-        for method in _PREPARE_METHODS:
-            for call in model.calls.get(method, ()):
-                if any(self._refers(model, a, l_keys, loaders) for a in call.args):
-                    return True
-        return False
-
-    def _epoch_set(self, model: FileModel, sampler: ast.Call, s_keys: set[Key],
-                   l_keys: set[Key], holders: list[tuple[ast.Call, ast.Call]]) -> bool:
+    def _epoch_set(model: FileModel, query: Objects, sampler: ast.Call, s_obj: Obj,
+                   loaders: Obj, holders: list[tuple[ast.Call, ast.Call]]) -> bool:
         """Is `set_epoch` called on this sampler, on its loader (`loader.sampler`), or on
         something this file cannot tell apart from them?"""
-        for call in model.calls.get("set_epoch", ()):
+        either = Obj((sampler,), s_obj.keys | loaders.keys)
+        for call in query.method_calls("set_epoch"):
             func = call.func
             if not isinstance(func, ast.Attribute):
                 return True
             recv = func.value
-            if self._refers(model, recv, s_keys | l_keys, [sampler]):
+            if query.refers(recv, either):
                 return True
             if isinstance(recv, ast.Attribute) and recv.attr in ("sampler", "batch_sampler"):
-                if self._refers(model, recv.value, l_keys, []):
+                if query.refers(recv.value, Obj((), loaders.keys)):
                     return True
                 other = model.roles.lookup(recv.value)
                 if other is not None and other.role is Role.LOADER and any(
@@ -316,8 +272,8 @@ for epoch in range(args.epochs):
             return True
         return False
 
-    def _iterated_per_epoch(self, model: FileModel, esc: Escapes, calls: list[ast.Call],
-                            keys: set[Key]) -> bool:
+    @staticmethod
+    def _iterated_per_epoch(model: FileModel, query: Objects, obj: Obj) -> bool:
         """A training loop over the sampler or its loader that itself runs in a loop."""
         steps = model.steps
         training = steps.step_loop_ids | {id(e) for e in steps.epoch_loops}
@@ -326,7 +282,7 @@ for epoch in range(args.epochs):
                 continue
             refs = [n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute,
                                                                     ast.Call))]
-            if any(self._refers(model, n, keys, calls) for n in refs):
+            if any(query.refers(n, obj) for n in refs):
                 if model.loop_contexts(loop):
                     return True
                 continue
@@ -338,9 +294,8 @@ for epoch in range(args.epochs):
             for n in refs:
                 if not (isinstance(n, ast.Name) and n.id in params):
                     continue
-                for site in model.call_sites.get(id(fn), ()):
-                    arg = esc._argument_for(site, fn, n.id)
-                    if arg is not None and self._refers(model, arg, keys, calls) and (
+                for site, arg in query.arguments_for(fn, n.id):
+                    if query.refers(arg, obj) and (
                         model.enclosing_loops(loop) or model.loop_contexts(site)
                     ):
                         return True

@@ -6,8 +6,9 @@ import ast
 from collections import defaultdict
 from collections.abc import Iterator
 
-from trainlint.analysis.escapes import Dispatch, Escapes, ThreadSharing, escapes
+from trainlint.analysis.escapes import Dispatch, Escapes, ThreadSharing
 from trainlint.analysis.model import FileModel, FunctionNode, walk_local
+from trainlint.analysis.objects import objects
 from trainlint.analysis.steps import Event, Kind
 from trainlint.rules.base import Invalid, Report, Rule
 
@@ -276,7 +277,7 @@ class Trainer:
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        esc = escapes(model)
+        esc = objects(model).escape_analysis
         groups: dict[int, list[Dispatch]] = defaultdict(list)
         for d in esc.thread_dispatches:
             if d.target is not None and not d.serial:

@@ -19,7 +19,7 @@ def _is_loss_or_output(model: FileModel, value: ast.AST) -> bool:
     """A loss-function or model call (what carries the graph a backward needs)."""
     if not isinstance(value, ast.Call):
         return False
-    if model.flow._is_model_call(value.func):
+    if model.flow.is_model_call(value.func):
         return True
     if model.roles.role(value.func) is Role.CRITERION:
         return True

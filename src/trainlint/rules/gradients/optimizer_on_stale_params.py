@@ -7,13 +7,12 @@ from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel, call_name, dotted, walk_local
 from trainlint.analysis.roles import Role, parameter_owners
+from trainlint.analysis.torch_table import (
+    NEW_OBJECT_FUNCS,
+    keeps_parameters_method,
+    shares_parameters,
+)
 from trainlint.rules.base import Invalid, Report, Rule
-
-_REBUILD_KEEPS = {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval",
-                  "requires_grad_", "share_memory", "apply", "type", "module", "xpu", "mps",
-                  "compile", "prepare", "setup", "setup_module", "wrap"}
-_REBUILD_NEW = {"copy.deepcopy", "copy.copy", "pickle.load", "pickle.loads", "torch.load",
-                "torch.jit.load", "dill.load", "joblib.load", "cloudpickle.loads"}
 
 
 class OptimizerOnStaleParams(Rule):
@@ -175,22 +174,14 @@ def run_fold(cfg, loader):
     def _new_object(model: FileModel, value: ast.AST, name: str) -> bool:
         # `Net().to(device)`: look through pass-through methods to the object they act on
         while (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
-               and call_name(value) in _REBUILD_KEEPS):
+               and keeps_parameters_method(call_name(value))):
             value = value.func.value
         if not isinstance(value, ast.Call):
             return False
         qual = model.qualname(value.func)
-        if qual in _REBUILD_NEW:
+        if qual in NEW_OBJECT_FUNCS:
             return True
-        cname = call_name(value)
-        if cname in _REBUILD_KEEPS:
-            return False
-        if qual is not None and (
-            qual in ("torch.compile", "torch.jit.script", "torch.jit.trace")
-            or qual.startswith("torch.nn.parallel.")
-            or qual.startswith("torch.distributed.")
-            or qual == "torch.nn.DataParallel"
-        ):
+        if keeps_parameters_method(call_name(value)) or shares_parameters(qual):
             return False
         # a wrapper/factory that receives the old model keeps its parameters
         for arg in [*value.args, *(k.value for k in value.keywords)]:

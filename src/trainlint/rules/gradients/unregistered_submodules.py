@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel, call_name, walk_local
-from trainlint.analysis.roles import Role
+from trainlint.analysis.roles import Role, nn_prefix
 from trainlint.rules.base import Invalid, Report, Rule
 
 
@@ -70,20 +70,6 @@ def _module_elements(model: FileModel, value: ast.AST) -> str | None:
         return None
     if isinstance(value, ast.DictComp):
         return "dict" if _is_module_construction(model, value.value) else None
-    return None
-
-
-def nn_prefix(model: FileModel) -> str | None:
-    """How this file can spell ``torch.nn``: ``nn`` or ``torch.nn`` (module scope)."""
-    b = model.imports._scopes.get(id(model.tree))
-    if b is None:
-        return None
-    for local, q in b.imports.items():
-        if q == "torch.nn" and local not in b.others:
-            return local
-    for local, q in b.imports.items():
-        if q == "torch" and local not in b.others:
-            return f"{local}.nn"
     return None
 
 

@@ -308,10 +308,10 @@ def validate(model, val_loader):
         for call in candidates:
             func = call.func
             name = dotted(func)
-            if flow._is_model_call(func) or (
+            if flow.is_model_call(func) or (
                 name is not None and (id(model.function_of(call)), name) in evaluated
             ) or (isinstance(func, (ast.Name, ast.Attribute)) and model.qualname(func) is None
-                  and model.steps._is_model(func) and model.resolve_call_target_is_none(func)
+                  and model.steps.is_model(func) and model.resolve_call_target_is_none(func)
                   and not _ACCESSOR.match((name or "").rsplit(".", 1)[-1])):
                 yield call
 
@@ -349,7 +349,7 @@ def validate(model, val_loader):
                 return True
             if isinstance(sub, ast.Call):
                 target = model.resolve_call(sub)
-                if target is not None and model.steps._has_own_step(target):
+                if target is not None and model.steps.has_own_step(target):
                     return True
         return False
 

@@ -257,7 +257,7 @@ class Trainer:
         if found is not None:
             return found[1]
         fn = model.function_of(stmt)
-        if fn is not None and steps._has_own_step(fn) and any(
+        if fn is not None and steps.has_own_step(fn) and any(
             isinstance(c, ast.Call) and (ev := steps.classify(c)) is not None
             and ev.kind is Kind.BACKWARD for c in walk_local(fn)
         ):

@@ -7,54 +7,16 @@ from collections.abc import Iterator
 
 from trainlint.analysis.amp import Scalers, contains_in_order, literally_disabled, off_amp_branch
 from trainlint.analysis.model import FileModel, dotted
+from trainlint.analysis.objects import objects
 from trainlint.analysis.paths import Reported, precise_step_loops
-from trainlint.analysis.roles import Binding, Role
+from trainlint.analysis.roles import Role
 from trainlint.analysis.steps import Event, Kind, StepLoop
+from trainlint.analysis.torch_table import GRAD_SCALERS
 from trainlint.rules.base import Invalid, Report, Rule
-
-_SCALERS = {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler",
-            "torch.cpu.amp.GradScaler"}
 
 
 def _named_scaler(expr: ast.AST) -> bool:
     return "scaler" in (dotted(expr) or "").rsplit(".", 1)[-1].lower()
-
-
-def _escapes(model: FileModel, binding: Binding) -> bool:
-    """Does the scaler object leave our sight (passed to a call, returned, stored elsewhere,
-    put in a container)? Then whoever receives it may call ``update()``."""
-    roles = model.roles
-    keys = {k for k, bs in roles.bindings.items() if any(b.call is binding.call for b in bs)}
-    if not keys:
-        return True
-    last = {str(k[-1]).rsplit(".", 1)[-1] for k in keys}
-    candidates: list[ast.AST] = [a for name in last for a in model.attributes.get(name, ())]
-    candidates += [n for n in ast.walk(model.tree) if isinstance(n, ast.Name) and n.id in last]
-    for node in candidates:
-        if not isinstance(getattr(node, "ctx", None), ast.Load) or roles.key(node) not in keys:
-            continue
-        parent = model.parent_of(node)
-        if isinstance(parent, ast.Attribute) and parent.value is node:
-            continue  # scaler.scale(...), scaler.step(...), scaler.state_dict()
-        if _tested_only(model, node):
-            continue  # `if scaler is not None:`, `use_amp = scaler is not None`
-        return True
-    return False
-
-
-def _tested_only(model: FileModel, node: ast.AST) -> bool:
-    """Is ``node`` only tested (compared, negated, or an ``if``/``while`` condition), so
-    that the object itself goes nowhere? ``x = scaler or other`` hands it on."""
-    cur, parent = node, model.parent_of(node)
-    if isinstance(parent, ast.Compare):
-        return True
-    while isinstance(parent, (ast.BoolOp, ast.UnaryOp)):
-        if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
-            return True
-        cur, parent = parent, model.parent_of(parent)
-    if isinstance(parent, (ast.If, ast.While, ast.IfExp, ast.Assert)):
-        return parent.test is cur
-    return isinstance(parent, ast.comprehension) and any(c is cur for c in parent.ifs)
 
 
 class ScalerStepBypassed(Rule):
@@ -273,10 +235,11 @@ class Trainer:
             b = roles.lookup(recv)
             if b is None or b.role is not Role.SCALER or b.call is None or literally_disabled(b.call):
                 continue  # a scaler passed in: its owner may update it
-            if model.qualname(b.call.func) not in _SCALERS or id(b.call) in updated:
+            if model.qualname(b.call.func) not in GRAD_SCALERS or id(b.call) in updated:
                 continue
             if id(b.call) not in escaped:
-                escaped[id(b.call)] = _escapes(model, b)
+                query = objects(model)
+                escaped[id(b.call)] = query.escapes(query.of(b.call))
             if escaped[id(b.call)]:
                 continue
             if seen.first(call):

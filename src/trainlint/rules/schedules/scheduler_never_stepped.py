@@ -5,176 +5,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.model import FileModel, walk_local
+from trainlint.analysis.model import FileModel
+from trainlint.analysis.objects import Fate, objects
 from trainlint.analysis.schedules import scheduler_calls
 from trainlint.rules.base import Invalid, Report, Rule
-
-
-def _flow_of(model: FileModel, expr: ast.AST, depth: int) -> str:
-    """Follow where a value goes: "stepped", "escapes" or "never"."""
-    if depth > 6:
-        return "escapes"
-    cur = expr
-    parent = model.parent_of(cur)
-    # climb out of containers and wrappers that keep the object
-    while isinstance(parent, (ast.Tuple, ast.List, ast.Dict, ast.Set, ast.Starred, ast.keyword)):
-        if isinstance(parent, (ast.Tuple, ast.List)) and isinstance(
-            model.parent_of(parent), (ast.Assign,)
-        ) and model.parent_of(parent).value is parent:  # type: ignore[union-attr]
-            break  # `a, b = x, y` unpacks element-wise: handled below
-        cur, parent = parent, model.parent_of(parent)
-        if isinstance(parent, (ast.Assign, ast.AnnAssign)) and cur is not expr:
-            return "escapes"  # stored in a container
-    if isinstance(parent, ast.Return):
-        return _flow_of_return(model, parent, cur, expr, depth)
-    if isinstance(parent, ast.Call) and cur is not parent.func:
-        return _flow_into_call(model, parent, cur, depth)
-    if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is cur:
-        targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
-        verdicts = []
-        for t in targets:
-            if isinstance(t, (ast.Tuple, ast.List)) and isinstance(cur, (ast.Tuple, ast.List)):
-                for te, ve in zip(t.elts, cur.elts, strict=False):
-                    if ve is expr or any(s is expr for s in ast.walk(ve)):
-                        verdicts.append(_flow_of_name(model, te, depth))
-            elif isinstance(t, (ast.Name, ast.Attribute)):
-                verdicts.append(_flow_of_name(model, t, depth))
-            else:
-                verdicts.append("escapes")
-        return _merge(verdicts)
-    if isinstance(parent, ast.Expr):
-        return "never"
-    if isinstance(parent, (ast.withitem, ast.NamedExpr, ast.Lambda, ast.IfExp, ast.BoolOp)):
-        return "escapes"
-    return "escapes"
-
-
-def _merge(verdicts: list[str]) -> str:
-    if not verdicts:
-        return "never"
-    if "stepped" in verdicts:
-        return "stepped"
-    if "escapes" in verdicts:
-        return "escapes"
-    return "never"
-
-
-def _flow_of_name(model: FileModel, target: ast.AST, depth: int) -> str:
-    """A name/attribute now holds the scheduler: is it stepped or handed on?"""
-    key = model.roles.key(target)
-    if key is None:
-        return "escapes"
-    if key[0] == "dotted" and not str(key[1]).startswith("self."):
-        return "escapes"  # someone else's attribute
-    refs = _references(model, target, key)
-    verdicts = []
-    for ref in refs:
-        parent = model.parent_of(ref)
-        if isinstance(parent, ast.Attribute) and parent.value is ref:
-            grand = model.parent_of(parent)
-            if isinstance(grand, ast.Call) and grand.func is parent:
-                if parent.attr == "step":
-                    return "stepped"
-                continue  # other methods: get_last_lr(), state_dict()
-            continue
-        if isinstance(parent, (ast.Compare, ast.If, ast.BoolOp, ast.UnaryOp, ast.FormattedValue,
-                               ast.JoinedStr)):
-            continue
-        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and ref in (
-            parent.targets if isinstance(parent, ast.Assign) else [parent.target]
-        ):
-            continue
-        verdicts.append(_flow_of(model, ref, depth + 1))
-    return _merge(verdicts)
-
-
-def _references(model: FileModel, target: ast.AST, key: tuple[object, ...]) -> list[ast.AST]:
-    out: list[ast.AST] = []
-    if key[0] == "name":
-        scope_id = key[1]
-        scope = model.tree if scope_id == id(model.tree) else next(
-            (f for f in model.functions if id(f) == scope_id), model.tree
-        )
-        nodes = ast.walk(scope)
-    else:
-        nodes = ast.walk(model.tree)
-    for node in nodes:
-        if node is target:
-            continue
-        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
-            k = model.roles.key(node)
-            if k == key or (key[0] == "attr" and k is not None and k[0] == "attr"
-                            and k[2] == key[2]):
-                out.append(node)
-    return out
-
-
-def _flow_of_return(model: FileModel, ret: ast.Return, cur: ast.AST, expr: ast.AST,
-                    depth: int) -> str:
-    fn = model.function_of(ret)
-    if fn is None or fn.name.startswith("configure_") or fn.name.startswith("_configure"):
-        return "escapes"
-    sites = model.call_sites.get(id(fn), [])
-    if not sites:
-        return "escapes"  # called from outside this file
-    index = None
-    value = ret.value
-    if isinstance(value, (ast.Tuple, ast.List)) and value is not cur:
-        return "escapes"
-    if isinstance(value, (ast.Tuple, ast.List)):
-        for i, elt in enumerate(value.elts):
-            if elt is expr or any(s is expr for s in ast.walk(elt)):
-                index = i
-    verdicts = []
-    for site in sites:
-        parent = model.parent_of(site)
-        if isinstance(parent, ast.Assign) and parent.value is site and len(parent.targets) == 1:
-            t = parent.targets[0]
-            if index is not None and isinstance(t, (ast.Tuple, ast.List)) and index < len(t.elts):
-                verdicts.append(_flow_of_name(model, t.elts[index], depth + 1))
-            elif index is None and isinstance(t, (ast.Name, ast.Attribute)):
-                verdicts.append(_flow_of_name(model, t, depth + 1))
-            else:
-                verdicts.append("escapes")
-        else:
-            verdicts.append(_flow_of(model, site, depth + 1) if index is None else "escapes")
-    return _merge(verdicts)
-
-
-def _flow_into_call(model: FileModel, call: ast.Call, arg: ast.AST, depth: int) -> str:
-    target = model.resolve_call(call)
-    if target is None:
-        return "escapes"
-    params = [a.arg for a in (*target.args.posonlyargs, *target.args.args)]
-    if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
-        params = params[1:]
-    name = None
-    for i, a in enumerate(call.args):
-        if a is arg and i < len(params):
-            name = params[i]
-    for kw in call.keywords:
-        if kw.value is arg:
-            name = kw.arg
-    if name is None:
-        return "escapes"
-    # closures count: ignite's `create_trainer(..., lr_scheduler)` steps it in the nested
-    # `train_step(engine, batch)` it hands to the Engine
-    for node in ast.walk(target):
-        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
-            parent = model.parent_of(node)
-            if isinstance(parent, ast.Attribute) and parent.attr == "step":
-                return "stepped"
-    # not stepped directly: follow its uses inside the helper
-    verdicts = []
-    for node in walk_local(target):
-        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
-            parent = model.parent_of(node)
-            if isinstance(parent, ast.Attribute):
-                continue
-            if isinstance(parent, (ast.Compare, ast.If, ast.BoolOp, ast.UnaryOp)):
-                continue
-            verdicts.append(_flow_of(model, node, depth + 1))
-    return _merge(verdicts)
 
 
 def _exported_by_config(model: FileModel, call: ast.Call) -> bool:
@@ -375,7 +209,7 @@ main()
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
+        query = objects(model)
         for call in scheduler_calls(model):
-            verdict = _flow_of(model, call, depth=0)
-            if verdict == "never" and not _exported_by_config(model, call):
+            if query.fate(call, "step") is Fate.NEVER and not _exported_by_config(model, call):
                 yield self.report(call)
