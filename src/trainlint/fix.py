@@ -119,15 +119,36 @@ def siblings(model: FileModel, stmt: ast.stmt) -> list[ast.stmt] | None:
     return None
 
 
+def sibling_ancestor(model: FileModel, node: ast.AST, block: list[ast.stmt]) -> ast.stmt | None:
+    """The statement of ``block`` that holds ``node`` (itself, or a loop or ``if`` around
+    it), if any."""
+    cur: ast.AST | None = model.statement_of(node)
+    ids = {id(s) for s in block}
+    while cur is not None and not isinstance(cur, _OWN_SCOPE[:2]):
+        if id(cur) in ids:
+            return cur  # type: ignore[return-value]
+        cur = model.parent_of(cur)
+    return None
+
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
 def _jumps(stmt: ast.stmt) -> bool:
     """Control flow that moving the statement (or moving past it) could change: a
-    return/break/continue/raise, a ``try``, a yield (nested defs do not count)."""
-    todo: list[ast.AST] = [stmt]
+    return/raise, a break/continue out of it, a ``try``, a yield (nested defs do not
+    count; a break inside a loop of its own does)."""
+    todo: list[tuple[ast.AST, bool]] = [(stmt, False)]
     while todo:
-        node = todo.pop()
-        if isinstance(node, _JUMPS):
+        node, in_loop = todo.pop()
+        if isinstance(node, (ast.Break, ast.Continue)):
+            if not in_loop:
+                return True
+        elif isinstance(node, _JUMPS):
             return True
-        todo.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, _OWN_SCOPE))
+        inner = in_loop or isinstance(node, _LOOPS)
+        todo.extend((c, inner) for c in ast.iter_child_nodes(node)
+                    if not isinstance(c, _OWN_SCOPE))
     return False
 
 
@@ -198,6 +219,43 @@ def move_intent(model: FileModel, moved: list[ast.stmt], anchor: ast.stmt,
         return None  # already there
     return Intent("move", *span, count=hi - lo + 1, first=pos[0] - lo, last=pos[-1] - lo,
                   to=to)
+
+
+def move_next_to(model: FileModel, node: ast.AST, anchor: ast.AST, where: str, *,
+                 lift_anchor: bool = False) -> Intent | None:
+    """Move the statement holding ``node`` just ``before``/``after`` the one holding
+    ``anchor``. ``node`` may sit inside a loop or ``if`` of that block (the whole
+    statement moves); with ``lift_anchor`` so may ``anchor`` (e.g. a step inside the
+    batch loop, when moving a per-epoch call after that loop)."""
+    if lift_anchor:
+        block = siblings(model, model.statement_of(node))
+        target = sibling_ancestor(model, anchor, block) if block is not None else None
+        moved = model.statement_of(node)
+    else:
+        target = model.statement_of(anchor)
+        block = siblings(model, target)
+        moved = sibling_ancestor(model, node, block) if block is not None else None
+    if target is None or moved is None:
+        return None
+    return move_intent(model, [moved], target, where)
+
+
+def move_after_last(model: FileModel, node: ast.AST, anchors: list[ast.AST]) -> Intent | None:
+    """Move the statement holding ``node`` to just after the last statement of its block
+    that holds one of ``anchors`` (a call, or a loop/``if`` around it). None when an
+    anchor lies outside that block."""
+    stmt = model.statement_of(node)
+    block = siblings(model, stmt)
+    if block is None or not anchors:
+        return None
+    order = {id(s): i for i, s in enumerate(block)}
+    targets = [sibling_ancestor(model, a, block) for a in anchors]
+    if any(t is None for t in targets):
+        return None
+    last = max((t for t in targets if t is not None), key=lambda t: order[id(t)])
+    if order[id(last)] < order[id(stmt)]:
+        return None
+    return move_intent(model, [stmt], last, "after")
 
 
 def wrap_intent(model: FileModel, stmts: list[ast.stmt], header: str) -> Intent | None:
