@@ -258,6 +258,31 @@ def move_after_last(model: FileModel, node: ast.AST, anchors: list[ast.AST]) -> 
     return move_intent(model, [stmt], last, "after")
 
 
+def torch_call(model: FileModel, node: ast.AST, qualname: str) -> str | None:
+    """How the code at ``node`` spells a call of ``qualname`` (``torch.no_grad``) through
+    the file's own imports (``import torch as T`` -> ``T.no_grad()``), or None."""
+    scopes = model.scopes_of(node)
+    spellings = []
+    for imp in ast.walk(model.tree):
+        if isinstance(imp, ast.Import):
+            for a in imp.names:
+                if qualname.startswith(a.name + "."):
+                    local = a.asname or a.name
+                    spellings.append((local.split(".")[0], local + qualname[len(a.name):]))
+        elif isinstance(imp, ast.ImportFrom) and imp.module and not imp.level:
+            for a in imp.names:
+                full = f"{imp.module}.{a.name}"
+                if qualname == full or qualname.startswith(full + "."):
+                    local = a.asname or a.name
+                    spellings.append((local, local + qualname[len(full):]))
+    for local, spelled in sorted(spellings, key=lambda x: len(x[1])):
+        head = spelled.split(".")[0]
+        resolved = model.imports.resolve_name(head, scopes)
+        if resolved is not None and (resolved + spelled[len(head):]) == qualname:
+            return spelled + "()"
+    return None
+
+
 def wrap_intent(model: FileModel, stmts: list[ast.stmt], header: str) -> Intent | None:
     """Wrap the contiguous sibling statements ``stmts`` in ``with <header>:``."""
     block = siblings(model, stmts[0]) if stmts else None
