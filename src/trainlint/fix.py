@@ -258,6 +258,33 @@ def move_after_last(model: FileModel, node: ast.AST, anchors: list[ast.AST]) -> 
     return move_intent(model, [stmt], last, "after")
 
 
+def append_to_block(model: FileModel, stmt: ast.stmt, code: str) -> Edit | None:
+    """A text edit adding the one-line statement ``code`` at the end of the block that
+    holds ``stmt``, at its indentation. None when a statement after ``stmt`` in the block
+    could jump past the new line (return, break, raise, a ``try``) or the block's last
+    line does not end cleanly."""
+    block = siblings(model, stmt)
+    if block is None:
+        return None
+    i = next(k for k, s in enumerate(block) if s is stmt)
+    if any(_jumps(s) for s in block[i + 1 :]):
+        return None
+    lines = model.source.lines
+    indent = lines[stmt.lineno - 1][: stmt.col_offset]
+    last = block[-1]
+    end_line = last.end_lineno or last.lineno
+    if indent.strip() or end_line > len(lines):
+        return None
+    _, _, _, end_col = model.source.span(last)
+    line = lines[end_line - 1]
+    tail = line[end_col - 1 :].strip()
+    if tail and not tail.startswith("#"):
+        return None  # `a(); b()` or a one-line block: no clean place for a new line
+    body = line.rstrip("\r\n")
+    nl = line[len(body):] or ("\r\n" if lines[0].endswith("\r\n") else "\n")
+    return insert_at(end_line, len(body) + 1, f"{nl}{indent}{code}")
+
+
 def torch_call(model: FileModel, node: ast.AST, qualname: str) -> str | None:
     """How the code at ``node`` spells a call of ``qualname`` (``torch.no_grad``) through
     the file's own imports (``import torch as T`` -> ``T.no_grad()``), or None."""
