@@ -103,6 +103,8 @@ def _transform(stmts: list[cst.BaseStatement], intent: Intent) -> list[cst.BaseS
         except cst.ParserSyntaxError:
             return None
         head = seg[0]
+        if not isinstance(head, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return None
         lead = head.leading_lines
         body = [head.with_changes(leading_lines=()), *seg[1:]]
         wrapped = cst.With(

@@ -221,21 +221,14 @@ def move_intent(model: FileModel, moved: list[ast.stmt], anchor: ast.stmt,
                   to=to)
 
 
-def move_next_to(model: FileModel, node: ast.AST, anchor: ast.AST, where: str, *,
-                 lift_anchor: bool = False) -> Intent | None:
+def move_next_to(model: FileModel, node: ast.AST, anchor: ast.AST, where: str) -> Intent | None:
     """Move the statement holding ``node`` just ``before``/``after`` the one holding
     ``anchor``. ``node`` may sit inside a loop or ``if`` of that block (the whole
-    statement moves); with ``lift_anchor`` so may ``anchor`` (e.g. a step inside the
-    batch loop, when moving a per-epoch call after that loop)."""
-    if lift_anchor:
-        block = siblings(model, model.statement_of(node))
-        target = sibling_ancestor(model, anchor, block) if block is not None else None
-        moved = model.statement_of(node)
-    else:
-        target = model.statement_of(anchor)
-        block = siblings(model, target)
-        moved = sibling_ancestor(model, node, block) if block is not None else None
-    if target is None or moved is None:
+    statement moves: a hand-written zeroing loop)."""
+    target = model.statement_of(anchor)
+    block = siblings(model, target)
+    moved = sibling_ancestor(model, node, block) if block is not None else None
+    if moved is None:
         return None
     return move_intent(model, [moved], target, where)
 
@@ -302,7 +295,7 @@ def torch_call(model: FileModel, node: ast.AST, qualname: str) -> str | None:
                 if qualname == full or qualname.startswith(full + "."):
                     local = a.asname or a.name
                     spellings.append((local, local + qualname[len(full):]))
-    for local, spelled in sorted(spellings, key=lambda x: len(x[1])):
+    for _local, spelled in sorted(spellings, key=lambda x: len(x[1])):
         head = spelled.split(".")[0]
         resolved = model.imports.resolve_name(head, scopes)
         if resolved is not None and (resolved + spelled[len(head):]) == qualname:

@@ -66,12 +66,13 @@ def _under_grad_wrapper(model: FileModel, node: ast.AST) -> bool:
     return False
 
 
-def _wrap_in_no_grad(model: FileModel, call: ast.Call, loops: list[ast.AST]) -> Intent | None:
+def _wrap_in_no_grad(model: FileModel, call: ast.Call,
+                     loops: list[ast.For | ast.AsyncFor | ast.While]) -> Intent | None:
     loop = next((lp for lp in loops if _over_data(lp)), None)  # innermost first
     header = torch_call(model, call, "torch.no_grad")
     if loop is None or header is None:
         return None
-    return wrap_intent(model, [loop], header)  # type: ignore[list-item]
+    return wrap_intent(model, [loop], header)
 
 
 class EvalWithoutNoGrad(Rule):
