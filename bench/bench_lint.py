@@ -10,6 +10,9 @@ are printed as ratios to the floor measured in the same process:
 
 * **floor**: read every file and ``ast.parse`` it, one process;
 * **cold**: lint every file, all rules, one process, no cache;
+* **fix**: the same as cold with ``--diff --unsafe-fixes`` (every fix computed, libcst
+  transforms included, nothing written); SPEC 12 wants it <= 2x cold, measured on
+  ``fixtures/`` (``python bench/bench_lint.py fixtures``);
 * **ruff**: ``ruff check --select ALL --no-cache``, one thread, over a copy of the
   same files (when ruff is installed), its own process's CPU;
 * **peak memory**: maximum resident set of a separate process linting the tree
@@ -147,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     from trainlint.cache import Cache
     from trainlint.config import Settings, select_rules
     from trainlint.rules import builtin_rules
-    from trainlint.runner import run
+    from trainlint.runner import FixMode, run
 
     def floor() -> None:
         with warnings.catch_warnings():
@@ -197,6 +200,12 @@ def main(argv: list[str] | None = None) -> int:
         warm_t = cpu_time(warm, args.runs)
         rows.append(("trainlint warm (cache)", warm_t))
 
+        def fix() -> None:
+            run(files, selection, settings, jobs=1, fix=FixMode(diff=True, unsafe=True))
+
+        fix_t = cpu_time(fix, args.runs)
+        rows.append(("trainlint --diff --unsafe-fixes, 1 process", fix_t))
+
         copy_root = work / "copy"
         listing = _copy_files(files, copy_root)
         list_file = work / "files.txt"
@@ -215,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, secs in rows:
             print(f"{name:{width}}  {secs:7.3f}  {secs / floor_t:7.2f}")
         print(f"warm / cold = {warm_t / cold_t:.3f}")
+        print(f"fix / cold = {fix_t / cold_t:.2f} (SPEC: <= 2 on fixtures/)")
         if shutil.which("ruff"):
             print(f"cold / ruff = {cold_t / ruff_t:.2f} (trainlint in-process, ruff whole process)")
 

@@ -24,6 +24,7 @@ from trainlint.config import (
 from trainlint.rules.base import Rule
 
 if TYPE_CHECKING:
+    from trainlint.findings import Finding
     from trainlint.runner import RunResult
 
 FORMATS = ("concise", "full", "json", "sarif", "github")
@@ -195,7 +196,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"Would fix {_count(result.fixed, 'finding')}{rest}.", file=sys.stderr)
         for err in result.errors:
             print(f"trainlint: error: {err}", file=sys.stderr)
-        if result.errors:
+        if result.errors or _missing_libcst(result.findings, args):
             return 2
         return 1 if result.diffs and not args.exit_zero else 0
     fmt = args.output_format or ("full" if args.show_source else "concise")
@@ -220,11 +221,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.timings:
         for code, secs in sorted(result.timings.items(), key=lambda kv: -kv[1]):
             print(f"{secs * 1000:10.1f} ms  {code}", file=sys.stderr)
-    if result.errors:
+    if result.errors or (fix.active and _missing_libcst(result.findings, args)):
         return 2
     if args.exit_zero:
         return 0
     return result.exit_code
+
+
+def _missing_libcst(findings: list[Finding], args: argparse.Namespace) -> bool:
+    """A fix that moves statements was asked for and libcst is not installed: say what
+    to install (one line, on stderr); the text-only fixes were applied all the same."""
+    from trainlint.fix import MISSING_LIBCST, needs_libcst
+
+    if needs_libcst(findings, args.unsafe_fixes):
+        print(MISSING_LIBCST, file=sys.stderr)
+        return True
+    return False
 
 
 def _count(n: int, noun: str) -> str:
@@ -283,10 +295,14 @@ def _check_stdin(args: argparse.Namespace) -> int:
                                                   text=t).findings, args.unsafe_fixes)
             if args.fix and not args.diff:
                 sys.stdout.write(fixed)
+                if _missing_libcst(remaining, args):
+                    return 2
                 return 1 if remaining and not args.exit_zero else 0
             from trainlint.fix import unified_diff
 
             sys.stdout.write(unified_diff(name, text, fixed))
+            if _missing_libcst(remaining, args):
+                return 2
             return 1 if fixed != text and not args.exit_zero else 0
     fmt = args.output_format or ("full" if args.show_source else "concise")
     sys.stdout.write(builtin_formats()[fmt](result.findings, rules))

@@ -20,11 +20,53 @@ class Edit:
     content: str
 
 
+IntentKind = Literal["move", "wrap", "dedent"]
+
+
+@dataclass(frozen=True)
+class Intent:
+    """A fix that restructures statements: what to do, on which sibling statements.
+
+    The region runs from ``line, column`` (where its first statement starts) to
+    ``end_line, end_column`` (where its last one ends) and holds ``count`` sibling
+    statements of one block, one per line. Under ``--fix``/``--diff`` a libcst transform
+    of that region carries the intent out and becomes an ordinary text edit
+    (:mod:`trainlint.restructure`); a region it cannot transform safely stays unfixed.
+
+    - ``move``: statements ``first..last`` (indices in the region) go just before
+      statement ``to`` (``to == count``: after the last one).
+    - ``wrap``: statements ``first..last`` become the body of ``with <header>:``.
+    - ``dedent``: the region is one ``with`` statement; its body statements from
+      ``first`` to the end move out, just after it.
+    """
+
+    kind: IntentKind
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    count: int
+    first: int
+    last: int
+    to: int = 0
+    header: str = ""
+    #: one level of indentation in this file (for ``wrap``)
+    indent: str = "    "
+
+    def shifted(self, lines: int) -> Intent:
+        """The same intent with its lines moved by ``lines`` (a notebook cell's offset)."""
+        from dataclasses import replace
+
+        return replace(self, line=self.line + lines, end_line=self.end_line + lines)
+
+
 @dataclass(frozen=True)
 class Fix:
     applicability: Applicability
     edits: tuple[Edit, ...]
     message: str = ""
+    #: a restructuring fix, carried out with libcst only under --fix/--diff
+    intent: Intent | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +109,8 @@ class Finding:
         data.pop("extra", None)
         if self.fix is None:
             data["fix"] = None
+        elif self.fix.intent is None:
+            data["fix"].pop("intent", None)  # text-only fixes keep their JSON shape
         if self.cell is None:
             data.pop("cell")
         if self.related:
@@ -87,6 +131,7 @@ class Finding:
                 applicability=fix["applicability"],
                 edits=tuple(Edit(**e) for e in fix["edits"]),
                 message=fix.get("message", ""),
+                intent=Intent(**fix["intent"]) if fix.get("intent") else None,
             )
         return cls(
             code=data["code"],

@@ -2,6 +2,12 @@
 
 Edits replace character spans of the original text, so everything outside the
 span (comments, formatting, line endings, encoding, BOM) is preserved byte for byte.
+
+Fixes that move, wrap or dedent statements are built here from the ``ast`` as an
+:class:`~trainlint.findings.Intent` (plain data: which sibling statements, what to do)
+and carried out only under ``--fix``/``--diff`` by :mod:`trainlint.cst_fix`, a libcst
+transform of the smallest region that holds them, which becomes one text edit. libcst
+is imported there and nowhere else: a plain lint never pays for it.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainlint.findings import Edit, Finding
+from trainlint.findings import Edit, Finding, Fix, Intent
 
 if TYPE_CHECKING:
     from trainlint.analysis.model import FileModel
@@ -94,6 +100,277 @@ def add_keyword(model: FileModel, call: ast.Call, text: str) -> Edit | None:
     return insert_at(last_line, last_col, f", {text}")
 
 
+# -- restructuring intents (built from the ast; carried out by cst_fix) -------------------
+
+_JUMPS = (ast.Return, ast.Break, ast.Continue, ast.Raise, ast.Try, ast.Yield, ast.YieldFrom,
+          ast.Global, ast.Nonlocal) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
+_OWN_SCOPE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def siblings(model: FileModel, stmt: ast.stmt) -> list[ast.stmt] | None:
+    """The statement list ``stmt`` sits in (a body, an ``else``, a ``finally``)."""
+    parent = model.parent_of(stmt)
+    if parent is None:
+        return None
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(parent, name, None)
+        if isinstance(block, list) and any(s is stmt for s in block):
+            return block
+    return None
+
+
+def sibling_ancestor(model: FileModel, node: ast.AST, block: list[ast.stmt]) -> ast.stmt | None:
+    """The statement of ``block`` that holds ``node`` (itself, or a loop or ``if`` around
+    it), if any."""
+    cur: ast.AST | None = model.statement_of(node)
+    ids = {id(s) for s in block}
+    while cur is not None and not isinstance(cur, _OWN_SCOPE[:2]):
+        if id(cur) in ids:
+            return cur  # type: ignore[return-value]
+        cur = model.parent_of(cur)
+    return None
+
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+def _jumps(stmt: ast.stmt) -> bool:
+    """Control flow that moving the statement (or moving past it) could change: a
+    return/raise, a break/continue out of it, a ``try``, a yield (nested defs do not
+    count; a break inside a loop of its own does)."""
+    todo: list[tuple[ast.AST, bool]] = [(stmt, False)]
+    while todo:
+        node, in_loop = todo.pop()
+        if isinstance(node, (ast.Break, ast.Continue)):
+            if not in_loop:
+                return True
+        elif isinstance(node, _JUMPS):
+            return True
+        inner = in_loop or isinstance(node, _LOOPS)
+        todo.extend((c, inner) for c in ast.iter_child_nodes(node)
+                    if not isinstance(c, _OWN_SCOPE))
+    return False
+
+
+def _indent_unit(model: FileModel, stmt: ast.stmt) -> str:
+    """One level of indentation as this file writes it, seen from ``stmt``'s block."""
+    lines = model.source.lines
+    own = lines[stmt.lineno - 1][: stmt.col_offset]
+    parent = model.parent_of(stmt)
+    if isinstance(parent, ast.stmt):
+        outer = lines[parent.lineno - 1][: parent.col_offset]
+        if own.startswith(outer) and len(own) > len(outer):
+            return own[len(outer):]
+    for node in ast.walk(model.tree):  # module level: the first indented block
+        if isinstance(node, ast.stmt) and node.col_offset > 0:
+            return lines[node.lineno - 1][: node.col_offset]
+    return "    "
+
+
+def _region(model: FileModel, block: list[ast.stmt], lo: int, hi: int) -> tuple[
+        int, int, int, int] | None:
+    """Span of ``block[lo..hi]`` if the statements sit one per line, alone on their lines."""
+    region = block[lo : hi + 1]
+    prev_end = 0
+    for s in region:
+        if s.lineno <= prev_end or getattr(s, "decorator_list", None):
+            return None  # `a; b` on one line, or a decorator above the region's start
+        prev_end = s.end_lineno or s.lineno
+    first, last = region[0], region[-1]
+    if (first.lineno > 1 and hi + 1 < len(block) and block[hi + 1].lineno == prev_end):
+        return None
+    if lo > 0 and block[lo - 1].end_lineno == first.lineno:
+        return None
+    line, col, _, _ = model.source.span(first)
+    _, _, end_line, end_col = model.source.span(last)
+    if model.source.lines[line - 1][: col - 1].strip():
+        return None
+    return line, col, end_line, end_col
+
+
+def move_intent(model: FileModel, moved: list[ast.stmt], anchor: ast.stmt,
+                where: str = "before") -> Intent | None:
+    """Move the contiguous sibling statements ``moved`` just ``before``/``after`` ``anchor``.
+
+    None (leave the finding unfixed) when they are not siblings, when the statements
+    moved or moved past could jump (return, break, raise, a ``try``), or when the
+    layout does not allow a clean cut (two statements on a line).
+    """
+    block = siblings(model, anchor)
+    if block is None or not moved:
+        return None
+    idx = {id(s): i for i, s in enumerate(block)}
+    if any(id(s) not in idx for s in moved):
+        return None
+    pos = sorted(idx[id(s)] for s in moved)
+    if pos != list(range(pos[0], pos[-1] + 1)):
+        return None
+    a = idx[id(anchor)]
+    if pos[0] <= a <= pos[-1]:
+        return None
+    lo, hi = min(pos[0], a), max(pos[-1], a)
+    if any(_jumps(s) for s in block[lo : hi + 1]):
+        return None
+    span = _region(model, block, lo, hi)
+    if span is None:
+        return None
+    to = a - lo + (1 if where == "after" else 0)
+    if to in (pos[0] - lo, pos[-1] - lo + 1):
+        return None  # already there
+    return Intent("move", *span, count=hi - lo + 1, first=pos[0] - lo, last=pos[-1] - lo,
+                  to=to)
+
+
+def move_next_to(model: FileModel, node: ast.AST, anchor: ast.AST, where: str) -> Intent | None:
+    """Move the statement holding ``node`` just ``before``/``after`` the one holding
+    ``anchor``. ``node`` may sit inside a loop or ``if`` of that block (the whole
+    statement moves: a hand-written zeroing loop)."""
+    target = model.statement_of(anchor)
+    block = siblings(model, target)
+    moved = sibling_ancestor(model, node, block) if block is not None else None
+    if moved is None:
+        return None
+    return move_intent(model, [moved], target, where)
+
+
+def move_after_last(model: FileModel, node: ast.AST, anchors: list[ast.AST]) -> Intent | None:
+    """Move the statement holding ``node`` to just after the last statement of its block
+    that holds one of ``anchors`` (a call, or a loop/``if`` around it). None when an
+    anchor lies outside that block."""
+    stmt = model.statement_of(node)
+    block = siblings(model, stmt)
+    if block is None or not anchors:
+        return None
+    order = {id(s): i for i, s in enumerate(block)}
+    targets = [sibling_ancestor(model, a, block) for a in anchors]
+    if any(t is None for t in targets):
+        return None
+    last = max((t for t in targets if t is not None), key=lambda t: order[id(t)])
+    if order[id(last)] < order[id(stmt)]:
+        return None
+    return move_intent(model, [stmt], last, "after")
+
+
+def append_to_block(model: FileModel, stmt: ast.stmt, code: str) -> Edit | None:
+    """A text edit adding the one-line statement ``code`` at the end of the block that
+    holds ``stmt``, at its indentation. None when a statement after ``stmt`` in the block
+    could jump past the new line (return, break, raise, a ``try``) or the block's last
+    line does not end cleanly."""
+    block = siblings(model, stmt)
+    if block is None:
+        return None
+    i = next(k for k, s in enumerate(block) if s is stmt)
+    if any(_jumps(s) for s in block[i + 1 :]):
+        return None
+    lines = model.source.lines
+    indent = lines[stmt.lineno - 1][: stmt.col_offset]
+    last = block[-1]
+    end_line = last.end_lineno or last.lineno
+    if indent.strip() or end_line > len(lines):
+        return None
+    _, _, _, end_col = model.source.span(last)
+    line = lines[end_line - 1]
+    tail = line[end_col - 1 :].strip()
+    if tail and not tail.startswith("#"):
+        return None  # `a(); b()` or a one-line block: no clean place for a new line
+    body = line.rstrip("\r\n")
+    nl = line[len(body):] or ("\r\n" if lines[0].endswith("\r\n") else "\n")
+    return insert_at(end_line, len(body) + 1, f"{nl}{indent}{code}")
+
+
+def torch_call(model: FileModel, node: ast.AST, qualname: str) -> str | None:
+    """How the code at ``node`` spells a call of ``qualname`` (``torch.no_grad``) through
+    the file's own imports (``import torch as T`` -> ``T.no_grad()``), or None."""
+    scopes = model.scopes_of(node)
+    spellings = []
+    for imp in ast.walk(model.tree):
+        if isinstance(imp, ast.Import):
+            for a in imp.names:
+                if qualname.startswith(a.name + "."):
+                    local = a.asname or a.name
+                    spellings.append((local.split(".")[0], local + qualname[len(a.name):]))
+        elif isinstance(imp, ast.ImportFrom) and imp.module and not imp.level:
+            for a in imp.names:
+                full = f"{imp.module}.{a.name}"
+                if qualname == full or qualname.startswith(full + "."):
+                    local = a.asname or a.name
+                    spellings.append((local, local + qualname[len(full):]))
+    for _local, spelled in sorted(spellings, key=lambda x: len(x[1])):
+        head = spelled.split(".")[0]
+        resolved = model.imports.resolve_name(head, scopes)
+        if resolved is not None and (resolved + spelled[len(head):]) == qualname:
+            return spelled + "()"
+    return None
+
+
+def wrap_intent(model: FileModel, stmts: list[ast.stmt], header: str) -> Intent | None:
+    """Wrap the contiguous sibling statements ``stmts`` in ``with <header>:``."""
+    block = siblings(model, stmts[0]) if stmts else None
+    if block is None:
+        return None
+    idx = {id(s): i for i, s in enumerate(block)}
+    if any(id(s) not in idx for s in stmts):
+        return None
+    lo, hi = idx[id(stmts[0])], idx[id(stmts[-1])]
+    span = _region(model, block, lo, hi)
+    if span is None:
+        return None
+    return Intent("wrap", *span, count=hi - lo + 1, first=0, last=hi - lo, header=header,
+                  indent=_indent_unit(model, stmts[0]))
+
+
+def dedent_intent(model: FileModel, with_stmt: ast.With, first: ast.stmt) -> Intent | None:
+    """Move ``first`` and the statements after it in the ``with`` body out of the block,
+    just after it. None when ``first`` opens the body (the block would be left empty)."""
+    if len(with_stmt.items) != 1:
+        return None  # other context managers would be left too
+    body = with_stmt.body
+    i = next((k for k, s in enumerate(body) if s is first), None)
+    if not i or body[0].lineno == with_stmt.lineno:
+        return None
+    block = siblings(model, with_stmt)
+    if block is None:
+        return None
+    k = next(n for n, s in enumerate(block) if s is with_stmt)
+    span = _region(model, block, k, k)
+    if span is None:
+        return None
+    return Intent("dedent", *span, count=1, first=i, last=len(body) - 1)
+
+
+def intent_edits(fix: Fix, text: str | None) -> list[Edit]:
+    """A fix's text edits, with its intent carried out on ``text`` (libcst, imported
+    here lazily). An intent that cannot be carried out safely drops the whole fix; so
+    does one with no ``text`` or no libcst (the CLI says what to install)."""
+    if fix.intent is None:
+        return list(fix.edits)
+    if text is None or not libcst_available():
+        return []
+    from trainlint.cst_fix import realize
+
+    edit = realize(text, fix.intent)
+    return [*fix.edits, edit] if edit is not None else []
+
+
+_LIBCST: bool | None = None
+
+
+def libcst_available() -> bool:
+    global _LIBCST
+    if _LIBCST is None:
+        import importlib.util
+
+        try:
+            _LIBCST = importlib.util.find_spec("libcst") is not None
+        except (ImportError, ValueError):
+            _LIBCST = False
+    return _LIBCST
+
+
+MISSING_LIBCST = ("trainlint: fixes that move or wrap statements need libcst: "
+                  "pip install 'trainlint[fix]'")
+
+
 def apply_edits(text: str, edits: list[Edit]) -> tuple[str, int]:
     """Apply non-overlapping edits (first come, first served). Returns (text, applied)."""
     from trainlint.source import Source
@@ -123,13 +400,22 @@ def apply_edits(text: str, edits: list[Edit]) -> tuple[str, int]:
 MAX_FIX_PASSES = 10
 
 
-def selected_edits(findings: list[Finding], unsafe: bool) -> list[Edit]:
+def selected_edits(findings: list[Finding], unsafe: bool, text: str | None = None) -> list[Edit]:
+    """The edits of the fixes to apply; intents are carried out on ``text``."""
     return [
         e
         for f in findings
         if f.fix is not None and (f.fix.applicability == "safe" or unsafe)
-        for e in f.fix.edits
+        for e in intent_edits(f.fix, text)
     ]
+
+
+def needs_libcst(findings: list[Finding], unsafe: bool) -> bool:
+    """A selected fix is left only because libcst is missing."""
+    return not libcst_available() and any(
+        f.fix is not None and f.fix.intent is not None
+        and (f.fix.applicability == "safe" or unsafe) for f in findings
+    )
 
 
 def fix_text(
@@ -146,7 +432,7 @@ def fix_text(
             f.fix.applicability == "safe" or unsafe)]
         if not fixable:
             break
-        new_text, n = apply_edits(text, selected_edits(fixable, unsafe))
+        new_text, n = apply_edits(text, selected_edits(fixable, unsafe, text))
         if n == 0 or new_text == text:
             break
         try:

@@ -288,15 +288,10 @@ def _cell_sources(nb: dict[str, Any]) -> dict[int, str]:
 
 def fix_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str],
                  file_path: Any, mode: Any) -> FileResult:
-    """Fix code cells in place: edits map to (cell, line) since fixes never add lines;
-    only changed cells are rewritten, outputs and metadata are kept."""
-    from trainlint.fix import (
-        MAX_FIX_PASSES,
-        apply_edits,
-        selected_edits,
-        unified_diff,
-        write_atomic,
-    )
+    """Fix code cells in place: edits map to (cell, line) positions of the module the
+    cells were linted as, and restructuring intents are carried out on the cell's own
+    source; only changed cells are rewritten, outputs and metadata are kept."""
+    from trainlint.fix import MAX_FIX_PASSES, apply_edits, intent_edits, unified_diff, write_atomic
 
     try:
         nb = _load(data)
@@ -307,16 +302,34 @@ def fix_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str],
     applied = 0
     for _ in range(MAX_FIX_PASSES):
         result, cells, _broken = lint_cells(linter, sources, path, ignored)
-        edits = selected_edits(result.findings, mode.unsafe)
-        if not edits:
-            break
         per_cell: dict[int, list[Any]] = {}
-        for e in edits:
-            cell, line = cells.locate(e.line)
-            end_cell, end_line = cells.locate(e.end_line)
-            if cell != end_cell:
+        for f in result.findings:
+            if f.fix is None or not (f.fix.applicability == "safe" or mode.unsafe):
                 continue
-            per_cell.setdefault(cell, []).append(replace(e, line=line, end_line=end_line))
+            fix = f.fix
+            if fix.intent is not None:
+                # Carried out on the cell's own source (magics unmasked): a region
+                # across cells, or one holding a magic, does not parse and stays unfixed.
+                cell, line = cells.locate(fix.intent.line)
+                if cells.locate(fix.intent.end_line)[0] != cell:
+                    continue
+                shift = line - fix.intent.line
+                fix = replace(fix, edits=tuple(
+                    replace(e, line=e.line + shift, end_line=e.end_line + shift)
+                    for e in fix.edits), intent=fix.intent.shifted(shift))
+                if any(cells.locate(e.line)[0] != cell or cells.locate(e.end_line)[0] != cell
+                       for e in f.fix.edits):
+                    continue
+                per_cell.setdefault(cell, []).extend(intent_edits(fix, sources[cell]))
+                continue
+            for e in fix.edits:
+                cell, line = cells.locate(e.line)
+                end_cell, end_line = cells.locate(e.end_line)
+                if cell != end_cell:
+                    continue
+                per_cell.setdefault(cell, []).append(replace(e, line=line, end_line=end_line))
+        if not per_cell:
+            break
         changed = False
         for cell, cell_edits in per_cell.items():
             new, n = apply_edits(sources[cell], cell_edits)

@@ -46,10 +46,10 @@ def lint_example(
 
 
 def fix_example(rule: type[Rule], source: str, findings: Sequence[Finding]) -> str:
-    from trainlint.fix import apply_edits
+    from trainlint.fix import apply_edits, selected_edits
 
-    edits = [e for f in findings if f.fix is not None for e in f.fix.edits]
-    return apply_edits(source, edits)[0]
+    # Restructuring intents are carried out too (that needs libcst, as `--fix` does).
+    return apply_edits(source, selected_edits(list(findings), True, source))[0]
 
 
 def _normalise(example: str | Valid | Invalid) -> Valid | Invalid:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from trainlint.analysis.model import FileModel
-from trainlint.findings import Applicability, Edit, Fix, Severity
+from trainlint.findings import Applicability, Edit, Fix, Intent, Severity
 
 DOC_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead")
 OPTIONAL_SECTIONS = ("Fix safety", "Options", "References")
@@ -117,9 +117,13 @@ class Rule:
             node, message or self.message, severity or self.severity, fix, related=related
         )
 
-    def fix(self, *edits: Edit, message: str = "") -> Fix:
+    def fix(self, *edits: Edit, message: str = "", intent: Intent | None = None) -> Fix:
         assert self.fix_safety is not None, f"{self.code} declares no fix_safety"
-        return Fix(self.fix_safety, tuple(edits), message)
+        return Fix(self.fix_safety, tuple(edits), message, intent)
+
+    def restructure(self, intent: Intent | None, message: str) -> Fix | None:
+        """A fix that moves, wraps or dedents statements (None: leave it unfixed)."""
+        return self.fix(message=message, intent=intent) if intent is not None else None
 
     # -- documentation -------------------------------------------------------------------
     @classmethod

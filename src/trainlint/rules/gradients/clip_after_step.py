@@ -8,7 +8,29 @@ from collections.abc import Iterator
 from trainlint.analysis.model import FileModel
 from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.steps import Event, Kind, StepLoop
+from trainlint.findings import Intent
+from trainlint.fix import move_intent, siblings
 from trainlint.rules.base import Invalid, Report, Rule
+
+
+def _is_unscale(stmt: ast.stmt) -> bool:
+    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Attribute) and stmt.value.func.attr == "unscale_")
+
+
+def _clip_before_step(model: FileModel, clip: ast.AST, step: ast.AST) -> Intent | None:
+    """Move the clip statement, with the `scaler.unscale_(opt)` right above it under AMP,
+    to just before the step statement."""
+    clip_stmt, step_stmt = model.statement_of(clip), model.statement_of(step)
+    block = siblings(model, clip_stmt)
+    if block is None or not any(s is step_stmt for s in block):
+        return None
+    i = next(k for k, s in enumerate(block) if s is clip_stmt)
+    moved = [clip_stmt]
+    while i > 0 and _is_unscale(block[i - 1]) and block[i - 1] is not step_stmt:
+        i -= 1
+        moved.insert(0, block[i])
+    return move_intent(model, moved, step_stmt, "before")
 
 
 def _reenters(model: FileModel, loop: StepLoop, event: Event) -> bool:
@@ -45,6 +67,12 @@ class ClipAfterStep(Rule):
     optimizer.step()
     ```
 
+    ## Fix safety
+    The fix moves the clip statement (with a `scaler.unscale_(optimizer)` right above
+    it, under AMP) to just before the optimizer step; only the bug changes, so it is
+    safe. It is left undone when the clip and the step are not in the same block or
+    a `try`, `return`, `break` or `raise` lies between them.
+
     ## References
     - [torch.nn.utils.clip_grad_norm_](https://pytorch.org/docs/stable/generated/torch.nn.utils.clip_grad_norm_.html)
     """
@@ -55,6 +83,7 @@ class ClipAfterStep(Rule):
         "gradients clipped after the optimizer step: the update already used unclipped gradients; clip between `backward()` and `step()`"
     )
     triggers = ("clip_grad",)
+    fix_safety = "safe"
     confirm_with = "assert_clip_effective"
     valid = [
         """
@@ -118,6 +147,14 @@ for x, y in loader:
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
 """,
             line=6,
+            fixed="""
+import torch
+for x, y in loader:
+    optimizer.zero_grad()
+    criterion(model(x), y).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+    optimizer.step()
+""",
         ),
         Invalid(
             """
@@ -131,6 +168,57 @@ class Trainer:
         clip(self.model.parameters(), 0.5)
 """,
             line=8,
+            fixed="""
+from torch.nn.utils import clip_grad_value_ as clip
+
+class Trainer:
+    def train_step(self, batch):
+        self.opt.zero_grad()
+        self.model(batch).mean().backward()
+        clip(self.model.parameters(), 0.5)
+        self.opt.step()
+""",
+        ),
+        # AMP: the unscale_ above the clip moves with it; comments travel along
+        Invalid(
+            """
+import torch
+scaler = torch.cuda.amp.GradScaler()
+for x, y in loader:
+    optimizer.zero_grad()
+    scaler.scale(criterion(model(x), y)).backward()
+    scaler.step(optimizer)  # skips the step on inf/nan
+    scaler.update()
+    # clip in true units
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # max norm 1
+""",
+            line=10,
+            fixed="""
+import torch
+scaler = torch.cuda.amp.GradScaler()
+for x, y in loader:
+    optimizer.zero_grad()
+    scaler.scale(criterion(model(x), y)).backward()
+    # clip in true units
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # max norm 1
+    scaler.step(optimizer)  # skips the step on inf/nan
+    scaler.update()
+""",
+        ),
+        # the clip sits in another block than the step: reported, left unfixed
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    optimizer.zero_grad()
+    criterion(model(x), y).backward()
+    optimizer.step()
+    if args.clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+""",
+            line=7,
         ),
     ]
 
@@ -155,6 +243,9 @@ class Trainer:
                         node = model.steps.anchor(e)
                         if seen.first(node):
                             step = model.steps.anchor(path[last_step])
+                            fix = self.restructure(_clip_before_step(model, node, step),
+                                                   "clip before the optimizer step")
                             yield self.report(
-                                node, related=((step, "the optimizer step it comes after"),)
+                                node, related=((step, "the optimizer step it comes after"),),
+                                fix=fix,
                             )

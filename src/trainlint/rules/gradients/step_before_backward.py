@@ -9,6 +9,7 @@ from trainlint.analysis.model import FileModel
 from trainlint.analysis.ordering import runs_before
 from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.steps import STEP_LOOP_TRIGGERS, Event, Kind, StepLoop
+from trainlint.fix import move_after_last
 from trainlint.rules.base import Invalid, Report, Rule
 
 
@@ -67,6 +68,14 @@ class StepBeforeBackward(Rule):
         optimizer.step()
     ```
 
+    ## Fix safety
+    The fix moves the step statement to just after the last backward of the iteration
+    (after the loop or `if` holding it, when the backward sits in one). It is unsafe:
+    the step now also runs after whatever lay between (a scheduler step, logging of the
+    learning rate), and a loop that relied on the lagged update changes behaviour. It is
+    left undone when the backward is not in the step's block, or a `try`, `return`,
+    `break` or `raise` lies between them.
+
     ## References
     - [PyTorch optimization loop](https://pytorch.org/tutorials/beginner/basics/optimization_tutorial.html)
     """
@@ -77,6 +86,7 @@ class StepBeforeBackward(Rule):
         "the optimizer steps before this iteration's backward: it applies stale gradients; call `step()` after `backward()`"
     )
     triggers = STEP_LOOP_TRIGGERS
+    fix_safety = "unsafe"
     confirm_with = "assert_weights_updated"
     valid = [
         """
@@ -154,6 +164,14 @@ for x, y in loader:
     loss.backward()
 """,
             line=4,
+            fixed="""
+import torch
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
         ),
         Invalid(
             """
@@ -168,6 +186,17 @@ def train(model, loader, accelerator):
         accelerator.backward(out.loss)
 """,
             line=6,
+            fixed="""
+import torch.optim as O
+
+def train(model, loader, accelerator):
+    opt = O.AdamW(model.parameters())
+    for batch in loader:
+        opt.zero_grad()
+        out = model(**batch)
+        accelerator.backward(out.loss)
+        opt.step()
+""",
         ),
     ]
 
@@ -184,4 +213,8 @@ def train(model, loader, accelerator):
                 if runs_before(loop.paths, step, Kind.BACKWARD):
                     node = model.steps.anchor(step)
                     if seen.first(node):
-                        yield self.report(node)
+                        later = [e.chain[0] if e.chain else e.node for p in loop.paths if step in p
+                                 for e in p[p.index(step) + 1 :] if e.kind is Kind.BACKWARD]
+                        fix = self.restructure(move_after_last(model, node, later),
+                                               "step after the backward")
+                        yield self.report(node, fix=fix)

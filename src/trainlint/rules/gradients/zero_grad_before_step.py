@@ -9,6 +9,7 @@ from trainlint.analysis.model import FileModel
 from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.roles import Role
 from trainlint.analysis.steps import Event, Kind, StepLoop
+from trainlint.fix import move_next_to
 from trainlint.rules.base import Invalid, Report, Rule
 from trainlint.rules.gradients._shared import single_optimizer
 
@@ -70,6 +71,13 @@ class ZeroGradBeforeStep(Rule):
     optimizer.step()
     ```
 
+    ## Fix safety
+    The fix moves the `zero_grad()` statement to just after the optimizer step of the
+    same block, so the step sees the gradients and the next backward starts clean; only
+    the bug changes, so it is safe. It is left undone when the step is not in the same
+    block (a step under an accumulation `if`: clearing after the `if` would clear every
+    iteration), or a `try`, `return`, `break` or `raise` lies between them.
+
     ## References
     - [Zeroing out gradients in PyTorch](https://pytorch.org/tutorials/recipes/recipes/zeroing_out_gradients.html)
     """
@@ -80,6 +88,7 @@ class ZeroGradBeforeStep(Rule):
         "`zero_grad()` between `backward()` and the optimizer step: the step applies no update; call it before the forward pass or after `step()`"
     )
     triggers = ("zero_grad", ".grad")
+    fix_safety = "safe"
     confirm_with = "assert_weights_updated"
     valid = [
         """
@@ -149,6 +158,14 @@ for x, y in loader:
     optimizer.step()
 """,
             line=5,
+            fixed="""
+import torch
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+""",
         ),
         Invalid(
             """
@@ -170,6 +187,24 @@ class Trainer:
         self.opt.step()
 """,
             line=15,
+            fixed="""
+from torch import optim
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.opt = optim.Adam(model.parameters())
+
+    def clear(self):
+        for p in self.model.parameters():
+            p.grad = None
+
+    def train_step(self, batch):
+        loss = self.model(batch).sum()
+        loss.backward()
+        self.opt.step()
+        self.clear()
+""",
         ),
         # a hand-written zero_grad: testing that a gradient exists is not sanitising it
         Invalid(
@@ -183,6 +218,15 @@ for x, y in loader:
     optimizer.step()
 """,
             line=6,
+            fixed="""
+import torch
+for x, y in loader:
+    criterion(model(x), y).backward()
+    optimizer.step()
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad.zero_()
+""",
         ),
     ]
 
@@ -207,5 +251,8 @@ for x, y in loader:
                             if s.kind is Kind.STEP and _zero_matches_step(model, e, s, loop):
                                 node = model.steps.anchor(e)
                                 if seen.first(node):
-                                    yield self.report(node)
+                                    intent = move_next_to(model, node, model.steps.anchor(s),
+                                                          "after")
+                                    yield self.report(node, fix=self.restructure(
+                                        intent, "clear the gradients after the step"))
                                 break

@@ -11,6 +11,8 @@ from trainlint.analysis.flow import grad_enabled_at
 from trainlint.analysis.model import FileModel, call_name, dotted, is_false, walk_local
 from trainlint.analysis.paths import Reported
 from trainlint.analysis.steps import Kind
+from trainlint.findings import Intent
+from trainlint.fix import torch_call, wrap_intent
 from trainlint.rules.base import Invalid, Report, Rule
 
 _EVAL_FUNC = re.compile(r"^(evaluate|validate|validation|eval|test|val)(_|$)|"
@@ -64,6 +66,15 @@ def _under_grad_wrapper(model: FileModel, node: ast.AST) -> bool:
     return False
 
 
+def _wrap_in_no_grad(model: FileModel, call: ast.Call,
+                     loops: list[ast.For | ast.AsyncFor | ast.While]) -> Intent | None:
+    loop = next((lp for lp in loops if _over_data(lp)), None)  # innermost first
+    header = torch_call(model, call, "torch.no_grad")
+    if loop is None or header is None:
+        return None
+    return wrap_intent(model, [loop], header)
+
+
 class EvalWithoutNoGrad(Rule):
     """## What it does
     Flags a model call in an evaluation loop (after `model.eval()`, or in a function
@@ -100,6 +111,13 @@ class EvalWithoutNoGrad(Rule):
             correct += (model(x).argmax(1) == y).sum().item()
     ```
 
+    ## Fix safety
+    The fix wraps the evaluation loop (the innermost loop over data around the model
+    call) in `with torch.no_grad():`, spelled through the file's own imports. It is
+    unsafe: the loop's outputs no longer carry autograd history, so code after it that
+    differentiates them (rare in evaluation, but possible) would fail. It is left
+    undone when no import of `torch` can spell `no_grad` there.
+
     ## References
     - [torch.no_grad](https://pytorch.org/docs/stable/generated/torch.no_grad.html)
     """
@@ -110,6 +128,7 @@ class EvalWithoutNoGrad(Rule):
         "model called during evaluation without `torch.no_grad()`: activations are kept for a backward that never comes; wrap the evaluation in `with torch.no_grad():`"
     )
     triggers = ("eval", "valid", "test")
+    fix_safety = "unsafe"
     confirm_with = "assert_memory_stable"
     valid = [
         """
@@ -229,6 +248,17 @@ def evaluate(loader):
     return correct
 """,
             line=7,
+            fixed="""
+import torch
+model = torch.nn.Linear(4, 2)
+def evaluate(loader):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+    return correct
+""",
         ),
         Invalid(
             """
@@ -244,6 +274,19 @@ for epoch in range(10):
         metric.update(preds, yb)
 """,
             line=9,
+            fixed="""
+import torch
+from torch import nn
+
+net = nn.Sequential(nn.Linear(4, 4))
+for epoch in range(10):
+    train(net)
+    net.eval()
+    with torch.no_grad():
+        for xb, yb in val_loader:
+            preds = net(xb)
+            metric.update(preds, yb)
+""",
         ),
         # batches drawn by index from the loader's length
         Invalid(
@@ -257,6 +300,16 @@ def validate(model, val_loader):
         out = model(x)
 """,
             line=7,
+            fixed="""
+import torch
+def validate(model, val_loader):
+    model.eval()
+    it = iter(val_loader)
+    with torch.no_grad():
+        for _ in range(len(val_loader)):
+            x, y = next(it)
+            out = model(x)
+""",
         ),
     ]
 
@@ -283,7 +336,8 @@ def validate(model, val_loader):
             if fn is not None and self._callers_disable_grad(model, fn):
                 continue
             if seen.first(call):
-                yield self.report(call)
+                yield self.report(call, fix=self.restructure(
+                    _wrap_in_no_grad(model, call, loops), "wrap the evaluation loop in `no_grad()`"))
 
     @staticmethod
     def _model_calls(model: FileModel) -> Iterator[ast.Call]:

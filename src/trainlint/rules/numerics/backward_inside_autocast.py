@@ -7,6 +7,8 @@ from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel, is_false, keyword
 from trainlint.analysis.steps import backward_calls
+from trainlint.findings import Applicability, Fix
+from trainlint.fix import dedent_intent, sibling_ancestor
 from trainlint.rules.base import Invalid, Report, Rule
 
 _AUTOCAST_ENABLED_ARG = {
@@ -82,6 +84,16 @@ class BackwardInsideAutocast(Rule):
     scaler.scale(loss).backward()
     ```
 
+    ## Fix safety
+    The fix moves the statement holding `backward()` out of the `with` block, just after
+    it, together with any statements after it in the block (the optimizer step, the
+    scaler update). When `backward()` is the block's last statement only the bug
+    changes: safe. When statements after it move too, ops among them that autocast
+    would have run in lower precision now run in float32: unsafe. It is left undone when
+    `backward()` is the block's first statement (the block would be left empty), the
+    `with` holds other context managers too, or autocast comes from a decorator or a
+    caller.
+
     ## References
     - [Automatic Mixed Precision: torch.autocast](https://pytorch.org/docs/stable/amp.html#torch.autocast)
     - [torch.compile has different autograd semantics](https://pytorch.org/docs/stable/torch.compiler_backward.html)
@@ -94,6 +106,7 @@ class BackwardInsideAutocast(Rule):
     )
     severity = "warning"
     triggers = ("autocast",)
+    fix_safety = "safe"
     confirm_with = "assert_finite_grads"
     valid = [
         """
@@ -161,6 +174,16 @@ for x, y in loader:
     scaler.update()
 """,
             line=6,
+            fixed="""
+import torch
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.autocast(device_type="cuda", dtype=torch.float16):
+        loss = criterion(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
             column=9,
         ),
         # aliased import, an enabled flag that is not literally False, accelerate backward
@@ -173,6 +196,13 @@ for batch in loader:
         accelerator.backward(out.loss)
 """,
             line=5,
+            fixed="""
+from torch.cuda.amp import autocast as amp_region
+for batch in loader:
+    with amp_region(enabled=args.amp):
+        out = model(**batch)
+    accelerator.backward(out.loss)
+""",
         ),
         # a decorated step function, and a helper only called inside a region
         Invalid(
@@ -199,7 +229,23 @@ with torch.cpu.amp.autocast():
         memo: dict[int, bool] = {}
         for call in backward_calls(model):
             if self._under_autocast(model, call, 2, memo):
-                yield self.report(call)
+                yield self.report(call, fix=self._dedent(model, call))
+
+    def _dedent(self, model: FileModel, call: ast.AST) -> Fix | None:
+        """Move the backward's statement (and what follows it) out of the innermost
+        enabled autocast ``with`` that holds it."""
+        block = next((anc for anc in model.ancestors(call) if isinstance(
+            anc, (ast.With, ast.AsyncWith, ast.FunctionDef, ast.AsyncFunctionDef,
+                  ast.Lambda, ast.ClassDef))), None)
+        if not isinstance(block, ast.With) or len(block.items) != 1 or not _autocast_enabled(
+                model, block.items[0].context_expr):
+            return None
+        first = sibling_ancestor(model, call, block.body)
+        intent = dedent_intent(model, block, first) if first is not None else None
+        if intent is None:
+            return None
+        safety: Applicability = "safe" if first is block.body[-1] else "unsafe"
+        return Fix(safety, (), "move `backward()` out of the autocast block", intent)
 
     def _under_autocast(self, model: FileModel, node: ast.AST, depth: int,
                         memo: dict[int, bool]) -> bool:

@@ -9,6 +9,7 @@ from trainlint.analysis.model import FileModel, dotted
 from trainlint.analysis.ordering import runs_before
 from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.steps import Kind
+from trainlint.fix import move_after_last
 from trainlint.rules.base import Invalid, Report, Rule
 
 
@@ -52,6 +53,13 @@ class SchedulerBeforeOptimizer(Rule):
         scheduler.step()
     ```
 
+    ## Fix safety
+    The fix moves the `scheduler.step()` statement to just after the last statement of
+    its block that steps the optimizer (the batch loop, the `train_one_epoch(...)`
+    call); the schedule then starts at its first value, which is the bug being fixed,
+    so it is safe. It is left undone when the optimizer step is not in the scheduler's
+    block, or a `try`, `return`, `break` or `raise` lies between them.
+
     ## References
     - [How to adjust learning rate](https://pytorch.org/docs/stable/optim.html#how-to-adjust-learning-rate)
     """
@@ -62,6 +70,7 @@ class SchedulerBeforeOptimizer(Rule):
         "`scheduler.step()` before `optimizer.step()`: the schedule's first value is skipped; step the scheduler after the optimizer"
     )
     triggers = ("sched", "lr_scheduler", "Scheduler")
+    fix_safety = "safe"
     confirm_with = None  # the check steps in the right order itself
     valid = [
         """
@@ -123,6 +132,14 @@ for x, y in loader:
     optimizer.step()
 """,
             line=5,
+            fixed="""
+import torch
+for x, y in loader:
+    optimizer.zero_grad()
+    crit(model(x), y).backward()
+    optimizer.step()
+    scheduler.step()
+""",
         ),
         Invalid(
             """
@@ -140,6 +157,20 @@ for epoch in range(90):
     train(model, loader, optimizer)
 """,
             line=11,
+            fixed="""
+from torch.optim import lr_scheduler
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+
+sched = lr_scheduler.StepLR(optimizer, 30)
+for epoch in range(90):
+    train(model, loader, optimizer)
+    sched.step()
+""",
         ),
     ]
 
@@ -159,4 +190,8 @@ for epoch in range(90):
                 if runs_before(paths, sched, Kind.STEP):
                     node = model.steps.anchor(sched)
                     if seen.first(node):
-                        yield self.report(node)
+                        later = [e.chain[0] if e.chain else e.node for p in paths if sched in p
+                                 for e in p[p.index(sched) + 1 :] if e.kind is Kind.STEP]
+                        fix = self.restructure(move_after_last(model, node, later),
+                                               "step the scheduler after the optimizer")
+                        yield self.report(node, fix=fix)

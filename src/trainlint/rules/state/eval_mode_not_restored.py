@@ -16,6 +16,7 @@ from trainlint.analysis.modes import (
     trains_before_restore,
 )
 from trainlint.analysis.steps import Event, Kind
+from trainlint.fix import append_to_block
 from trainlint.rules.base import Invalid, Report, Rule
 
 
@@ -57,6 +58,13 @@ class EvalModeNotRestored(Rule):
         validate(model, val_loader)
     ```
 
+    ## Fix safety
+    The fix adds `model.train()` (the module the `eval()` switched) as the last statement
+    of the block that holds the `eval()` or the evaluation call, so training resumes in
+    training mode; only the bug changes, so it is safe. It is left undone when the
+    `eval()` switches several modules or an unnamed one, or a `return`, `break`, `raise`
+    or `try` after it in the block could skip the new line.
+
     ## References
     - [torch.nn.Module.eval](https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.eval)
     """
@@ -67,6 +75,7 @@ class EvalModeNotRestored(Rule):
         "`eval()` in the training loop and no `train()` before the next training step: dropout and batch norm stay in eval mode; call `.train()` after evaluating"
     )
     triggers = ("eval(",)
+    fix_safety = "safe"
     confirm_with = None  # weights still update in eval mode
     valid = [
         """
@@ -262,6 +271,19 @@ for epoch in range(10):
         val = sum(crit(model(x), y).item() for x, y in val_loader)
 """,
             line=8,
+            fixed="""
+import torch
+model.train()
+for epoch in range(10):
+    for x, y in loader:
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        val = sum(crit(model(x), y).item() for x, y in val_loader)
+    model.train()
+""",
         ),
         Invalid(
             """
@@ -284,6 +306,26 @@ for epoch in range(20):
         validate(net, val_loader)
 """,
             line=17,
+            fixed="""
+import torch.nn as nn
+net = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+
+def validate(net, loader):
+    net.eval()
+    return [net(x) for x, _ in loader]
+
+def train(net, loader, opt):
+    for x, y in loader:
+        opt.zero_grad()
+        net(x).sum().backward()
+        opt.step()
+
+for epoch in range(20):
+    train(net, loader, opt)
+    if epoch % 5 == 0:
+        validate(net, val_loader)
+        net.train()
+""",
         ),
         # the helper restores train() on one branch only
         Invalid(
@@ -308,6 +350,27 @@ for step, (x, y) in enumerate(loader):
         sample_text(model, prompt, 1024)
 """,
             line=18,
+            fixed="""
+import torch
+
+@torch.no_grad()
+def sample_text(model, prompt, limit):
+    model.eval()
+    if len(prompt) < limit:
+        out = model.generate(prompt)
+        model.train()
+        return out
+    return None
+
+for step, (x, y) in enumerate(loader):
+    loss = model(x, y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    if step % 500 == 0:
+        sample_text(model, prompt, 1024)
+        model.train()
+""",
         ),
     ]
 
@@ -355,13 +418,18 @@ for step, (x, y) in enumerate(loader):
                     if id(anchor) in reported:
                         continue
                     reported.add(id(anchor))
+                    fix = None
+                    if len(left) == 1 and left[0]:
+                        edit = append_to_block(model, model.statement_of(at), f"{left[0]}.train()")
+                        fix = self.fix(edit, message=f"call `{left[0]}.train()` after evaluating"
+                                       ) if edit is not None else None
                     if anchor is e.node:
-                        yield self.report(e.node)
+                        yield self.report(e.node, fix=fix)
                     else:
                         what = f"`{left[0]}`" if len(left) == 1 and left[0] else "the model"
                         yield self.report(anchor, _HELPER_MESSAGE.format(what=what), related=(
                             (e.node, "`eval()` here, with no `train()` after it"),
-                        ))
+                        ), fix=fix)
 
 
 _HELPER_MESSAGE = (
