@@ -3,6 +3,7 @@ shared models trained on several threads, and distributed samplers that never re
 
 from __future__ import annotations
 
+from trainlint.rules.concurrency.dataset_rng_copied_to_workers import DatasetRngCopiedToWorkers
 from trainlint.rules.concurrency.loader_without_distributed_sampler import (
     LoaderWithoutDistributedSampler,
 )
@@ -12,6 +13,7 @@ from trainlint.rules.concurrency.sampler_without_set_epoch import SamplerWithout
 from trainlint.rules.concurrency.unlocked_shared_model import UnlockedSharedModel
 
 __all__ = [
+    "DatasetRngCopiedToWorkers",
     "LoaderWithoutDistributedSampler",
     "ModuleSentToProcess",
     "ModuleSentToRemote",
