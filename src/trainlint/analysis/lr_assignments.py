@@ -42,10 +42,10 @@ def _group_of(model: FileModel, target: ast.Subscript) -> bool:
             if isinstance(anc, FUNCTION_NODES):
                 return False
             if isinstance(anc, ast.For) and _over_param_groups(anc):
-                target = anc.target
-                if isinstance(target, ast.Tuple) and len(target.elts) == 2:
-                    target = target.elts[1]
-                if isinstance(target, ast.Name) and target.id == base.id:
+                group: ast.expr = anc.target
+                if isinstance(group, ast.Tuple) and len(group.elts) == 2:
+                    group = group.elts[1]
+                if isinstance(group, ast.Name) and group.id == base.id:
                     return True
     return False
 
@@ -138,7 +138,7 @@ class FirstStep(ConstantEvaluator):
         local = fn is not None and any(
             isinstance(n, ast.Name) and n.id == node.id and isinstance(n.ctx, ast.Store)
             for n in ast.walk(fn)
-        ) or node.id in params_of(fn)
+        ) or (fn is not None and node.id in params_of(fn))
         if len(values) == 1 and is_number(values[0]) and not is_number(found) and not local:
             return values[0]
         return found
@@ -264,9 +264,10 @@ def _hand_counters(model: FileModel, loop: ast.AST, stmt: ast.stmt) -> dict[str,
         if len(incs) != 1 or len(others) != 1:
             continue
         inc = incs[0]
+        assert isinstance(inc, ast.AugAssign) and isinstance(inc.value, ast.Constant)
         first = init
         if any(s is inc for s in body) and top is not None and body.index(inc) < body.index(top):
-            first = init + inc.value.value  # type: ignore[operator,union-attr]
+            first = init + inc.value.value  # type: ignore[operator]
         elif not any(s is inc for s in body) and not _after(inc, stmt):
             continue  # incremented somewhere nested before the write: cannot tell
         out[name] = first
