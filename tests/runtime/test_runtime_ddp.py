@@ -86,6 +86,10 @@ def loader_without_sampler(rank, world_size):
     return DataLoader(_dataset(), batch_size=8)
 
 
+def shuffling_loader_without_sampler(rank, world_size):
+    return DataLoader(_dataset(), batch_size=8, shuffle=True)
+
+
 def loader_with_sampler(rank, world_size):
     sampler = DistributedSampler(_dataset(), num_replicas=world_size, rank=rank, shuffle=False)
     return DataLoader(_dataset(), batch_size=8, sampler=sampler)
@@ -132,6 +136,13 @@ def test_a_loader_without_a_distributed_sampler_fails_the_batch_check():
     assert "every rank drew the same first batch" in message
     assert "Every rank trains on the same data: use a DistributedSampler" in message
     assert "ranks hold different parameters" not in message  # the same data keeps them in sync
+
+
+def test_a_shuffling_loader_without_a_sampler_confirms_tl505():
+    # Every rank starts from torch's fixed default seed: the "random" orders coincide.
+    with pytest.raises(CheckFailed) as info:
+        assert_ddp_in_sync(make_model, clean_step, make_loader=shuffling_loader_without_sampler)
+    assert "TL505" in info.value.rules
 
 
 def test_a_loader_with_a_distributed_sampler_passes():

@@ -58,6 +58,7 @@ SYMPTOMS = {
         "rank=rank))`, and call `sampler.set_epoch(epoch)` each epoch), or shard the data "
         "by rank yourself. With the same batches on every rank, a world of N ranks does "
         "the work of N and learns what one rank would.",
+        explained_by=("TL505",),
         see_also=("TL504",),
     ),
     "same-batches-given": Symptom(

@@ -56,7 +56,7 @@ SYMPTOMS = {
         "them, or ran on another copy of the model), or weight decay or momentum in the "
         "optimizer moves them without a gradient.",
     ),
-    "lr-zero": Symptom(("TL203", "TL204")),
+    "lr-zero": Symptom(("TL203", "TL206", "TL204")),
     "optimizer-mismatch": Symptom(("TL107",)),
 }
 

@@ -1,0 +1,303 @@
+"""TL505 loader-without-distributed-sampler."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from trainlint.analysis.loaders import DATA_LOADER, bound_keys, handed_over, training_loops_over
+from trainlint.analysis.model import FileModel, has_star_kwargs, is_true, keyword
+from trainlint.rules.base import Invalid, Report, Rule
+
+_DISTRIBUTED = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "torch.distributed.init_process_group",
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_shard",
+    "torch.distributed._composable.fsdp.fully_shard",
+)
+# Spellings that say the data or the branch already depends on the rank.
+_RANK_WORDS = re.compile(
+    r"rank|world|shard|replica|distributed|ddp|is_initialized|split_dataset_by_node|"
+    r"n_?gpu|num_gpu|multi_?gpu|node",
+    re.IGNORECASE,
+)
+
+
+class LoaderWithoutDistributedSampler(Rule):
+    """## What it does
+    Flags a shuffling `DataLoader` (`shuffle=True`, no `sampler=`/`batch_sampler=`) that a
+    training loop iterates in a file that trains with `DistributedDataParallel`/FSDP or
+    calls `torch.distributed.init_process_group`, when nothing gives each rank its own
+    part of the data: no `DistributedSampler` (or other sampler), no dataset built from
+    the rank or world size, and the loader is not handed to a framework that shards it
+    (`accelerator.prepare`, Fabric's `setup_dataloaders`). A loader built in a branch that
+    tests the distributed setup (`if args.distributed: ... else: ...`) is not reported.
+
+    ## Why is this bad?
+    Every rank runs the same script over the same dataset; with a plain shuffling loader
+    each rank draws its own random order of the *whole* dataset. DDP averages gradients
+    across ranks, so N ranks cost N times the compute but see no more data per epoch than
+    one: an "epoch" is N epochs of samples, schedules measured in epochs run N times too
+    long per unit of data, and scaling to more GPUs buys nothing. Nothing fails.
+
+    ## Example
+    ```python
+    dist.init_process_group("nccl")
+    model = DistributedDataParallel(Net().cuda(), device_ids=[local_rank])
+    loader = DataLoader(train_set, batch_size=64, shuffle=True)
+    for epoch in range(epochs):
+        for x, y in loader:
+            ...
+    ```
+
+    ## Use instead
+    ```python
+    sampler = DistributedSampler(train_set)
+    loader = DataLoader(train_set, batch_size=64, sampler=sampler)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            ...
+    ```
+
+    ## References
+    - [torch.utils.data.distributed.DistributedSampler](https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler)
+    - [Getting started with DDP](https://pytorch.org/tutorials/intermediate/ddp_tutorial.html)
+    """
+
+    code = "TL505"
+    name = "loader-without-distributed-sampler"
+    message = (
+        "shuffling `DataLoader` in a distributed training loop without a distributed "
+        "sampler: every rank trains on the whole dataset; pass "
+        "`sampler=DistributedSampler(dataset)`"
+    )
+    triggers = ("DataLoader",)
+    confirm_with = "assert_ddp_in_sync"
+    valid = [
+        # the distributed sampler shards the data
+        """
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+dist.init_process_group("nccl")
+model = DDP(Net().cuda())
+sampler = DistributedSampler(train_set)
+loader = DataLoader(train_set, batch_size=64, sampler=sampler)
+for epoch in range(10):
+    sampler.set_epoch(epoch)
+    for x, y in loader:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+""",
+        # single-process branch of a script that supports both
+        """
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
+
+if args.distributed:
+    dist.init_process_group("nccl")
+    model = torch.nn.parallel.DistributedDataParallel(model)
+    loader = DataLoader(ds, sampler=DistributedSampler(ds))
+else:
+    loader = DataLoader(ds, shuffle=True)
+for x in loader:
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+""",
+        # the dataset itself is split by rank
+        """
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Subset
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+part = Subset(ds, range(rank, len(ds), world))
+loader = DataLoader(part, batch_size=8, shuffle=True)
+for x in loader:
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+""",
+        # accelerate shards the loader it prepares
+        """
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader
+
+loader = DataLoader(ds, shuffle=True, batch_size=16)
+model, opt, loader = accelerator.prepare(model, opt, loader)
+for x in loader:
+    opt.zero_grad()
+    accelerator.backward(model(x).sum())
+    opt.step()
+""",
+        # an evaluation loader: no training loop iterates it
+        """
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+dist.init_process_group("nccl")
+val_loader = DataLoader(val_ds, batch_size=64, shuffle=True)
+with torch.no_grad():
+    for x in val_loader:
+        metric.update(model(x))
+""",
+        # not distributed at all
+        """
+import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(ds, batch_size=64, shuffle=True)
+for x in loader:
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+""",
+        # shadowed: a local `DataLoader` that is not torch's
+        """
+import torch
+import torch.distributed as dist
+
+def DataLoader(ds, **kw):
+    return ds.shard(dist.get_rank())
+
+dist.init_process_group("nccl")
+loader = DataLoader(ds, shuffle=True)
+for x in loader:
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+""",
+        # no torch: a project's own DataLoader
+        """
+class DataLoader:
+    def __init__(self, items, shuffle=False):
+        self.items = items
+
+loader = DataLoader(items, shuffle=True)
+for item in loader.items:
+    item.backward()
+    optimizer.step()
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader
+
+dist.init_process_group("nccl")
+model = DistributedDataParallel(Net().cuda())
+loader = DataLoader(train_set, batch_size=64, shuffle=True)
+for epoch in range(10):
+    for x, y in loader:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+""",
+            line=8,
+            column=10,
+        ),
+        # aliased import; the loader is iterated in a helper; the process group is set
+        # up by the spawned worker
+        Invalid(
+            """
+import torch
+import torch.multiprocessing as mp
+from torch import distributed as tdist
+from torch.utils import data as tud
+
+def train_epoch(model, batches, opt):
+    for x, y in batches:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+def worker(rank, world_size):
+    tdist.init_process_group("gloo", rank=rank, world_size=world_size)
+    model = torch.nn.parallel.DistributedDataParallel(Net())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    train_loader = tud.DataLoader(dataset, batch_size=32, shuffle=True, num_workers=2)
+    for epoch in range(5):
+        train_epoch(model, train_loader, opt)
+
+mp.spawn(worker, args=(2,), nprocs=2)
+""",
+            line=16,
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Report]:
+        if not model.calls_to(*_DISTRIBUTED):
+            return
+        for call in model.calls_to(DATA_LOADER):
+            if keyword(call, "sampler") is not None or keyword(call, "batch_sampler") is not None:
+                continue
+            if has_star_kwargs(call) or len(call.args) > 3:
+                continue  # a sampler may come through **kwargs or positionally
+            if not is_true(keyword(call, "shuffle") or (call.args[2] if len(call.args) > 2
+                                                        else None)):
+                continue  # unshuffled: may be an IterableDataset that shards itself
+            if self._rank_dependent_data(model, call) or self._in_distributed_branch(model, call):
+                continue
+            keys = bound_keys(model, call)
+            if handed_over(model, [call], keys):
+                continue
+            if training_loops_over(model, [call], keys):
+                yield self.report(call)
+
+    @staticmethod
+    def _in_distributed_branch(model: FileModel, call: ast.Call) -> bool:
+        for anc in model.ancestors(call):
+            if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                return False
+            if isinstance(anc, (ast.If, ast.IfExp)) and _mentions_rank(anc.test):
+                return True
+        return False
+
+    @staticmethod
+    def _rank_dependent_data(model: FileModel, call: ast.Call) -> bool:
+        """Does the dataset (or a value it is built from, two assignments deep) name the
+        rank, the world size or a shard?"""
+        data = keyword(call, "dataset") or (call.args[0] if call.args else None)
+        if data is None:
+            return True  # cannot tell
+        todo: list[tuple[ast.AST, int]] = [(data, 0)]
+        scope = model.scope_of(call)
+        while todo:
+            expr, depth = todo.pop()
+            if _mentions_rank(expr):
+                return True
+            if depth >= 3:
+                continue
+            names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+            for node in model.assignments:
+                if model.scope_of(node) is not scope or node.value is None:
+                    continue
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(t, ast.Name) and t.id in names
+                       for tgt in targets for t in ast.walk(tgt)):
+                    todo.append((node.value, depth + 1))
+        return False
+
+
+def _mentions_rank(expr: ast.AST) -> bool:
+    for n in ast.walk(expr):
+        word = (n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute)
+                else n.arg if isinstance(n, ast.keyword) else None)
+        if word and _RANK_WORDS.search(word):
+            return True
+    return False
