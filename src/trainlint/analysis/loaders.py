@@ -89,7 +89,7 @@ def training_loops_over(model: FileModel, calls: list[ast.Call],
             if not (isinstance(n, ast.Name) and n.id in params):
                 continue
             for site in model.call_sites.get(id(fn), ()):
-                arg = esc._argument_for(site, fn, n.id)
+                arg = esc.argument_for(site, fn, n.id)
                 if arg is not None and refers(model, arg, keys, calls):
                     found = True
         if found:
