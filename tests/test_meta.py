@@ -127,3 +127,17 @@ def test_generated_docs_are_current():
 
     stale = check_docs()
     assert not stale, f"docs are stale, run `python -m trainlint.docs`: {stale}"
+
+
+SRC = Path(trainlint.__file__).resolve().parent
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in sorted(SRC.rglob("*.py")) if "analysis" not in p.relative_to(SRC).parts],
+    ids=lambda p: p.relative_to(SRC).as_posix(),
+)
+def test_modules_outside_analysis_stay_small(path):
+    # a module past this size mixes concerns: split it (analysis/ holds the big queries)
+    lines = path.read_text(encoding="utf-8").count("\n")
+    assert lines <= 400, f"{path.relative_to(SRC)} has {lines} lines (at most 400)"

@@ -25,7 +25,7 @@ pytest.importorskip("libcst")
 
 ROOT = Path(__file__).resolve().parent.parent
 TWINS = sorted(ROOT.glob("fixtures/**/*.py.fixed"))
-RESTRUCTURING = {"TL102", "TL104", "TL110", "TL202", "TL303", "TL603", "TL701"}
+RESTRUCTURING = {"TL101", "TL102", "TL104", "TL110", "TL202", "TL303", "TL603", "TL701"}
 
 
 def _linter(*codes: str) -> Linter:
@@ -77,7 +77,7 @@ for x, y in loader:
     loss = criterion(model(x), y)
     loss.backward()
     optimizer.step()
-{between}    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+{between}    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 """
 
 
@@ -85,12 +85,37 @@ for x, y in loader:
     "    try:\n        log(loss)\n    except ValueError:\n        pass\n",  # spans a try
     "    if loss.item() > 1e3:\n        continue\n",  # a jump between
     "    log(loss); log2(loss)\n",  # two statements on a line
+    "    max_norm = schedule(it)\n",  # the clip reads a name assigned in between
 ])
 def test_move_left_undone_when_unsafe(between):
     source = LOOP.format(between=between)
     fixed, applied, left = _fix(source, "TL110")
     assert fixed == source and applied == 0
     assert [f.code for f in left] == ["TL110"]
+
+
+READ_AFTER_ZERO = """\
+import torch
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    {step}
+    optimizer.zero_grad()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
+    log(norm)
+"""
+
+
+def test_gradient_read_moves_before_the_step_unless_a_name_crosses():
+    fixed, applied, _ = _fix(READ_AFTER_ZERO.format(step="optimizer.step()"), "TL101")
+    assert applied == 1
+    assert fixed.index("norm = torch") < fixed.index("optimizer.step()")
+    assert fixed.index("log(norm)") > fixed.index("optimizer.zero_grad()")
+    # the step's result feeds the read: moving it would read a name not yet assigned
+    source = READ_AFTER_ZERO.format(step="stats = optimizer.step()").replace(
+        "float(\"inf\"))", "float(\"inf\")) + stats")
+    fixed, applied, left = _fix(source, "TL101")
+    assert fixed == source and applied == 0 and [f.code for f in left] == ["TL101"]
 
 
 def test_move_keeps_comments_blank_lines_and_crlf():

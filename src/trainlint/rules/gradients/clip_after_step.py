@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from trainlint.analysis.model import FileModel
 from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.steps import Event, Kind, StepLoop
+from trainlint.edits import move_intent, siblings
 from trainlint.findings import Intent
-from trainlint.fix import move_intent, siblings
 from trainlint.rules.base import Invalid, Report, Rule
 
 

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel
 from trainlint.analysis.paths import Reported, precise_step_loops
-from trainlint.analysis.steps import Kind
+from trainlint.analysis.steps import Event, Kind
+from trainlint.edits import move_next_to
 from trainlint.rules.base import Invalid, Report, Rule
 from trainlint.rules.gradients._shared import single_optimizer
 
@@ -48,6 +49,17 @@ class GradNormAfterZeroGrad(Rule):
             wandb.log({"grad_norm": grad_norm})
     ```
 
+    ## Fix safety
+    The fix moves the statement that reads the gradients (with the `if` or loop around
+    it, when the read sits in one of the iteration's blocks) to just before the
+    optimizer step that follows this iteration's backward, or before the `zero_grad()`
+    when no step lies between. It is unsafe: a clip with a finite bound starts to clip,
+    which changes the updates (that is what the code asked for, but the run will differ),
+    and calls among the moved statements may depend on state the step changes. It is
+    left undone when the read is not in the same block as the step, when a `try`,
+    `return`, `break` or `raise` lies between them, or when one side assigns a name the
+    other uses.
+
     ## References
     - [torch.nn.utils.clip_grad_norm_](https://pytorch.org/docs/stable/generated/torch.nn.utils.clip_grad_norm_.html)
     """
@@ -58,6 +70,7 @@ class GradNormAfterZeroGrad(Rule):
         "gradients are read after `zero_grad()` in the same step: the value is always zero; read them between `backward()` and `zero_grad()`"
     )
     triggers = ("grad",)
+    fix_safety = "unsafe"
     confirm_with = "assert_clip_effective"
     # tests read gradients after zero_grad() on purpose, to assert that it cleared them
     test_files = False
@@ -182,6 +195,16 @@ for step, (x, y) in enumerate(loader):
         wandb.log({"grad_norm": torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))})
 """,
             line=8,
+            fixed="""
+import torch
+for step, (x, y) in enumerate(loader):
+    loss = criterion(model(x), y)
+    loss.backward()
+    if step % 100 == 0:
+        wandb.log({"grad_norm": torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))})
+    optimizer.step()
+    optimizer.zero_grad()
+""",
         ),
         # aliased import, helper that reads .grad, called from the step body
         Invalid(
@@ -200,6 +223,20 @@ for epoch in range(3):
         log(grad_norm(model))
 """,
             line=12,
+            fixed="""
+from torch.nn import utils as U
+
+def grad_norm(model):
+    return sum(p.grad.norm() ** 2 for p in model.parameters()) ** 0.5
+
+for epoch in range(3):
+    for x, y in loader:
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        log(grad_norm(model))
+        opt.step()
+        opt.zero_grad()
+""",
         ),
         # trainer class, reset helper, accumulation branch as in the seed
         Invalid(
@@ -233,6 +270,15 @@ for batch in loader:
     logger.log(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
 """,
             line=7,
+            fixed="""
+import torch
+for batch in loader:
+    for chunk in batch.split(8):
+        model(chunk).mean().backward()
+    logger.log(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
+    opt.step()
+    opt.zero_grad()
+""",
         ),
     ]
 
@@ -281,4 +327,20 @@ for batch in loader:
                                     ((model.steps.anchor(zero), "gradients cleared here"),)
                                     if zero is not None else ()
                                 )
-                                yield self.report(node, related=related)
+                                yield self.report(node, related=related,
+                                                  fix=self._fix(model, node, path, e))
+
+    def _fix(self, model: FileModel, node: ast.AST, path: list[Event], read: Event):
+        """Move the read before this iteration's step (or its zero_grad) when it comes
+        after a backward and a zero_grad of the same iteration."""
+        i = next(k for k, x in enumerate(path) if x is read)
+        backward = max((k for k in range(i) if path[k].kind is Kind.BACKWARD), default=-1)
+        if backward < 0:
+            return None  # a read at the top of the iteration: no place to move it to
+        later = path[backward + 1 : i]
+        anchor = next((x for x in later if x.kind is Kind.STEP),
+                      next((x for x in later if x.kind is Kind.ZERO), None))
+        if anchor is None:
+            return None
+        intent = move_next_to(model, node, model.steps.anchor(anchor), "before")
+        return self.restructure(intent, "read the gradients before the optimizer step")

@@ -290,7 +290,7 @@ class Net(torch.nn.Module):
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        from trainlint.fix import replace_node
+        from trainlint.edits import replace_node
 
         prefix = nn_prefix(model)
         for cls in model.classes:

@@ -9,7 +9,7 @@ from trainlint.analysis.model import FileModel
 from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.roles import Role
 from trainlint.analysis.steps import Event, Kind, StepLoop
-from trainlint.fix import move_next_to
+from trainlint.edits import move_next_to
 from trainlint.rules.base import Invalid, Report, Rule
 from trainlint.rules.gradients._shared import single_optimizer
 

@@ -11,8 +11,8 @@ from trainlint.analysis.flow import grad_enabled_at
 from trainlint.analysis.model import FileModel, call_name, dotted, is_false, walk_local
 from trainlint.analysis.paths import Reported
 from trainlint.analysis.steps import Kind
+from trainlint.edits import torch_call, wrap_intent
 from trainlint.findings import Intent
-from trainlint.fix import torch_call, wrap_intent
 from trainlint.rules.base import Invalid, Report, Rule
 
 _EVAL_FUNC = re.compile(r"^(evaluate|validate|validation|eval|test|val)(_|$)|"
@@ -174,17 +174,6 @@ def evaluate(model, loader):
     for x in loader:
         model(x)
 """,
-        # a project decorator that wraps `torch.inference_mode`/`no_grad`
-        """
-import torch
-from myproject.torch_utils import smart_inference_mode
-
-@smart_inference_mode()
-def validate(model, loader):
-    model.eval()
-    for images, targets in loader:
-        preds = model(images)
-""",
         # a context manager from elsewhere that sets eval mode and may disable grad
         """
 import torch
@@ -202,29 +191,6 @@ def measure(model, example, repeats=3):
     model.eval()
     for _ in range(repeats):
         model(example)
-""",
-        # sample images from the EMA copy and the live model, once
-        """
-import torch
-def sample_grid(ema_model, model, batch):
-    grids = []
-    for net in (ema_model, model):
-        net.eval()
-        grids.append(net(batch))
-    return grids
-""",
-        # an environment rollout: one small forward per action, rebound every step
-        """
-import torch
-def evaluate(model, env, episodes):
-    model.eval()
-    obs, returns = env.reset(), []
-    while len(returns) < episodes:
-        q = model(torch.as_tensor(obs))
-        obs, done = env.step(q.argmax().item())
-        if done:
-            returns.append(env.episode_return)
-    return returns
 """,
         # `trainer.get_model()` fetches the model, it does not run it
         """

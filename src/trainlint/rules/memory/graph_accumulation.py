@@ -358,7 +358,7 @@ for x, y in loader:
         return found is not None and not grad_enabled_at(model, found[0])[0]
 
     def _fix(self, model: FileModel, value: ast.AST):  # type: ignore[no-untyped-def]
-        from trainlint.fix import replace_node
+        from trainlint.edits import replace_node
 
         text = model.source.segment(value)
         if "\n" in text or "#" in text:

@@ -285,7 +285,7 @@ class Trainer:
         return bool(names & bound)
 
     def _fix(self, model: FileModel, call: ast.Call):  # type: ignore[no-untyped-def]
-        from trainlint.fix import remove_keyword
+        from trainlint.edits import remove_keyword
 
         edit = remove_keyword(model, call, "retain_graph")
         return self.fix(edit, message="remove `retain_graph=True`") if edit else None

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel, is_false, keyword
 from trainlint.analysis.steps import backward_calls
+from trainlint.edits import dedent_intent, sibling_ancestor
 from trainlint.findings import Applicability, Fix
-from trainlint.fix import dedent_intent, sibling_ancestor
 from trainlint.rules.base import Invalid, Report, Rule
 
 _AUTOCAST_ENABLED_ARG = {

@@ -9,7 +9,7 @@ from trainlint.analysis.model import FileModel, dotted
 from trainlint.analysis.ordering import runs_before
 from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.steps import Kind
-from trainlint.fix import move_after_last
+from trainlint.edits import move_after_last
 from trainlint.rules.base import Invalid, Report, Rule
 
 

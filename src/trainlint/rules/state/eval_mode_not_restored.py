@@ -16,7 +16,7 @@ from trainlint.analysis.modes import (
     trains_before_restore,
 )
 from trainlint.analysis.steps import Event, Kind
-from trainlint.fix import append_to_block
+from trainlint.edits import append_to_block
 from trainlint.rules.base import Invalid, Report, Rule
 
 
@@ -138,29 +138,6 @@ for epoch in range(10):
         opt.step()
 model.eval()
 """,
-        # the training helper names its parameter differently from the evaluation one
-        """
-import torch
-from torch import nn
-
-def train_epoch(network, loader, opt):
-    network.train()
-    for x, y in loader:
-        opt.zero_grad()
-        nn.functional.cross_entropy(network(x), y).backward()
-        opt.step()
-
-def evaluate(model, loader):
-    model.eval()
-    with torch.no_grad():
-        return sum(model(x).argmax(1).eq(y).sum().item() for x, y in loader)
-
-net = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.2))
-opt = torch.optim.SGD(net.parameters(), lr=0.1)
-for epoch in range(10):
-    train_epoch(net, train_loader, opt)
-    evaluate(net, val_loader)
-""",
         # one epoch function for both phases: the mode follows the flag
         """
 import torch
@@ -225,27 +202,6 @@ for epoch in range(10):
     eval_net.load_state_dict(model.state_dict())
     eval_net.eval()
     evaluate(eval_net, val_loader)
-""",
-        # sample grids from the EMA copy and the live model; the step restores train()
-        """
-import torch
-
-class Trainer:
-    def train_step(self):
-        self.vae.train()
-        loss = self.vae(next(self.dl))
-        loss.backward()
-        self.opt.step()
-        self.opt.zero_grad()
-        if self.steps % 100 == 0:
-            for model, tag in ((self.ema_vae.ema_model, "ema"), (self.vae, "live")):
-                model.eval()
-                save(model(next(self.dl)), tag)
-
-    def train(self):
-        while self.steps < self.num_steps:
-            self.train_step()
-            self.steps += 1
 """,
         # no torch
         """

@@ -336,7 +336,7 @@ class UnsafeTorchLoad(Rule):
     def _fix(self, model: FileModel, call: ast.Call, target: tuple[int, int]) -> Fix | None:
         if target < HAS_WEIGHTS_ONLY:
             return None
-        from trainlint.fix import add_keyword
+        from trainlint.edits import add_keyword
 
         edit = add_keyword(model, call, "weights_only=True")
         if edit is None:
