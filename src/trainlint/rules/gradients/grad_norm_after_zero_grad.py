@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from trainlint.analysis.model import FileModel
 from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.steps import Event, Kind
 from trainlint.edits import move_next_to
+from trainlint.findings import Fix
 from trainlint.rules.base import Invalid, Report, Rule
 from trainlint.rules.gradients._shared import single_optimizer
 
@@ -330,7 +331,8 @@ for batch in loader:
                                 yield self.report(node, related=related,
                                                   fix=self._fix(model, node, path, e))
 
-    def _fix(self, model: FileModel, node: ast.AST, path: list[Event], read: Event):
+    def _fix(self, model: FileModel, node: ast.AST, path: Sequence[Event],
+             read: Event) -> Fix | None:
         """Move the read before this iteration's step (or its zero_grad) when it comes
         after a backward and a zero_grad of the same iteration."""
         i = next(k for k, x in enumerate(path) if x is read)
