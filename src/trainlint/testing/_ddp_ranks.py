@@ -53,19 +53,46 @@ def spawn(config: Config) -> Crash | None:
     context = mp.start_processes(
         rank_main, args=(config,), nprocs=config.world_size, join=False, start_method="spawn"
     )
+    crash: Crash | None = None
     try:
         while not context.join(timeout=0.5):
             pass
     except mp.ProcessRaisedException as error:
-        return Crash(error.error_index, _child_traceback(str(error)))
+        crash = Crash(error.error_index, _child_traceback(str(error)))
     except mp.ProcessExitedException as error:
-        return Crash(error.error_index, str(error), died=True)
+        crash = Crash(error.error_index, str(error), died=True)
     finally:
         for process in context.processes:
             if process.is_alive():
                 process.terminate()
                 process.join(2.0)
-    return None
+    return _first_failure(config, crash)
+
+
+def _record_failure(config: Config, rank: int) -> None:
+    import time
+    import traceback
+
+    path = os.path.join(config.out_dir, f"rank{rank}.failed")
+    with contextlib.suppress(OSError), open(path, "w", encoding="utf-8") as f:
+        f.write(f"{time.time()!r}\n{traceback.format_exc()}")
+
+
+def _first_failure(config: Config, crash: Crash | None) -> Crash | None:
+    """The failure of the rank that failed first (torch reports whichever process it
+    looked at first, often a peer that only lost its connection to the failing rank)."""
+    if crash is None:
+        return None
+    failed = []
+    for rank in range(config.world_size):
+        path = os.path.join(config.out_dir, f"rank{rank}.failed")
+        with contextlib.suppress(OSError, ValueError), open(path, encoding="utf-8") as f:
+            stamp, _, text = f.read().partition("\n")
+            failed.append((float(stamp), rank, text.rstrip()))
+    if not failed:
+        return crash
+    _, rank, text = min(failed)
+    return crash if rank == crash.rank else Crash(rank, text)
 
 
 def all_saved(config: Config) -> bool:
@@ -158,6 +185,9 @@ def rank_main(rank: int, config: Config) -> None:
         del ddp_model
         dist.destroy_process_group()
     except BaseException:
+        # The first rank to fail is the cause; its peers then fail in a collective
+        # ("Connection closed by peer"). Stamp the time so the parent can tell them apart.
+        _record_failure(config, rank)
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
         raise
