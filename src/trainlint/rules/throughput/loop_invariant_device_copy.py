@@ -3,47 +3,20 @@
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterator
 
+from trainlint.analysis.devices import device_copy
 from trainlint.analysis.invariants import invariant_in
-from trainlint.analysis.model import LOOP_NODES, FileModel, keyword
+from trainlint.analysis.model import LOOP_NODES, FileModel
 from trainlint.analysis.paths import Reported
 from trainlint.analysis.steps import STEP_LOOP_TRIGGERS
 from trainlint.rules.base import Invalid, Report, Rule
 
-_DEVICE_WORDS = re.compile(r"device|cuda|gpu|rank", re.IGNORECASE)
-
-
-def _is_device(model: FileModel, node: ast.AST) -> bool:
-    """An argument of `.to(...)` that names a device (not a dtype, not another tensor)."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value.split(":")[0] in ("cuda", "xpu", "mps", "npu")
-    if isinstance(node, ast.Call):
-        return model.qualname(node.func) == "torch.device"
-    if isinstance(node, ast.Attribute):
-        return node.attr == "device" or bool(_DEVICE_WORDS.search(node.attr)) and (
-            model.qualname(node) is None)
-    if isinstance(node, ast.Name):
-        return bool(_DEVICE_WORDS.search(node.id)) and model.qualname(node) is None
-    return False
-
 
 def _device_copy(model: FileModel, call: ast.Call) -> ast.Name | None:
     """The local name moved by ``name.to(device)`` / ``name.cuda()``."""
-    func = call.func
-    if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name):
-        return None
-    if model.qualname(func.value) is not None:
-        return None  # a module (`torch.cuda`), not a local value
-    if func.attr == "cuda":
-        return func.value
-    if func.attr != "to":
-        return None
-    target = call.args[0] if call.args else keyword(call, "device")
-    if target is None or not _is_device(model, target):
-        return None
-    return func.value
+    moved = device_copy(model, call)
+    return moved if isinstance(moved, ast.Name) else None
 
 
 class LoopInvariantDeviceCopy(Rule):
