@@ -147,6 +147,18 @@ with torch.no_grad():
     for x, y in val:
         acc = (model(x.cuda()).argmax(1) == y.cuda()).float().mean()
 """,
+        # no torch: a DataLoader class of the project's own
+        """
+class DataLoader:
+    def __init__(self, dataset, batch_size):
+        self.dataset, self.batch_size = dataset, batch_size
+
+loader = DataLoader(ImageDataset(root), batch_size=64)
+for x, y in loader:
+    loss = net.loss(x.to(device), y.to(device))
+    loss.backward()
+    opt.step()
+""",
         # pinned memory with non_blocking taken from a variable
         """
 import torch
