@@ -252,6 +252,27 @@ def test_loss_decreases_confirms_only_its_rules():
     _assert_planted(info.value, "TL602")
 
 
+def test_loss_decreases_confirms_a_double_sigmoid():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1), nn.Sigmoid())
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    x, y = torch.randn(32, 8), torch.randint(0, 2, (32, 1)).float()
+
+    def step():
+        opt.zero_grad()
+        # TL605: BCEWithLogitsLoss squashes the sigmoid's output again; the loss cannot
+        # fall below about 0.5 whatever the model learns
+        loss = nn.functional.binary_cross_entropy_with_logits(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    with pytest.raises(CheckFailed) as info:
+        trainlint.testing.assert_loss_decreases(step, steps=40)
+    _assert_confirms_only_its_own(info.value, "assert_loss_decreases", "loss-falls-too-slowly")
+    _assert_planted(info.value, "TL605")
+
+
 def test_loss_decreases_rising_loss_confirms_only_its_rules():
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.5)

@@ -1,15 +1,18 @@
-"""Data loaders: which names hold the object a ``DataLoader(...)`` call builds, and
-whether a training loop iterates it (directly, or after it was passed to a same-file
-function as an argument).
+"""Data loaders: which names hold the object a ``DataLoader(...)`` call builds, whether a
+training loop iterates it (directly, or after it was passed to a same-file function as
+an argument), which `DataLoader` a loop iterates, what dataset it reads, and which of
+the loop's batch tensors it copies to a device.
 """
 
 from __future__ import annotations
 
 import ast
 
+from trainlint.analysis.devices import device_copy
+from trainlint.analysis.dominance import dominates
 from trainlint.analysis.escapes import escapes, params_of
-from trainlint.analysis.model import FileModel
-from trainlint.analysis.roles import Key
+from trainlint.analysis.model import FileModel, call_name, keyword
+from trainlint.analysis.roles import Binding, Key, Role
 
 DATA_LOADER = "torch.utils.data.DataLoader"
 
@@ -95,3 +98,120 @@ def training_loops_over(model: FileModel, calls: list[ast.Call],
         if found:
             out.append(loop)
     return out
+
+_WRAPPERS = ("enumerate", "tqdm", "iter", "track", "progress_bar")
+_MAP_BASES = {"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset"}
+# Map-style datasets whose items are already tensors in memory: a worker would only add
+# inter-process copies.
+_IN_MEMORY = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
+
+
+def loader_of_loop(model: FileModel, loop: ast.AST) -> Binding | None:
+    """The `DataLoader` construction a ``for`` loop iterates (through `enumerate`/`tqdm`)."""
+    it = getattr(loop, "iter", None)
+    while isinstance(it, ast.Call) and call_name(it) in _WRAPPERS and it.args:
+        it = it.args[0]
+    if not isinstance(it, (ast.Name, ast.Attribute)):
+        return None
+    binding = model.roles.lookup(it)
+    if binding is None or binding.role is not Role.LOADER or binding.call is None:
+        return None
+    return binding if binding.qualname == DATA_LOADER else None
+
+
+def dataset_arg(call: ast.Call) -> ast.expr | None:
+    return call.args[0] if call.args else keyword(call, "dataset")
+
+
+def reads_from_disk_or_transforms(model: FileModel, dataset: ast.AST) -> bool:
+    """Is ``dataset`` certainly map-style with per-item work: a torchvision dataset, or a
+    same-file `Dataset` subclass with a `__getitem__`? Not an in-memory `TensorDataset`,
+    not an `IterableDataset`, not anything unknown."""
+    if isinstance(dataset, ast.Name):
+        found = model.flow.definition(dataset.id, dataset)
+        if found is None or not isinstance(found[1], ast.expr):
+            return False
+        if not dominates(model, found[0], dataset):
+            return False
+        dataset = found[1]
+    if not isinstance(dataset, ast.Call):
+        return False
+    qual = model.qualname(dataset.func)
+    if qual in _IN_MEMORY:
+        return False
+    if qual is not None:
+        parts = qual.split(".")
+        return qual.startswith("torchvision.datasets.") and parts[-1][:1].isupper()
+    if not isinstance(dataset.func, ast.Name):
+        return False
+    cls = model.class_named(dataset.func.id)
+    if cls is None or model.method_of(cls, "__getitem__") is None:
+        return False
+    seen: set[int] = set()
+    cur: ast.ClassDef | None = cls
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        for base in cur.bases:
+            if model.qualname(base) in _MAP_BASES:
+                return True
+        cur = model.local_base(cur)
+    return False
+
+
+def _target_names(loop: ast.AST) -> set[str]:
+    target = getattr(loop, "target", None)
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} if target else set()
+
+
+def _root(node: ast.AST) -> ast.AST:
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        node = node.func.value  # `batch.float().to(device)`
+        while isinstance(node, (ast.Subscript, ast.Attribute)):
+            node = node.value
+    return node
+
+
+def batch_copies(model: FileModel, loop: ast.AST) -> list[ast.Call]:
+    """Device copies, in the loop's body, of what the loop takes from its iterable: the
+    loop variables, their items and attributes, and comprehension variables over them."""
+    names = _target_names(loop)
+    if not names:
+        return []
+    for stmt in getattr(loop, "body", ()):
+        # `x, y = batch`, `x = batch["image"]`: parts of the batch under other names
+        if isinstance(stmt, ast.Assign):
+            root = _root(stmt.value)
+            if isinstance(root, ast.Name) and root.id in names:
+                for target in stmt.targets:
+                    names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    fn = model.function_of(loop)
+    out = []
+    for stmt in getattr(loop, "body", ()):
+        for node in ast.walk(stmt):
+            if not isinstance(node, ast.Call) or model.function_of(node) is not fn:
+                continue
+            moved = device_copy(model, node)
+            if moved is None:
+                continue
+            root = _root(moved)
+            if isinstance(root, ast.Name) and (
+                root.id in names or _over_batch(model, root, names)
+            ):
+                out.append(node)
+    return out
+
+
+def _over_batch(model: FileModel, name: ast.Name, batch: set[str]) -> bool:
+    """``v`` in ``{k: v.to(d) for k, v in batch.items()}``."""
+    for anc in model.ancestors(name):
+        if isinstance(anc, (ast.DictComp, ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+            for gen in anc.generators:
+                bound = {n.id for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
+                root = _root(gen.iter)
+                if name.id in bound and isinstance(root, ast.Name) and root.id in batch:
+                    return True
+        if isinstance(anc, ast.stmt):
+            return False
+    return False

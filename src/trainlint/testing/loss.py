@@ -31,9 +31,10 @@ SYMPTOMS = {
         text="Training diverges on a single batch: gradients that are never cleared pile up, "
         "an accumulated loss is not scaled, or the learning rate is too high.",
     ),
-    # Clipping scaled gradients (TL601) and a double softmax (TL602) train, but crawl.
+    # Clipping scaled gradients (TL601), a double softmax (TL602) and a double sigmoid
+    # (TL605) train, but crawl.
     "loss-falls-too-slowly": Symptom(
-        ("TL203", "TL204", "TL108", "TL107", "TL102", "TL602", "TL601"),
+        ("TL203", "TL204", "TL108", "TL107", "TL102", "TL602", "TL605", "TL601"),
         text="The model learns too slowly to overfit one batch: a tiny or zero learning rate "
         "for part of training, part of the model cut off from the loss, or parameters "
         "missing from the optimizer.",
