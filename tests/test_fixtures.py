@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 
 from trainlint import lint_paths
+from trainlint.rules import builtin_rules
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>TL\d{3}(?:\s*,\s*TL\d{3})*)")
 # A focused fixture (one rule's near-misses and positives, moved here from the tests) says
 # which codes it is about on a line of its own; other rules' findings in it are not compared.
 SELECT = re.compile(r"^#\s*fixture-select:\s*(?P<codes>TL\d{3}(?:\s*,\s*TL\d{3})*)\s*$", re.M)
+OPT_IN = {r.code for r in builtin_rules() if not r.default_enabled}
 FILES = sorted(p for p in FIXTURES.rglob("*") if p.suffix in (".py", ".ipynb"))
 
 
@@ -50,6 +52,9 @@ def test_fixture(path, findings_by_file):
     got = findings_by_file.get(rel, Counter())
     want = expected(path)
     focus = selected(path)
+    if focus & OPT_IN:
+        # an opt-in rule's fixture is linted with the rules it is about switched on
+        got = Counter((f.line, f.code) for f in lint_paths([path], select=sorted(focus)))
     if focus:
         got = Counter({key: n for key, n in got.items() if key[1] in focus})
     missing = sorted((want - got).elements())
