@@ -4,7 +4,8 @@ A *dispatch* is a place where a function is handed to another worker together wi
 its arguments: ``train.remote(model, opt)``, ``Actor.options(...).remote(model)``,
 ``Process(target=train, args=(model,))``, ``pool.map(train, [model] * 4)``,
 ``torch.multiprocessing.spawn(train, args=(model,))``, ``Thread(target=train)``,
-``executor.submit(train, model)``. For each dispatch the analysis knows the same-file
+``executor.submit(train, model)``, ``TorchTrainer(train_func, train_loop_config={"model":
+model}).fit()``. For each dispatch the analysis knows the same-file
 function that runs on the other side, which of its parameters receive which caller
 expressions, and how it runs (start method, repeated in a loop, joined at once).
 
@@ -48,6 +49,20 @@ GET_CONTEXT = "multiprocessing.get_context"
 SET_START_METHOD = "multiprocessing.set_start_method"
 THREAD = "threading.Thread"
 FUNCTOOLS_PARTIAL = "functools.partial"
+# `tune.with_parameters(fn, model=model)`: like a partial, its keywords reach `fn`.
+TUNE_WITH_PARAMETERS = frozenset({"ray.tune.with_parameters",
+                                  "ray.tune.trainable.util.with_parameters"})
+# Ray Train trainers (torch backends): `train_loop_per_worker` runs on every worker with
+# `train_loop_config` pickled as its one argument; `trainer.fit()` runs them.
+RAY_TRAINERS = frozenset({
+    "ray.train.torch.TorchTrainer", "ray.train.torch.torch_trainer.TorchTrainer",
+    "ray.train.DataParallelTrainer", "ray.train.data_parallel_trainer.DataParallelTrainer",
+    "ray.train.horovod.HorovodTrainer", "ray.train.horovod.horovod_trainer.HorovodTrainer",
+})
+# After `trainer.fit()`, the driver restores trained weights through the result's
+# checkpoint (`result.checkpoint`, `result.best_checkpoints`, `ckpt.get_model(model)`).
+_CHECKPOINT_WORDS = frozenset({"checkpoint", "best_checkpoints", "get_model", "get_checkpoint",
+                               "load_from_checkpoint", "from_checkpoint"})
 _PROCESS_POOLS = {
     "multiprocessing.Pool", "multiprocessing.pool.Pool",
     "concurrent.futures.ProcessPoolExecutor", "concurrent.futures.process.ProcessPoolExecutor",
@@ -81,6 +96,7 @@ class Via(Enum):
     SPAWN = "torch.multiprocessing.spawn"
     THREAD = "thread"
     THREAD_POOL = "thread pool"
+    RAY_TRAIN = "Ray Train worker loop"
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,6 +121,8 @@ class Dispatch:
     #: each worker is waited for before the next starts (``t.join()`` in the same
     #: iteration, ``submit(...).result()``, a single-worker pool)
     serial: bool = False
+    #: where the workers actually run, when that is a later call (``trainer.fit()``)
+    runs_at: ast.Call | None = None
 
     @property
     def name(self) -> str:
@@ -405,6 +423,11 @@ class Escapes:
                 return None, 0, [], [], None
             fn, skip, pre, kws, recv = self._callable(expr.args[0])
             return fn, skip, [*pre, *expr.args[1:]], [*kws, *expr.keywords], recv
+        if isinstance(expr, ast.Call) and self.model.qualname(expr.func) in TUNE_WITH_PARAMETERS:
+            if len(expr.args) != 1:
+                return None, 0, [], [], None
+            fn, skip, pre, kws, recv = self._callable(expr.args[0])
+            return fn, skip, pre, [*kws, *expr.keywords], recv
         found = self.resolve_def(expr)
         if isinstance(found, (ast.FunctionDef, ast.AsyncFunctionDef)):
             recv = expr.value if isinstance(expr, ast.Attribute) else None
@@ -454,6 +477,111 @@ class Escapes:
                 args = self.bind(fn, list(call.args), call.keywords, 0 if via is Via.REMOTE else 1)
             out.append(Dispatch(via, call, fn, cls, args, repeated=self._repeated(call)))
         return out
+
+    @cached_property
+    def ray_train_dispatches(self) -> list[Dispatch]:
+        """``TorchTrainer(train_loop_per_worker, train_loop_config={"model": model})`` (and
+        the other Ray Train trainers) that some ``trainer.fit()`` runs. Each worker gets a
+        pickled copy of the config: its entries are bound as ``config["model"]`` to the
+        worker function's config parameter, keywords of ``functools.partial`` and
+        ``tune.with_parameters`` to theirs."""
+        out = []
+        for call in self.model.calls_to(*RAY_TRAINERS):
+            target = keyword(call, "train_loop_per_worker") or (call.args[0] if call.args else None)
+            fn, skip, pre, kws, recv = self._callable(target)
+            if fn is None:
+                continue
+            bound = list(self.bind(fn, pre, kws, skip))
+            taken = {p for p, _ in bound}
+            free = [p for p in _positional(fn)[skip + len(pre):] if p not in taken]
+            config = self._dict_literal(keyword(call, "train_loop_config"))
+            if free and config is not None:
+                bound.extend((f"{free[0]}[{kw.arg!r}]", kw.value)
+                             for kw in self._dict_items(config))
+            out.append(Dispatch(Via.RAY_TRAIN, call, fn, None, tuple(bound), recv,
+                                repeated=self._repeated(call), runs_at=self._fit_call(call)))
+        return out
+
+    def _dict_literal(self, expr: ast.expr | None) -> ast.expr | None:
+        """A dict display (or ``dict(...)``) itself or the one a name was last bound to,
+        when nothing stores further entries into that name (``config["model"] = m``)."""
+        if isinstance(expr, ast.Name):
+            found = self.model.flow.definition(expr.id, expr)
+            if found is None or not isinstance(found[1], ast.expr):
+                return None
+            scope = self._scope(expr)
+            for node in walk_local(scope):
+                if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+                        and isinstance(node.value, ast.Name) and node.value.id == expr.id):
+                    return None
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in ("update", "setdefault")
+                        and isinstance(node.func.value, ast.Name)
+                        and node.func.value.id == expr.id):
+                    return None
+            expr = found[1]
+        if isinstance(expr, ast.Dict) or (isinstance(expr, ast.Call)
+                                          and call_name(expr) == "dict" and not expr.args):
+            return expr
+        return None
+
+    def _fit_call(self, call: ast.Call) -> ast.Call | None:
+        """``TorchTrainer(...).fit()``, or the first ``trainer.fit()`` after
+        ``trainer = TorchTrainer(...)`` in the same scope."""
+        m = self.model
+        parent = m.parent_of(call)
+        if isinstance(parent, ast.Attribute) and parent.attr == "fit":
+            grand = m.parent_of(parent)
+            return grand if isinstance(grand, ast.Call) else None
+        stmt = m.statement_of(call)
+        if not (isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)):
+            return None
+        name = stmt.targets[0].id
+        scope = self._scope(call)
+        fits = [c for c in m.calls.get("fit", ())
+                if isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
+                and c.func.value.id == name and self._scope(c) is scope and _pos(c) > _pos(call)]
+        return min(fits, key=_pos) if fits else None
+
+    def config_entry(self, fn: FunctionNode, node: ast.AST) -> str | None:
+        """``config["model"]`` when the local at the root of ``node`` was taken from an entry
+        of ``fn``'s parameter ``config`` (``model = prepare_model(config["model"])``,
+        ``config.get("model")``)."""
+        params = set(params_of(fn))
+        root = _root_name(node)
+        for _ in range(8):
+            if root is None or root.id in params:
+                return None
+            found = self.model.flow.definition(root.id, root)
+            if found is None or not isinstance(found[1], ast.expr):
+                return None
+            if self.model.function_of(found[0]) is not fn:
+                return None
+            value = self.unwrap(found[1])
+            key: str | None = None
+            base: ast.expr | None = None
+            if isinstance(value, ast.Subscript):
+                base, key = value.value, _literal_str(value.slice)
+            elif (isinstance(value, ast.Call) and call_name(value) == "get"
+                  and isinstance(value.func, ast.Attribute) and value.args):
+                base, key = value.func.value, _literal_str(value.args[0])
+            if isinstance(base, ast.Name) and base.id in params and key is not None:
+                return f"{base.id}[{key!r}]"
+            root = value if isinstance(value, ast.Name) else None
+        return None
+
+    def restores_checkpoint(self, call: ast.Call) -> bool:
+        """After ``call`` in its scope, the driver reaches for a Ray Train checkpoint
+        (``result.checkpoint``, ``best_checkpoints``, ``get_model``): trained weights may
+        come back through it, so the driver's model cannot be called untrained."""
+        scope = self._scope(call)
+        for node in walk_local(scope):
+            word = node.attr if isinstance(node, ast.Attribute) else (
+                node.id if isinstance(node, ast.Name) else None)
+            if word in _CHECKPOINT_WORDS and _pos(node) > _pos(call):
+                return True
+        return False
 
     @cached_property
     def process_dispatches(self) -> list[Dispatch]:
@@ -799,7 +927,14 @@ class Escapes:
         if d.target is None:
             return set()
         params = set(params_of(d.target))
-        return {t.root for t in self.trained(d.target).values() if t.root in params}
+        trained = self.trained(d.target).values()
+        out = {t.root for t in trained if t.root in params}
+        if d.via is Via.RAY_TRAIN:
+            for t in trained:
+                entry = self.config_entry(d.target, t.node)
+                if entry is not None:
+                    out.add(entry)
+        return out
 
     def actor_trained(self, cls: ast.ClassDef) -> set[str]:
         """``__init__`` parameters of an actor whose objects some method trains: stored on

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from trainlint.analysis.constants import ConstantEvaluator, is_number
 from trainlint.analysis.escapes import params_of
 from trainlint.analysis.model import FUNCTION_NODES, FileModel, call_name, keyword
+from trainlint.analysis.objects import objects
 
 _UNKNOWN = None
 
@@ -109,6 +110,9 @@ class FirstStep(ConstantEvaluator):
         self.depth = depth
 
     def expr(self, node: ast.AST, env: dict[str, object]) -> object:
+        if isinstance(node, ast.Subscript):
+            key = counter_key(node)
+            return env.get(key) if key is not None else None
         if isinstance(node, ast.Call) and self.depth < 3:
             fn = self.model.resolve_call(node)
             if isinstance(fn, ast.FunctionDef) and not node.keywords and not any(
@@ -244,12 +248,25 @@ def _hand_counters(model: FileModel, loop: ast.AST, stmt: ast.stmt) -> dict[str,
     if block is None:
         return out
     before = block[: next(i for i, s in enumerate(block) if s is loop)]
-    inits: dict[str, object] = {}
+    inits: dict[str, object] = _entry_inits(model, loop)
     for s in before:
-        if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name):
+        if isinstance(s, ast.Assign) and len(s.targets) == 1:
+            key = counter_key(s.targets[0])
             v = s.value
-            inits[s.targets[0].id] = v.value if isinstance(v, ast.Constant) and is_number(
-                v.value) else _UNKNOWN
+            if key is not None:
+                inits[key] = v.value if isinstance(v, ast.Constant) and is_number(
+                    v.value) else _UNKNOWN
+            if isinstance(s.targets[0], ast.Name):
+                # `state = {"iter_num": 0, ...}`: its entries start there
+                name = s.targets[0].id
+                for k in [k for k in inits if k.startswith(name + "[")]:
+                    del inits[k]
+                inits.update(_dict_entries(name, v))
+        elif isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
+            # `fabric.load(resume, state)`: whatever the call puts in `state` is unknown
+            for arg in s.value.args:
+                if isinstance(arg, ast.Name):
+                    inits.update({k: _UNKNOWN for k in inits if k.startswith(arg.id + "[")})
     body = loop.body  # type: ignore[attr-defined]
     top = next((s for s in body if s is stmt or any(n is stmt for n in ast.walk(s))), None)
     inside = [n for s in body for n in ast.walk(s)]
@@ -257,10 +274,13 @@ def _hand_counters(model: FileModel, loop: ast.AST, stmt: ast.stmt) -> dict[str,
         if init is _UNKNOWN:
             continue
         incs = [s for s in inside if isinstance(s, ast.AugAssign) and isinstance(s.op, ast.Add)
-                and isinstance(s.target, ast.Name) and s.target.id == name
+                and counter_key(s.target) == name
                 and isinstance(s.value, ast.Constant) and is_number(s.value.value)]
         others = [n for n in inside
-                  if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
+                  if isinstance(n, (ast.Name, ast.Subscript)) and isinstance(n.ctx, ast.Store)
+                  and counter_key(n) == name]
+        if "[" in name and _dict_escapes_in(model, name.split("[", 1)[0], loop):
+            continue  # the dict is handed to a call in the loop, which may move the counter
         if len(incs) != 1 or len(others) != 1:
             continue
         inc = incs[0]
@@ -272,6 +292,96 @@ def _hand_counters(model: FileModel, loop: ast.AST, stmt: ast.stmt) -> dict[str,
             continue  # incremented somewhere nested before the write: cannot tell
         out[name] = first
     return out
+
+
+def counter_key(node: ast.AST) -> str | None:
+    """How a loop counter is named in an environment: ``it``, or ``state['iter_num']`` for
+    an entry of a dict held by a plain name (litgpt keeps its counter in ``state``)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+            and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
+        return f"{node.value.id}[{node.slice.value!r}]"
+    return None
+
+
+def _dict_entries(name: str, value: ast.expr) -> dict[str, object]:
+    """``{"iter_num": 0, ...}`` bound to ``name``: the numeric entries, keyed for the env."""
+    if not isinstance(value, ast.Dict):
+        return {}
+    out: dict[str, object] = {}
+    for k, v in zip(value.keys, value.values, strict=True):
+        if isinstance(k, ast.Constant) and isinstance(k.value, str):
+            out[f"{name}[{k.value!r}]"] = v.value if isinstance(v, ast.Constant) and is_number(
+                v.value) else _UNKNOWN
+    return out
+
+
+def _entry_inits(model: FileModel, loop: ast.AST) -> dict[str, object]:
+    """Entries of a dict parameter of the loop's function, when every same-file call
+    passes a name last bound to a dict display that holds the entry as a number
+    (litgpt: ``state = {"iter_num": 0, ...}`` then ``fit(state=state)``)."""
+    fn = model.function_of(loop)
+    if fn is None:
+        return {}
+    sites = model.call_sites.get(id(fn), ())
+    out: dict[str, object] = {}
+    for param in params_of(fn):
+        found = objects(model).arguments_for(fn, param)
+        if not found or len(found) != len(sites):
+            continue
+        agreed: dict[str, object] | None = None
+        for _, arg in found:
+            entries: dict[str, object] = {}
+            if isinstance(arg, ast.Name):
+                d = model.flow.definition(arg.id, arg)
+                if d is not None and isinstance(d[1], ast.expr):
+                    entries = _dict_entries(param, d[1])
+                    if _filled_between(model, arg.id, d[0], arg):
+                        entries = {}
+            agreed = entries if agreed is None else {
+                k: v for k, v in agreed.items() if entries.get(k, _UNKNOWN) == v}
+        out.update(agreed or {})
+    return out
+
+
+def _filled_between(model: FileModel, name: str, start: ast.AST, end: ast.AST) -> bool:
+    """Between the dict's binding and the call, is it written into or handed to a call
+    outside an ``if`` (resuming from a checkpoint under ``if resume:`` is not the run
+    that starts from scratch)?"""
+    scope = model.function_of(end) or model.tree
+    lo, hi = (getattr(start, "lineno", 0), getattr(end, "lineno", 0))
+    for node in ast.walk(scope):
+        line = getattr(node, "lineno", 0)
+        if not lo < line < hi:
+            continue
+        if any(isinstance(a, ast.If) for a in model.ancestors(node)
+               if getattr(a, "lineno", 0) > lo):
+            continue
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and isinstance(
+                node.value, ast.Name) and node.value.id == name:
+            return True
+        if isinstance(node, ast.Call) and any(isinstance(a, ast.Name) and a.id == name
+                                              for a in node.args):
+            return True
+    return False
+
+
+def _dict_escapes_in(model: FileModel, name: str, loop: ast.AST) -> bool:
+    """The dict is passed whole to a call inside the loop (``fabric.save(path, state)``
+    only reads it, but a callee could write the counter: stay silent unless it is a
+    known reader)."""
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Call) and any(isinstance(a, ast.Name) and a.id == name
+                                              for a in [*node.args,
+                                                        *(k.value for k in node.keywords)]):
+            if call_name(node) not in _READERS:
+                return True
+    return False
+
+
+# Calls that only read a state dict they are given (checkpointing, logging).
+_READERS = frozenset({"save", "log_dict", "log", "print", "dump", "save_checkpoint"})
 
 
 def _after(a: ast.AST, b: ast.AST) -> bool:

@@ -24,6 +24,9 @@ SHARING_WRAPPERS = frozenset({
     "torch.nn.parallel.DistributedDataParallel",
     "torch.jit.script",
     "torch.distributed.fsdp.FullyShardedDataParallel",
+    # Ray Train moves the module to the worker's device and wraps it in DDP
+    "ray.train.torch.prepare_model",
+    "ray.train.torch.train_loop_utils.prepare_model",
 })
 
 # Families of wrappers known by their module, for questions where any of them will do

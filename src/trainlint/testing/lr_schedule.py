@@ -16,17 +16,18 @@ CHECK = "assert_lr_schedule"
 
 _WRONG_UNIT = (
     "A schedule measured in epochs (StepLR, CosineAnnealingLR, "
-    "CosineAnnealingWarmRestarts' T_0, a lambda over epochs) stepped once per batch "
+    "CosineAnnealingWarmRestarts' T_0, a lambda over epochs, or a hand-written "
+    "`step / num_epochs` stored into param_groups) advanced once per batch "
     "runs through its length in a fraction of the training, then restarts or "
     "stalls. Step it once per epoch, or size it in batches."
 )
 
 SYMPTOMS = {
     "first-lr-zero": Symptom(("TL203", "TL204")),
-    "lr-negative": Symptom(("TL201",), text=_WRONG_UNIT),
-    "lr-reaches-zero": Symptom(("TL201",), text=_WRONG_UNIT),
-    "lr-restarts": Symptom(("TL201", "TL205"), text=_WRONG_UNIT),
-    "below-min-lr": Symptom(("TL201",), text=_WRONG_UNIT),
+    "lr-negative": Symptom(("TL201", "TL207"), text=_WRONG_UNIT),
+    "lr-reaches-zero": Symptom(("TL201", "TL207"), text=_WRONG_UNIT),
+    "lr-restarts": Symptom(("TL201", "TL205", "TL207"), text=_WRONG_UNIT),
+    "below-min-lr": Symptom(("TL201", "TL207"), text=_WRONG_UNIT),
 }
 
 

@@ -33,6 +33,14 @@ class ModuleSentToRemote(Rule):
     caller keeps using its model and never loads the weights back
     (`model.load_state_dict(ray.get(...))`) nor rebinds the name to the returned model.
 
+    Ray Train too: a model or optimizer put in the `train_loop_config` of a
+    `TorchTrainer` (or `DataParallelTrainer`, `HorovodTrainer`), or bound to the worker
+    loop with `tune.with_parameters(train_func, model=model)` or `functools.partial`,
+    which the worker loop trains (`model = prepare_model(config["model"])`, then an
+    optimizer over it is stepped), when after `trainer.fit()` the driver uses its own
+    model again without loading weights into it and without reaching for the result's
+    checkpoint (`result.checkpoint`, `best_checkpoints`, `get_model`).
+
     ## Why is this bad?
     Ray pickles every argument: the remote worker trains a copy in another process.
     `loss.backward()` and `optimizer.step()` run there, on that copy; the caller's model
@@ -65,7 +73,9 @@ class ModuleSentToRemote(Rule):
     for epoch in range(epochs):
         model.load_state_dict(ray.get(train_step.remote(model, optimizer, data, labels)))
     ```
-    or compute gradients remotely and apply them with the caller's optimizer.
+    or compute gradients remotely and apply them with the caller's optimizer. With Ray
+    Train, build the model inside the worker loop, `ray.train.report(metrics,
+    checkpoint=...)` from it, and load the weights from `result.checkpoint` after `fit()`.
 
     ## References
     - [Ray: passing objects to tasks (arguments are copied)](https://docs.ray.io/en/latest/ray-core/objects.html)
@@ -75,29 +85,9 @@ class ModuleSentToRemote(Rule):
     code = "TL501"
     name = "module-sent-to-remote"
     message = "the Ray remote trains a copy of this model; the caller's weights never change"
-    triggers = ("remote",)
+    triggers = ("remote", "Trainer")
     confirm_with = "assert_weights_updated"
     valid = [
-        # the trained state dict is sent back and loaded
-        """
-import ray
-import torch
-
-@ray.remote
-def train(model, opt, batches):
-    for x, y in batches:
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-    return model.state_dict()
-
-model = torch.nn.Linear(4, 1)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for epoch in range(3):
-    ref = train.remote(model, opt, batches)
-    model.load_state_dict(ray.get(ref))
-evaluate(model)
-""",
         # the remote only predicts (aliased import)
         """
 import ray as r
@@ -130,27 +120,6 @@ for x, y in batches:
         p.grad = g
     opt.step()
 """,
-        # the remote gets a state dict and builds its own model
-        """
-import ray
-import torch
-
-@ray.remote
-def fit(state, data):
-    model = Net()
-    model.load_state_dict(state)
-    opt = torch.optim.Adam(model.parameters())
-    for x in data:
-        opt.zero_grad()
-        model(x).sum().backward()
-        opt.step()
-    return model.state_dict()
-
-model = Net()
-opt = torch.optim.Adam(model.parameters())
-new_state = ray.get(fit.remote(model.state_dict(), data))
-model.load_state_dict(new_state)
-""",
         # the caller takes the trained model the remote returns
         """
 import ray
@@ -168,51 +137,6 @@ model = torch.nn.Linear(4, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 model = ray.get(train.remote(model, opt, data))
 torch.save(model.state_dict(), "model.pt")
-""",
-        # the actor trains its own model; the caller fetches the weights back
-        """
-import ray
-import torch
-
-@ray.remote
-class Trainer:
-    def __init__(self, model, optimizer):
-        self.model = model
-        self.optimizer = optimizer
-
-    def train_step(self, x):
-        self.optimizer.zero_grad()
-        self.model(x).sum().backward()
-        self.optimizer.step()
-
-    def weights(self):
-        return self.model.state_dict()
-
-model = torch.nn.Linear(4, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-trainer = Trainer.remote(model, optimizer)
-ray.get(trainer.train_step.remote(x))
-model.load_state_dict(ray.get(trainer.weights.remote()))
-evaluate(model)
-""",
-        # a sweep: every trial gets the same initial weights on purpose, and the driver
-        # keeps only the scores
-        """
-import ray
-import torch
-
-@ray.remote
-def trial(model, lr, data):
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    for x in data:
-        opt.zero_grad()
-        model(x).sum().backward()
-        opt.step()
-    return score(model)
-
-model = torch.nn.Linear(4, 1)
-ref = ray.put(model)
-scores = ray.get([trial.remote(ref, lr, data) for lr in (0.1, 0.01)])
 """,
         # shadowed: `ray` is a parameter, not the Ray module
         """
@@ -240,6 +164,54 @@ def train(model, optimizer):
 train = Repo()
 train.remote(model, optimizer)
 print(model)
+""",
+        # Ray Train: the config carries only hyperparameters; the worker builds its model
+        """
+import torch
+from ray.train.torch import TorchTrainer
+
+def train_func(config):
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    for x, y in batches:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+model = torch.nn.Linear(4, 1)
+result = TorchTrainer(train_func, train_loop_config={"lr": 0.1}).fit()
+evaluate(model)
+""",
+        # Ray Train: built but never run in this file (someone else calls `fit()`)
+        """
+import torch
+from ray.train.torch import TorchTrainer
+
+def train_func(config):
+    model = config["model"]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in batches:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+def make_trainer(model):
+    return TorchTrainer(train_func, train_loop_config={"model": model})
+""",
+        # Ray Train: the worker only evaluates the model it is given
+        """
+import torch
+from ray.train.torch import TorchTrainer
+
+def eval_func(config):
+    model = config["model"]
+    with torch.no_grad():
+        for x, y in batches:
+            report(model(x))
+
+model = torch.nn.Linear(4, 1)
+TorchTrainer(eval_func, train_loop_config={"model": model}).fit()
+torch.save(model.state_dict(), "model.pt")
 """,
     ]
     invalid = [
@@ -314,6 +286,76 @@ for epoch in range(10):
 """,
             line=15,
         ),
+        # Ray Train: the model rides in `train_loop_config`; the driver saves its own copy
+        Invalid(
+            """
+import torch
+import ray.train.torch
+from ray.train import ScalingConfig
+from ray.train.torch import TorchTrainer
+
+def train_func(config):
+    model = ray.train.torch.prepare_model(config["model"])
+    optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    for x, y in config["data"]:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+model = torch.nn.Linear(4, 1)
+trainer = TorchTrainer(
+    train_func,
+    train_loop_config={"model": model, "lr": 0.1, "data": data},
+    scaling_config=ScalingConfig(num_workers=2),
+)
+result = trainer.fit()
+torch.save(model.state_dict(), "model.pt")
+""",
+            line=15,
+        ),
+        # a config dict built beforehand, an aliased trainer import, `config.get`
+        Invalid(
+            """
+import torch
+from ray.train import torch as rt
+
+def loop(cfg):
+    net = cfg.get("net")
+    opt = torch.optim.Adam(net.parameters())
+    for x in cfg["loader"]:
+        opt.zero_grad()
+        net(x).sum().backward()
+        opt.step()
+
+net = torch.nn.Linear(8, 2)
+config = {"net": net, "loader": loader}
+rt.TorchTrainer(loop, train_loop_config=config).fit()
+print(evaluate(net))
+""",
+            line=14,
+        ),
+        # bound with `tune.with_parameters`; the driver returns the untrained model
+        Invalid(
+            """
+import torch
+from ray import tune
+from ray.train.torch import TorchTrainer
+
+def train_loop(config, model=None):
+    opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    for x, y in batches:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+def fit(model):
+    trainer = TorchTrainer(tune.with_parameters(train_loop, model=model),
+                           train_loop_config={"lr": 0.01})
+    trainer.fit()
+    return model
+""",
+            line=13,
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -330,4 +372,22 @@ for epoch in range(10):
                 f"{shown(names)} trained inside the {d.via.value} `{d.name}`, on a copy: "
                 "the caller's weights never change; return the `state_dict()` and "
                 "`load_state_dict(ray.get(...))` it",
+            )
+        for d in esc.ray_train_dispatches:
+            if d.runs_at is None:
+                continue  # never run here: whoever calls `fit()` decides what comes back
+            sent = _trained_objects(esc, d, through_put=False)
+            if not sent:
+                continue
+            names = esc.caller_names(sent)
+            fit = d.runs_at
+            if (esc.loaded_back(fit, names) or esc.restores_checkpoint(fit)
+                    or not esc.used_after(fit, names, loops=True)):
+                continue
+            yield self.report(
+                d.call,
+                f"{shown(names)} trained inside the {d.via.value} `{d.name}`, on a copy "
+                "pickled into each worker: the driver's weights never change; "
+                "`ray.train.report(..., checkpoint=...)` from the workers and load the "
+                "weights from `result.checkpoint`",
             )

@@ -18,7 +18,9 @@ class HandRolledLrStartsAtZero(Rule):
     the loop's first iteration is 0: a warmup computed as `base_lr * it / warmup_iters`
     from a counter that starts at 0. The value is evaluated statically with the loop
     counters at their first value (`range` start, `enumerate` start, a counter set
-    before the loop and incremented in it), the assignments that precede it in the
+    before the loop and incremented in it, or an entry of a dict such as litgpt's
+    `state["iter_num"]`, set before the loop or by every same-file caller, that no call
+    in the loop receives), the assignments that precede it in the
     loop body and simple same-file functions such as `get_lr(it)`. A value that is
     still 0 on the second iteration (a group frozen on purpose) or that cannot be
     evaluated is not reported.
@@ -140,8 +142,47 @@ def tune(store, steps):
         store.param_groups[0]["lr"] = step * 0.1
         store.commit()
 """,
+        # a counter kept in a dict, handed whole to a helper in the loop: it may move it
+        """
+import torch
+
+def fit(state, optimizer, loader):
+    for batch in loader:
+        lr = 3e-4 * state["iter_num"] / 100
+        for g in optimizer.param_groups:
+            g["lr"] = lr
+        train_step(state, batch)
+        state["iter_num"] += 1
+
+state = {"iter_num": 0}
+fit(state, optimizer, loader)
+""",
     ]
     invalid = [
+        # litgpt-style: the counter is an entry of a state dict built by the caller
+        Invalid(
+            """
+import torch
+
+def fit(state, optimizer, loader, warmup_iters=100):
+    for batch in loader:
+        lr = 3e-4 * state["iter_num"] / warmup_iters
+        for g in optimizer.param_groups:
+            g["lr"] = lr
+        state["iter_num"] += 1
+        loss = state["model"](batch).sum()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+def main(resume=None):
+    state = {"model": model, "iter_num": 0}
+    if resume:
+        load_checkpoint(resume, state)
+    fit(state, optimizer, loader)
+""",
+            line=7,
+        ),
         Invalid(
             """
 import math
