@@ -20,6 +20,8 @@ from typing import Any
 
 from trainlint.analysis.context import is_test_file
 from trainlint.analysis.model import FileModel
+from trainlint.analysis.project import SUMMARY_WORDS, apply_view, view_words
+from trainlint.analysis.project import summarize as project_summary
 from trainlint.config import TARGET_TORCH, RuleSelection, TorchPins
 from trainlint.findings import Finding, InternalError, Related
 from trainlint.rules.base import Report, Rule
@@ -58,6 +60,8 @@ class FileResult:
     syntax_error: bool = False
     fixed: int = 0
     diff: str = ""
+    #: the file's project summary (analysis.project), when the run asked for it
+    summary: dict[str, Any] | None = None
 
 
 def _codes(text: str | None) -> list[str]:
@@ -94,14 +98,27 @@ class Linter:
 
     # -- public ---------------------------------------------------------------------------
     def lint_bytes(
-        self, data: bytes, path: str, *, ignored: Iterable[str] = (), text: str | None = None
+        self, data: bytes, path: str, *, ignored: Iterable[str] = (), text: str | None = None,
+        view: dict[str, Any] | None = None, module: tuple[str, str, bool] | None = None,
     ) -> FileResult:
         """Lint one file's bytes. ``ignored``: selectors off for this file (per-file-ignores).
 
         ``text`` may carry an already-decoded module (notebooks); then ``data`` is only
-        used for the trigger pre-filter.
+        used for the trigger pre-filter. ``view``: what the project index knows for this
+        file. ``module``: (root, name, is package) when the run wants the file's project
+        summary back (``result.summary``), taken from the same parse.
         """
         result = FileResult(path)
+        try:
+            return self._lint_bytes(result, data, path, ignored, text, view, module)
+        finally:
+            if module is not None and result.summary is None:
+                result.summary = _bare_summary(module)
+
+    def _lint_bytes(
+        self, result: FileResult, data: bytes, path: str, ignored: Iterable[str],
+        text: str | None, view: dict[str, Any] | None, module: tuple[str, str, bool] | None,
+    ) -> FileResult:
         ignored = tuple(ignored)
 
         def on(code: str) -> bool:
@@ -117,15 +134,16 @@ class Linter:
                     )
                 )
             return result
-        active = self._active_rules(data, path, ignored)
+        # the project view's facts stand in for words this file does not spell itself
+        active = self._active_rules(data + view_words(view) if view else data, path, ignored)
         check_noqa = on(UNUSED_NOQA) and b"noqa" in data.lower()
-        if not active and not check_noqa and not on(SYNTAX_ERROR):
+        if not active and not check_noqa and not on(SYNTAX_ERROR) and module is None:
             return result
         try:
             if text is None:
                 text, _ = decode(data)
             file_noqa = self._file_noqa(text)
-            if file_noqa is not None and not file_noqa:
+            if file_noqa is not None and not file_noqa and module is None:
                 return result  # `# trainlint: noqa` skips the whole file
             tree = parse(text, path)
         except SourceError as exc:
@@ -136,13 +154,20 @@ class Linter:
                 )
             return result
         result.parsed = True
-        if file_noqa:
+        skip_file = file_noqa is not None and not file_noqa  # summarised, never reported
+        if skip_file:
+            active, check_noqa = [], False
+        elif file_noqa:
             active = [r for r in active if not any(r.code.startswith(c) for c in file_noqa)]
-        if not active and not check_noqa:
+        summarize = module is not None and any(w in data for w in SUMMARY_WORDS)
+        if not active and not check_noqa and not summarize:
+            if module is not None:
+                result.summary = project_summary(None, tree, module)
             return result
         source = Source(text)
         try:
             model = FileModel(tree, source, path)
+            apply_view(model, view)
         except Exception as exc:  # pragma: no cover - a bug in the model, not in the input
             result.errors.append(InternalError(path, "analysis", _describe(exc)))
             return result
@@ -164,9 +189,16 @@ class Linter:
                         result.timings[rule.code] = time.perf_counter() - start
                 for report in reports:
                     raw.append(self._finding(rule, report, source, path))
+            if module is not None:
+                try:
+                    result.summary = project_summary(model if summarize else None, tree, module)
+                except Exception as exc:  # pragma: no cover - a bug in the summary
+                    result.errors.append(InternalError(path, "project summary", _describe(exc)))
         finally:
             model.release()
             del model
+        if skip_file:
+            return result
         result.findings.extend(self._suppress(raw, source, on(UNUSED_NOQA), path))
         result.findings.sort(key=Finding.sort_key)
         return result
@@ -283,6 +315,13 @@ class Linter:
                         )
                     )
         return kept
+
+
+def _bare_summary(module: tuple[str, str, bool]) -> dict[str, Any]:
+    """The summary of a file with nothing to say (unreadable, too large, not parsed)."""
+    root, name, is_pkg = module
+    return {"root": root, "module": name, "pkg": is_pkg, "imports": {}, "stars": [],
+            "exported": {}, "defs": [], "functions": {}, "classes": {}, "calls": []}
 
 
 def _builtin_codes() -> frozenset[str]:
