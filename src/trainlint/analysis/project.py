@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 #: Files without any of these bytes have nothing to say to other files beyond their
 #: imports: no model is built just for their summary.
-SUMMARY_WORDS = (b"sched", b"optim", b"softmax", b"Thread", b"LR", b"Optimizer")
+SUMMARY_WORDS = (b"schedul", b"optim.", b"softmax", b"Thread", b"Optimizer", b"import optim")
 #: Star imports pass on these libraries' names (``from common import *`` where
 #: ``common`` does ``import torch``).
 _EXPORTED_LIBRARIES = ("torch", "torchvision", "transformers", "accelerate", "lightning",
@@ -198,14 +198,17 @@ def fact_of(model: FileModel, binding: Binding | None) -> Fact | None:
 
 
 def _returned_fact(model: FileModel, fn: ast.AST) -> Fact | None:
-    from trainlint.analysis.model import walk_local
-
-    facts = []
-    for node in walk_local(fn):
-        if isinstance(node, ast.Return) and node.value is not None:
-            found = model.roles.classify(node.value)
-            facts.append(fact_of(model, found[0]) if len(found) == 1 else None)
-    if not facts or any(f is None for f in facts):
+    facts: list[Fact] = []
+    for node in _returns(fn):
+        if node.value is None or not isinstance(node.value, (ast.Call, ast.Name,
+                                                             ast.Attribute)):
+            return None
+        found = model.roles.classify(node.value)
+        fact = fact_of(model, found[0]) if len(found) == 1 else None
+        if fact is None:
+            return None
+        facts.append(fact)
+    if not facts:
         return None
     if any(f[0] != facts[0][0] for f in facts):
         return None
@@ -214,11 +217,30 @@ def _returned_fact(model: FileModel, fn: ast.AST) -> Fact | None:
     return facts[0]
 
 
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _returns(fn: ast.AST) -> list[ast.Return]:
+    """The function's own ``return`` statements: statement lists only, no expressions,
+    no nested defs (cheaper than a walk of every node)."""
+    out: list[ast.Return] = []
+    stack: list[ast.AST] = list(getattr(fn, "body", ()))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return):
+            out.append(node)
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                   ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign,
+                                   ast.Import, ast.ImportFrom, ast.Raise, ast.Pass)):
+            for name in _BLOCKS:
+                stack.extend(getattr(node, name, ()))
+    return out
+
+
 def _returns_softmax(model: FileModel, forward: ast.AST) -> bool:
-    from trainlint.analysis.model import walk_local
     from trainlint.analysis.softmax import softmax_sources
 
-    returns = [n for n in walk_local(forward) if isinstance(n, ast.Return)]
+    returns = _returns(forward)
     return bool(returns) and all(
         r.value is not None and softmax_sources(model, r.value) for r in returns
     )
@@ -282,8 +304,8 @@ def _arg_fact(model: FileModel, arg: ast.expr, module: str, is_pkg: bool) -> Fac
     # says what the class is.
     value: ast.AST | None = arg
     if isinstance(arg, ast.Name):
-        d = model.flow.definition(arg.id, arg)
-        value = d[1] if d is not None else None
+        values = _single_assignments(model).get((id(model.scope_of(arg)), arg.id))
+        value = values[0] if values is not None and len(values) == 1 else None
     if isinstance(value, ast.Call):
         q = model.qualname(value.func)
         if q is not None and _project_candidate(q):
@@ -292,6 +314,22 @@ def _arg_fact(model: FileModel, arg: ast.expr, module: str, is_pkg: bool) -> Fac
             return ["instance", f"{module}.{value.func.id}" if module else value.func.id,
                     None, False]
     return None
+
+
+def _single_assignments(model: FileModel) -> dict[tuple[int, str], list[ast.expr]]:
+    """(scope, name) -> the values assigned to the plain name there (cheap, no flow)."""
+    def build(m: FileModel) -> dict[tuple[int, str], list[ast.expr]]:
+        out: dict[tuple[int, str], list[ast.expr]] = {}
+        for node in m.assignments:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    value = node.value if not isinstance(node, ast.AugAssign) else None
+                    out.setdefault((id(m.scope_of(node)), t.id), []).append(
+                        value if value is not None else t)
+        return out
+
+    return model.memo(_single_assignments, build)
 
 
 # -- the index --------------------------------------------------------------------------------
@@ -412,6 +450,8 @@ class ProjectIndex:
                             refs[f"{raw}.{name}"] = fact
         stars: dict[str, str] = {}
         self._star_names(root, s, stars, refs, 0, set())
+        for name in [n for n in stars if n in s["imports"] or n in s["defs"]]:
+            del stars[name]  # bound by the file itself: the star import changes nothing
         params: dict[str, dict[str, Fact]] = {}
         for (r, m, fn_name), slots in self._params.items():
             if r != root or m != module:
