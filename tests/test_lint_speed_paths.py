@@ -10,7 +10,7 @@ import weakref
 import pytest
 
 from trainlint.analysis.model import FileModel
-from trainlint.engine import _scan_noqa_comments, _tokenize_noqa_comments
+from trainlint.noqa import scan_noqa_comments, tokenize_noqa_comments
 from trainlint.plugins import manager
 from trainlint.source import Source
 
@@ -29,7 +29,7 @@ TRICKY = [
 @pytest.mark.parametrize("text", TRICKY)
 def test_noqa_scan_matches_tokenize(text):
     ast.parse(text)
-    assert _scan_noqa_comments(text) == _tokenize_noqa_comments(Source(text))
+    assert scan_noqa_comments(text) == tokenize_noqa_comments(Source(text))
 
 
 def test_released_model_is_freed_without_the_cycle_collector():

@@ -19,7 +19,11 @@ from trainlint import __version__
 from trainlint.engine import FileResult
 from trainlint.findings import Finding
 
-SCHEMA = 1
+SCHEMA = 2
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 class Cache:
@@ -34,14 +38,44 @@ class Cache:
         return hashlib.sha256(blob).hexdigest()
 
     def key(self, data: bytes, kind: str, ignored: list[str], extra: str = "") -> str:
+        return self.key_of_hash(content_hash(data), kind, ignored, extra)
+
+    def key_of_hash(self, content: str, kind: str, ignored: list[str], extra: str = "") -> str:
+        """The findings key of a file whose bytes hash to ``content``; ``extra`` carries
+        what else its findings depend on (its torch pin, its project view's digest)."""
         h = hashlib.sha256()
         h.update(self.fingerprint.encode())
         h.update(kind.encode())
         h.update(",".join(sorted(ignored)).encode())
         h.update(b"\0" + extra.encode())
         h.update(b"\0")
-        h.update(data)
+        h.update(content.encode())
         return h.hexdigest()
+
+    # -- project summaries: keyed on the bytes and the module name only (never on the
+    # configuration: a summary does not depend on which rules are selected)
+    @staticmethod
+    def _summary_key(content: str, module: tuple[str, str, bool]) -> str:
+        h = hashlib.sha256(b"summary\0")
+        h.update(json.dumps(list(module)).encode())
+        h.update(content.encode())
+        return "s" + h.hexdigest()
+
+    def get_summary(self, content: str, module: tuple[str, str, bool]) -> dict[str, Any] | None:
+        key = self._summary_key(content, module)
+        try:
+            data = json.loads(self._path(key).read_text(encoding="utf-8"))
+            if data.get("key") != key or not isinstance(data.get("summary"), dict):
+                return None
+            summary: dict[str, Any] = data["summary"]
+            return summary
+        except (OSError, ValueError):
+            return None
+
+    def put_summary(self, content: str, module: tuple[str, str, bool],
+                    summary: dict[str, Any]) -> None:
+        key = self._summary_key(content, module)
+        self._write(key, {"key": key, "summary": summary})
 
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"
@@ -70,6 +104,9 @@ class Cache:
             "findings": [{k: v for k, v in f.to_dict().items() if k != "path"}
                          for f in result.findings],
         }
+        self._write(key, entry)
+
+    def _write(self, key: str, entry: dict[str, Any]) -> None:
         target = self._path(key)
         try:
             if not self._ready:

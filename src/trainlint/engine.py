@@ -7,11 +7,7 @@ and rules run, only when the file contains a trigger word of some selected rule.
 
 from __future__ import annotations
 
-import io
-import re
-import sys
 import time
-import tokenize
 import traceback
 from collections import defaultdict
 from collections.abc import Iterable
@@ -20,25 +16,13 @@ from typing import Any
 
 from trainlint.analysis.context import is_test_file
 from trainlint.analysis.model import FileModel
+from trainlint.analysis.project import SUMMARY_WORDS, apply_view, view_words
+from trainlint.analysis.project import summarize as project_summary
 from trainlint.config import TARGET_TORCH, RuleSelection, TorchPins
 from trainlint.findings import Finding, InternalError, Related
+from trainlint.noqa import FILE_NOQA_RE, OWN_PREFIX, codes_of, noqa_comments, noqa_on_lines
 from trainlint.rules.base import Report, Rule
 from trainlint.source import Source, SourceError, decode, parse
-
-# A code is letters then a digit, then letters or digits: `TL1O1` (a letter O) is read
-# whole, so TL002 can name it, rather than as `TL1` plus trailing text.
-NOQA_RE = re.compile(
-    r"#\s*noqa(?![\w-])(?:\s*:\s*(?P<codes>[A-Z]+[0-9][0-9A-Z]*"
-    r"(?:\s*[,\s]\s*[A-Z]+[0-9][0-9A-Z]*)*))?",
-    re.IGNORECASE,
-)
-#: Codes starting with this are trainlint's own: an unknown one in a `noqa` is a mistake.
-OWN_PREFIX = "TL"
-FILE_NOQA_RE = re.compile(
-    r"^\s*#\s*trainlint\s*:\s*noqa(?:\s*:\s*(?P<codes>[A-Z]+[0-9]*(?:\s*[,\s]\s*[A-Z]+[0-9]*)*))?\s*$",
-    re.IGNORECASE | re.MULTILINE,
-)
-_CODE_SPLIT = re.compile(r"[,\s]+")
 
 SYNTAX_ERROR = "TL001"
 UNUSED_NOQA = "TL002"
@@ -58,12 +42,9 @@ class FileResult:
     syntax_error: bool = False
     fixed: int = 0
     diff: str = ""
+    #: the file's project summary (analysis.project), when the run asked for it
+    summary: dict[str, Any] | None = None
 
-
-def _codes(text: str | None) -> list[str]:
-    if not text:
-        return []
-    return [c.upper() for c in _CODE_SPLIT.split(text.strip()) if c]
 
 
 class Linter:
@@ -78,7 +59,7 @@ class Linter:
             if cls.code not in ENGINE_RULES
         ]
         self.rule_classes = {cls.code: cls for cls in selection.rules}
-        self.known = selection.known or _builtin_codes() | self.enabled
+        self.known = selection.known or _builtincodes_of() | self.enabled
         # The trigger words of the whole selection, compiled once: each distinct word is
         # searched for at most once per file, and only until every rule is decided.
         # (One alternation regex over all the words was measured 3x slower than bytes
@@ -94,14 +75,27 @@ class Linter:
 
     # -- public ---------------------------------------------------------------------------
     def lint_bytes(
-        self, data: bytes, path: str, *, ignored: Iterable[str] = (), text: str | None = None
+        self, data: bytes, path: str, *, ignored: Iterable[str] = (), text: str | None = None,
+        view: dict[str, Any] | None = None, module: tuple[str, str, bool] | None = None,
     ) -> FileResult:
         """Lint one file's bytes. ``ignored``: selectors off for this file (per-file-ignores).
 
         ``text`` may carry an already-decoded module (notebooks); then ``data`` is only
-        used for the trigger pre-filter.
+        used for the trigger pre-filter. ``view``: what the project index knows for this
+        file. ``module``: (root, name, is package) when the run wants the file's project
+        summary back (``result.summary``), taken from the same parse.
         """
         result = FileResult(path)
+        try:
+            return self._lint_bytes(result, data, path, ignored, text, view, module)
+        finally:
+            if module is not None and result.summary is None:
+                result.summary = _bare_summary(module)
+
+    def _lint_bytes(
+        self, result: FileResult, data: bytes, path: str, ignored: Iterable[str],
+        text: str | None, view: dict[str, Any] | None, module: tuple[str, str, bool] | None,
+    ) -> FileResult:
         ignored = tuple(ignored)
 
         def on(code: str) -> bool:
@@ -117,15 +111,16 @@ class Linter:
                     )
                 )
             return result
-        active = self._active_rules(data, path, ignored)
+        # the project view's facts stand in for words this file does not spell itself
+        active = self._active_rules(data + view_words(view) if view else data, path, ignored)
         check_noqa = on(UNUSED_NOQA) and b"noqa" in data.lower()
-        if not active and not check_noqa and not on(SYNTAX_ERROR):
+        if not active and not check_noqa and not on(SYNTAX_ERROR) and module is None:
             return result
         try:
             if text is None:
                 text, _ = decode(data)
             file_noqa = self._file_noqa(text)
-            if file_noqa is not None and not file_noqa:
+            if file_noqa is not None and not file_noqa and module is None:
                 return result  # `# trainlint: noqa` skips the whole file
             tree = parse(text, path)
         except SourceError as exc:
@@ -136,13 +131,20 @@ class Linter:
                 )
             return result
         result.parsed = True
-        if file_noqa:
+        skip_file = file_noqa is not None and not file_noqa  # summarised, never reported
+        if skip_file:
+            active, check_noqa = [], False
+        elif file_noqa:
             active = [r for r in active if not any(r.code.startswith(c) for c in file_noqa)]
-        if not active and not check_noqa:
+        summarize = module is not None and any(w in data for w in SUMMARY_WORDS)
+        if not active and not check_noqa and not summarize:
+            if module is not None:
+                result.summary = project_summary(None, tree, module)
             return result
         source = Source(text)
         try:
             model = FileModel(tree, source, path)
+            apply_view(model, view)
         except Exception as exc:  # pragma: no cover - a bug in the model, not in the input
             result.errors.append(InternalError(path, "analysis", _describe(exc)))
             return result
@@ -164,9 +166,16 @@ class Linter:
                         result.timings[rule.code] = time.perf_counter() - start
                 for report in reports:
                     raw.append(self._finding(rule, report, source, path))
+            if module is not None:
+                try:
+                    result.summary = project_summary(model if summarize else None, tree, module)
+                except Exception as exc:  # pragma: no cover - a bug in the summary
+                    result.errors.append(InternalError(path, "project summary", _describe(exc)))
         finally:
             model.release()
             del model
+        if skip_file:
+            return result
         result.findings.extend(self._suppress(raw, source, on(UNUSED_NOQA), path))
         result.findings.sort(key=Finding.sort_key)
         return result
@@ -231,7 +240,7 @@ class Linter:
             return None
         found: list[str] | None = None
         for m in FILE_NOQA_RE.finditer(text):
-            codes = _codes(m.group("codes"))
+            codes = codes_of(m.group("codes"))
             if not codes:
                 return []
             found = (found or []) + codes
@@ -244,10 +253,10 @@ class Linter:
             return findings
         # Tokenizing is costly; only TL002 needs to know every real comment. For
         # suppression, the lines that carry findings are enough.
-        if report_unused or _noqa_on_lines(
+        if report_unused or noqa_on_lines(
             source, {ln for f in findings for ln in (f.line, f.end_line)}
         ):
-            directives = _noqa_comments(source)  # confirm they are real comments
+            directives = noqa_comments(source)  # confirm they are real comments
         else:
             directives = {}
         used: dict[int, set[str]] = defaultdict(set)
@@ -285,85 +294,17 @@ class Linter:
         return kept
 
 
-def _builtin_codes() -> frozenset[str]:
+def _bare_summary(module: tuple[str, str, bool]) -> dict[str, Any]:
+    """The summary of a file with nothing to say (unreadable, too large, not parsed)."""
+    root, name, is_pkg = module
+    return {"root": root, "module": name, "pkg": is_pkg, "imports": {}, "stars": [],
+            "exported": {}, "defs": [], "functions": {}, "classes": {}, "calls": []}
+
+
+def _builtincodes_of() -> frozenset[str]:
     from trainlint.rules import builtin_rules
 
     return frozenset(r.code for r in builtin_rules())
-
-
-def _noqa_on_lines(source: Source, lines: set[int]) -> dict[int, list[str]]:
-    out: dict[int, list[str]] = {}
-    for n in lines:
-        if 1 <= n <= len(source.lines):
-            text = source.lines[n - 1]
-            hash_at = text.find("#")
-            if hash_at < 0:
-                continue
-            m = NOQA_RE.search(text, hash_at)
-            if m and not FILE_NOQA_RE.match(text):
-                out[n] = _codes(m.group("codes"))
-    return out
-
-
-# Comments and string literals, in order, for sources the interpreter parsed: before
-# 3.12 a string literal is a regular language (an f-string cannot nest its own quotes or
-# hold a comment), so skipping strings finds exactly the comments `tokenize` would.
-_COMMENT_OR_STRING = re.compile(
-    "|".join((
-        r"(#[^\r\n]*)",                       # a comment: group 1
-        r"'''(?:[^'\\]|\\.|'(?!''))*'''",    # triple-quoted strings first
-        r'"""(?:[^"\\]|\\.|"(?!""))*"""',
-        r"'(?:[^'\\\r\n]|\\.)*'",
-        r'"(?:[^"\\\r\n]|\\.)*"',
-    )),
-    re.DOTALL,
-)
-_SCAN_COMMENTS = sys.version_info < (3, 12)
-
-
-def _noqa_comments(source: Source) -> dict[int, list[str]]:
-    """line -> codes ([] for a bare noqa), from real comments only (not strings)."""
-    text = source.text
-    if _SCAN_COMMENTS and text.count("\r") == text.count("\r\n"):
-        return _scan_noqa_comments(text)
-    return _tokenize_noqa_comments(source)
-
-
-def _scan_noqa_comments(text: str) -> dict[int, list[str]]:
-    """`_tokenize_noqa_comments` at a fraction of the cost (tokenize is pure Python):
-    lines counted as tokenize counts them (on "\\n"), comments cut where it cuts them."""
-    out: dict[int, list[str]] = {}
-    line, counted = 1, 0
-    for m in _COMMENT_OR_STRING.finditer(text):
-        comment = m.group(1)
-        if comment is None:
-            continue
-        found = NOQA_RE.search(comment)
-        if found and not FILE_NOQA_RE.match(comment):
-            start = m.start()
-            line += text.count("\n", counted, start)
-            counted = start
-            out[line] = _codes(found.group("codes"))
-    return out
-
-
-def _tokenize_noqa_comments(source: Source) -> dict[int, list[str]]:
-    out: dict[int, list[str]] = {}
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source.text).readline))
-    except (tokenize.TokenError, SyntaxError, IndentationError):
-        tokens = []
-        for i, line in enumerate(source.lines, 1):
-            m = NOQA_RE.search(line)
-            if m:
-                out[i] = _codes(m.group("codes"))
-        return out
-    for tok in tokens:
-        if tok.type == tokenize.COMMENT:
-            m = NOQA_RE.search(tok.string)
-            if m and not FILE_NOQA_RE.match(tok.string):
-                out[tok.start[0]] = _codes(m.group("codes"))
-    return out
 
 
 def _describe(exc: BaseException) -> str:

@@ -7,8 +7,10 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from trainlint.cache import Cache
+from trainlint.analysis.project import ProjectIndex, digest, module_of
+from trainlint.cache import Cache, content_hash
 from trainlint.config import RuleSelection, Settings, TorchPins, per_file_ignored
 from trainlint.engine import SYNTAX_ERROR, FileResult, Linter
 from trainlint.findings import Finding, InternalError
@@ -66,8 +68,11 @@ class FixMode:
 
 
 def lint_file(
-    linter: Linter, settings: Settings, path: Path, fix: FixMode | None = None
+    linter: Linter, settings: Settings, path: Path, fix: FixMode | None = None,
+    view: dict[str, Any] | None = None, module: tuple[str, str, bool] | None = None,
 ) -> FileResult:
+    """Lint one file. ``view``: what the project index knows for it; ``module``: its
+    (root, name, is package) when the run wants its project summary back."""
     shown = display_path(path)
     ignored = per_file_ignored(settings, path)
     data = read_file(path)
@@ -84,7 +89,7 @@ def lint_file(
         if fix is not None and fix.active:
             return fix_notebook(linter, data, shown, ignored, path, fix)
         return lint_notebook(linter, data, shown, ignored)
-    result = linter.lint_bytes(data, shown, ignored=ignored)
+    result = linter.lint_bytes(data, shown, ignored=ignored, view=view, module=module)
     if fix is not None and fix.active and result.parsed and any(
         f.fix is not None and (f.fix.applicability == "safe" or fix.unsafe)
         for f in result.findings
@@ -138,15 +143,20 @@ _FULLER_EVERY = 16
 _files_since_fuller = 0
 
 
-def _work(path: Path) -> FileResult:
+#: One file's work: its path, its project view, and its module when its summary is wanted.
+WorkItem = tuple[Path, "dict[str, Any] | None", "tuple[str, str, bool] | None"]
+
+
+def _work(item: Path | WorkItem) -> FileResult:
     global _files_since_fuller
     assert _WORKER is not None
     linter, settings, fix = _WORKER
+    path, view, module = (item, None, None) if isinstance(item, Path) else item
     if not gc.isenabled():  # the caller manages collection; leave it alone
-        return _lint_one(linter, settings, path, fix)
+        return _lint_one(linter, settings, path, fix, view, module)
     gc.disable()
     try:
-        return _lint_one(linter, settings, path, fix)
+        return _lint_one(linter, settings, path, fix, view, module)
     finally:
         gc.enable()
         _files_since_fuller += 1
@@ -157,14 +167,16 @@ def _work(path: Path) -> FileResult:
             gc.collect(0)
 
 
-def _lint_one(linter: Linter, settings: Settings, path: Path, fix: FixMode | None) -> FileResult:
+def _lint_one(linter: Linter, settings: Settings, path: Path, fix: FixMode | None,
+              view: dict[str, Any] | None = None,
+              module: tuple[str, str, bool] | None = None) -> FileResult:
     try:
-        return lint_file(linter, settings, path, fix)
+        return lint_file(linter, settings, path, fix, view, module)
     except Exception as exc:  # never lose the rest of the run to one file
         return FileResult(display_path(path), errors=[InternalError(display_path(path), "engine", repr(exc))])
 
 
-def _run_pool(paths: Sequence[Path], selection: RuleSelection, settings: Settings,
+def _run_pool(paths: Sequence[Path | WorkItem], selection: RuleSelection, settings: Settings,
               timings: bool, fix: FixMode | None, jobs: int) -> list[FileResult]:
     """Lint in worker processes; a worker that dies is retried in-process, never dropped."""
     # imported here: a run that stays in this process (one file, --jobs 1) never pays
@@ -187,6 +199,14 @@ def _run_pool(paths: Sequence[Path], selection: RuleSelection, settings: Setting
         return [_work(p) for p in paths]
 
 
+def _lint_all(items: list[WorkItem], selection: RuleSelection, settings: Settings,
+              timings: bool, fix: FixMode | None, jobs: int) -> list[FileResult]:
+    if jobs <= 1 or len(items) < 4:
+        _init_worker(selection, settings, timings, fix)
+        return [_work(item) for item in items]
+    return _run_pool(items, selection, settings, timings, fix, jobs)
+
+
 def run(
     paths: Sequence[Path],
     selection: RuleSelection,
@@ -197,41 +217,85 @@ def run(
     fix: FixMode | None = None,
     cache: Cache | None = None,
 ) -> RunResult:
+    """Lint ``paths``. Two phases share one parse per file: every file is linted and
+    summarised (summaries are cached by content); the project index built from the
+    summaries gives each file its view; only files whose view is not empty are linted
+    again, with it. A file's cached findings are keyed on its bytes and its view."""
     jobs = jobs if jobs else (os.cpu_count() or 1)
-    results: dict[int, FileResult] = {}
-    todo: list[int] = []
-    keys: dict[int, str] = {}
-    if cache is not None and (fix is None or not fix.active):
-        # A file's findings also depend on its project's torch pin (TL702): editing the pin
-        # in pyproject.toml must re-lint files whose bytes did not change.
-        pins = TorchPins()
+    n = len(paths)
+    checking = fix is None or not fix.active
+    modules: list[tuple[str, str, bool] | None] = [
+        module_of(p) if checking and p.suffix == ".py" else None for p in paths
+    ]
+    use_cache = cache is not None and checking
+    hashes: dict[int, str] = {}
+    summaries: dict[int, dict[str, Any]] = {}
+    if use_cache:
+        assert cache is not None
         for i, p in enumerate(paths):
             data = read_file(p)
             if isinstance(data, str):
-                todo.append(i)
                 continue
-            key = cache.key(data, p.suffix, sorted(per_file_ignored(settings, p)),
-                            extra=f"torch-pin={pins.for_file(str(p))}")
+            hashes[i] = content_hash(data)
+            mod = modules[i]
+            if mod is not None:
+                found = cache.get_summary(hashes[i], mod)
+                if found is not None:
+                    summaries[i] = found
+    # phase 1: files not summarised yet (every file on a cold run), linted without a view
+    first = [i for i in range(n) if i not in summaries]
+    fresh: dict[int, FileResult] = {}
+    if first:
+        done = _lint_all([(paths[i], None, modules[i]) for i in first], selection, settings,
+                         timings, fix, jobs)
+        for i, r in zip(first, done, strict=True):
+            fresh[i] = r
+            if r.summary is not None:
+                summaries[i] = r.summary
+                if use_cache and i in hashes and not r.errors:
+                    cache.put_summary(hashes[i], modules[i], r.summary)  # type: ignore[union-attr,arg-type]
+            r.summary = None  # the index has it; the result travels without it
+    index = ProjectIndex(list(summaries.values())) if summaries else None
+    views: dict[int, dict[str, Any] | None] = {}
+    if index is not None:
+        for i in range(n):
+            mod = modules[i]
+            if mod is not None:
+                views[i] = index.view(mod[0], mod[1])
+    del index, summaries
+    results: dict[int, FileResult] = {}
+    keys: dict[int, str] = {}
+    second: list[int] = []
+    pins = TorchPins() if use_cache else None
+    for i, p in enumerate(paths):
+        view = views.get(i)
+        if use_cache and i in hashes:
+            assert cache is not None and pins is not None
+            # A file's findings also depend on its project's torch pin (TL702): editing the
+            # pin in pyproject.toml must re-lint files whose bytes did not change.
+            key = cache.key_of_hash(hashes[i], p.suffix, sorted(per_file_ignored(settings, p)),
+                                    extra=f"torch-pin={pins.for_file(str(p))};project={digest(view)}")
             hit = cache.get(key, display_path(p))
-            if hit is None:
-                keys[i] = key
-                todo.append(i)
-            else:
+            if hit is not None:
                 results[i] = hit
-    else:
-        todo = list(range(len(paths)))
-    pending = [paths[i] for i in todo]
-    if jobs <= 1 or len(pending) < 4:
-        _init_worker(selection, settings, timings, fix)
-        fresh = [_work(p) for p in pending]
-    else:
-        fresh = _run_pool(pending, selection, settings, timings, fix, jobs)
-    for i, r in zip(todo, fresh, strict=True):
-        results[i] = r
-        if cache is not None and i in keys:
-            cache.put(keys[i], r)
-    ordered = [results[i] for i in range(len(paths))]
-    out = RunResult(files=len(paths))
+                continue
+            keys[i] = key
+        if i in fresh and not view:
+            results[i] = fresh[i]
+        else:
+            second.append(i)
+    fresh.clear()
+    if second:
+        done = _lint_all([(paths[i], views.get(i), None) for i in second], selection,
+                         settings, timings, fix, jobs)
+        for i, r in zip(second, done, strict=True):
+            results[i] = r
+    if use_cache:
+        assert cache is not None
+        for i, key in keys.items():
+            cache.put(key, results[i])
+    ordered = [results[i] for i in range(n)]
+    out = RunResult(files=n)
     for r in ordered:
         out.findings.extend(r.findings)
         out.errors.extend(r.errors)

@@ -91,6 +91,8 @@ class FileModel:
         #: The oldest torch (major, minor) the file's project requires, from the nearest
         #: pyproject.toml's dependencies; None when unknown. Set by the engine.
         self.torch_pin: tuple[int, int] | None = None
+        #: What the project index knows for this file (analysis.project); set by the engine.
+        self.project: dict[str, Any] | None = None
         self._scope_chains: dict[int, list[ast.AST]] = {}
         self._qualnames: dict[int, str | None] = {}
         self._index()

@@ -173,6 +173,11 @@ class Roles:
                 if cls is not None:
                     found = self.bindings.get(("attr", id(cls), expr.attr))
         if not found:
+            if isinstance(expr, ast.Name) and key is not None and key not in self.bindings:
+                # never assigned in this file: a parameter's annotation or call sites
+                from trainlint.analysis.project import foreign_binding
+
+                return foreign_binding(self.model, expr)
             return None
         roles = {b.role for b in found}
         if len(roles) != 1:
@@ -291,6 +296,11 @@ class Roles:
         target = m.resolve_call(call)
         if target is not None:
             return self._returned(target)
+        if qual is not None and m.project is not None:
+            # a factory or class of another project file (the project index's view)
+            from trainlint.analysis.project import foreign_binding
+
+            return [foreign_binding(m, call)]
         return [None]
 
     def _role_of_constructor(self, qual: str) -> Role | None:

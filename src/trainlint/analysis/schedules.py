@@ -160,6 +160,14 @@ def schedule_for_step(model: FileModel, call: ast.Call) -> Schedule | None:
     if not isinstance(call.func, ast.Attribute):
         return None
     binding = model.roles.lookup(call.func.value)
-    if binding is None or binding.role is not Role.SCHEDULER or binding.call is None:
+    if binding is None or binding.role is not Role.SCHEDULER:
+        return None
+    cls, unit = getattr(binding, "cls", None), getattr(binding, "unit", None)
+    if cls is not None and binding.call is None or binding.call is not None and (
+        id(binding.call) not in schedules(model) and cls is not None
+    ):
+        # built in another file (a factory, a constructor's caller): its unit came with it
+        return Schedule(binding, cls, unit)
+    if binding.call is None:
         return None
     return schedules(model).get(id(binding.call))

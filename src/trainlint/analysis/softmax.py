@@ -83,6 +83,8 @@ def _module_output(model: FileModel, call: ast.Call, depth: int,
             return []  # `self(x)` runs `__call__`, which is `forward` only for modules
     elif isinstance(func, (ast.Name, ast.Attribute)):
         binding = model.roles.lookup(func)
+        if binding is not None and getattr(binding, "softmax", False):
+            return [call]  # a project model whose `forward` (in its own file) returns softmax
         if binding is None or binding.call is None:
             return []
         if binding.qualname == SOFTMAX_MODULE:

@@ -1,0 +1,597 @@
+"""The project index: what each module of the linted tree does, summarised, across files.
+
+A run lints each file once and, on the way, takes a small *summary* of it (plain
+data: JSON- and pickle-ready, cached by the file's bytes): its module name, its
+module-level imports (relative ones made absolute), star imports, and per function
+and class only what other files can use:
+
+* what a function returns, when that is a scheduler, optimizer or model built inside
+  it (with the scheduler's class and the unit its length counts in);
+* which of its parameters a function or constructor takes (to map call sites);
+* whether a class is a ``threading.Thread`` and whether its ``forward`` returns a
+  softmax;
+* the calls it makes to functions and classes of the project, with the roles of the
+  arguments it passes (``Trainer(model, opt, StepLR(opt, 30))``).
+
+:class:`ProjectIndex` merges the summaries and gives every file its *view*: the facts
+about the names it imports and about the parameters of its own functions (from the
+call sites anywhere in the project). The view is all a file's lint may read from the
+index, so a file's cached findings are keyed on its bytes and on its view's digest:
+editing one module re-lints it and the files whose view it changes, nothing else.
+No tree and no per-file model outlives its file.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainlint.analysis.roles import Binding, Role
+
+if TYPE_CHECKING:
+    from trainlint.analysis.model import FileModel
+
+#: Files without any of these bytes have nothing to say to other files beyond their
+#: imports: no model is built just for their summary.
+SUMMARY_WORDS = (b"schedul", b"optim.", b"softmax", b"Thread", b"Optimizer", b"import optim")
+#: Star imports pass on these libraries' names (``from common import *`` where
+#: ``common`` does ``import torch``).
+_EXPORTED_LIBRARIES = ("torch", "torchvision", "transformers", "accelerate", "lightning",
+                       "pytorch_lightning", "timm", "ray", "threading", "multiprocessing")
+#: Resolution hops through re-exports and star imports.
+MAX_HOPS = 6
+_THREAD_BASES = ("threading.Thread",)
+
+Fact = list[Any]  # [kind, cls/qualname, unit, extra] (a list: it round-trips through JSON)
+
+
+@dataclass(frozen=True)
+class ForeignBinding(Binding):
+    """A role known from another file (a factory's return, a constructor's call sites)
+    or from a parameter's annotation: there is no construction call in this file."""
+
+    cls: str | None = None
+    unit: str | None = None
+    #: for models: the class's ``forward`` returns a softmax output
+    softmax: bool = False
+
+
+# -- module names ---------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=4096)
+def _package_root(directory: str) -> tuple[str, tuple[str, ...]]:
+    """(root, package parts) of a directory: the parts are the packages (directories
+    with an ``__init__.py``) from the root down to ``directory``."""
+    d = Path(directory)
+    if not (d / "__init__.py").is_file():
+        return directory, ()
+    root, parts = _package_root(str(d.parent))
+    return root, (*parts, d.name)
+
+
+def module_of(path: str | Path) -> tuple[str, str, bool]:
+    """(root, dotted module name, is a package ``__init__``) of a source file."""
+    p = Path(path).absolute()
+    root, parts = _package_root(str(p.parent))
+    is_pkg = p.name == "__init__.py"
+    if not is_pkg:
+        parts = (*parts, p.stem)
+    return root, ".".join(parts), is_pkg
+
+
+def absolute(raw: str, module: str, is_pkg: bool) -> str:
+    """``.sched.make`` seen in ``pkg.train`` -> ``pkg.sched.make``."""
+    if not raw.startswith("."):
+        return raw
+    level = len(raw) - len(raw.lstrip("."))
+    base = module.split(".") if module else []
+    if not is_pkg:
+        base = base[:-1]
+    if level > 1:
+        base = base[: max(0, len(base) - (level - 1))]
+    rest = raw[level:]
+    return ".".join([*base, rest] if rest else base)
+
+
+# -- summaries --------------------------------------------------------------------------------
+
+
+def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, bool]) -> dict:
+    """The summary of one file (``model`` None: only what the tree's top level says)."""
+    root, module, is_pkg = info
+    imports: dict[str, list[str]] = {}
+    stars: list[str] = []
+    exported: dict[str, str] = {}
+    defs: list[str] = []
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                local = alias.asname or alias.name.split(".", 1)[0]
+                target = alias.name if alias.asname else local
+                imports[local] = [target, target]
+                if target.split(".", 1)[0] in _EXPORTED_LIBRARIES:
+                    exported[local] = target
+        elif isinstance(stmt, ast.ImportFrom):
+            raw_mod = "." * stmt.level + (stmt.module or "")
+            for alias in stmt.names:
+                if alias.name == "*":
+                    stars.append(absolute(raw_mod, module, is_pkg))
+                    continue
+                raw = f"{raw_mod}.{alias.name}" if not raw_mod.endswith(".") else (
+                    raw_mod + alias.name)
+                full = absolute(raw, module, is_pkg)
+                imports[alias.asname or alias.name] = [raw, full]
+                if full.split(".", 1)[0] in _EXPORTED_LIBRARIES:
+                    exported[alias.asname or alias.name] = full
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defs.append(stmt.name)
+    functions: dict[str, dict] = {}
+    classes: dict[str, dict] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions[stmt.name] = _function(model, stmt, module, is_pkg)
+        elif isinstance(stmt, ast.ClassDef):
+            cls: dict[str, Any] = {"bases": [b for b in (_base(model, x, module, is_pkg)
+                                                         for x in stmt.bases) if b]}
+            for item in stmt.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    functions[f"{stmt.name}.{item.name}"] = _function(model, item, module, is_pkg)
+                    if item.name == "forward" and model is not None and _returns_softmax(
+                        model, item
+                    ):
+                        cls["softmax"] = True
+            if model is not None and any(b in _THREAD_BASES for b in cls["bases"]):
+                cls["thread"] = True
+            classes[stmt.name] = cls
+    return {
+        "root": root, "module": module, "pkg": is_pkg, "imports": imports, "stars": stars,
+        "exported": exported, "defs": defs, "functions": functions, "classes": classes,
+        "calls": _calls(model, module, is_pkg) if model is not None else [],
+    }
+
+
+def _base(model: FileModel | None, node: ast.expr, module: str, is_pkg: bool) -> str | None:
+    if model is not None:
+        q = model.qualname(node)
+        if q is not None:
+            return absolute(q, module, is_pkg)
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _function(model: FileModel | None, fn: ast.FunctionDef | ast.AsyncFunctionDef,
+              module: str, is_pkg: bool) -> dict:
+    a = fn.args
+    out: dict[str, Any] = {"params": [x.arg for x in (*a.posonlyargs, *a.args)]}
+    if a.kwonlyargs:
+        out["kwonly"] = [x.arg for x in a.kwonlyargs]
+    if model is not None:
+        ret = _returned_fact(model, fn)
+        if ret is not None:
+            out["returns"] = ret
+    return out
+
+
+def fact_of(model: FileModel, binding: Binding | None) -> Fact | None:
+    """A role binding as plain data: [role, class, unit, softmax]."""
+    if binding is None or binding.role not in (Role.SCHEDULER, Role.OPTIMIZER, Role.MODEL):
+        return None
+    if isinstance(binding, ForeignBinding):
+        return [binding.role.value, binding.cls, binding.unit, binding.softmax]
+    cls = (binding.qualname or "").rsplit(".", 1)[-1] or None
+    unit = None
+    if binding.role is Role.SCHEDULER:
+        from trainlint.analysis.schedule_units import sized_in_iterations
+        from trainlint.analysis.schedules import schedule_of
+
+        sched = schedule_of(model, binding) if binding.call is not None else None
+        if sched is not None:
+            cls, unit = sched.cls, sched.unit
+            if unit == "epoch" and sized_in_iterations(model, sched):
+                unit = "iteration"
+    return [binding.role.value, cls, unit, False]
+
+
+def _returned_fact(model: FileModel, fn: ast.AST) -> Fact | None:
+    facts: list[Fact] = []
+    for node in _returns(fn):
+        if node.value is None or not isinstance(node.value, (ast.Call, ast.Name,
+                                                             ast.Attribute)):
+            return None
+        found = model.roles.classify(node.value)
+        fact = fact_of(model, found[0]) if len(found) == 1 else None
+        if fact is None:
+            return None
+        facts.append(fact)
+    if not facts:
+        return None
+    if any(f[0] != facts[0][0] for f in facts):
+        return None
+    if any(f != facts[0] for f in facts):
+        return [facts[0][0], None, None, False]  # same role, different kinds: no unit
+    return facts[0]
+
+
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _returns(fn: ast.AST) -> list[ast.Return]:
+    """The function's own ``return`` statements: statement lists only, no expressions,
+    no nested defs (cheaper than a walk of every node)."""
+    out: list[ast.Return] = []
+    stack: list[ast.AST] = list(getattr(fn, "body", ()))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return):
+            out.append(node)
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                   ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign,
+                                   ast.Import, ast.ImportFrom, ast.Raise, ast.Pass)):
+            for name in _BLOCKS:
+                stack.extend(getattr(node, name, ()))
+    return out
+
+
+def _returns_softmax(model: FileModel, forward: ast.AST) -> bool:
+    from trainlint.analysis.softmax import softmax_sources
+
+    returns = _returns(forward)
+    return bool(returns) and all(
+        r.value is not None and softmax_sources(model, r.value) for r in returns
+    )
+
+
+def _project_candidate(qual: str) -> bool:
+    top = qual.split(".", 1)[0]
+    return top not in ("builtins", "torch", "os", "sys", "math", "numpy", "np", "typing",
+                       "functools", "itertools", "collections", "logging")
+
+
+def _calls(model: FileModel, module: str, is_pkg: bool) -> list[list[Any]]:
+    """Calls to (possibly) project functions and classes, with the facts of their arguments."""
+    out: list[list[Any]] = []
+    local_defs = {s.name for s in model.tree.body
+                  if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    for name, calls in model.calls.items():
+        for call in calls:
+            if not call.args and not call.keywords:
+                continue
+            func = call.func
+            qual = model.qualname(func)
+            if qual is None:
+                # a same-file function or class, called by its module-level name
+                if isinstance(func, ast.Name) and name in local_defs and model.resolve_call(
+                    call
+                ) is not None or (isinstance(func, ast.Name) and name in local_defs
+                                  and model.class_named(name) is not None):
+                    qual = f"{module}.{name}" if module else name
+                else:
+                    continue
+            elif not _project_candidate(qual):
+                continue
+            else:
+                qual = absolute(qual, module, is_pkg)
+            args: list[list[Any]] = []
+            for i, arg in enumerate(call.args):
+                if isinstance(arg, ast.Starred):
+                    break
+                f = _arg_fact(model, arg, module, is_pkg)
+                if f is not None:
+                    args.append([i, f])
+            for kw in call.keywords:
+                if kw.arg is not None:
+                    f = _arg_fact(model, kw.value, module, is_pkg)
+                    if f is not None:
+                        args.append([kw.arg, f])
+            if args:
+                out.append([qual, args])
+    out.sort(key=lambda c: json.dumps(c))
+    return out
+
+
+def _arg_fact(model: FileModel, arg: ast.expr, module: str, is_pkg: bool) -> Fact | None:
+    if not isinstance(arg, (ast.Name, ast.Attribute, ast.Call)):
+        return None
+    found = model.roles.classify(arg)
+    if len(found) == 1 and found[0] is not None:
+        return fact_of(model, found[0])
+    # An instance of a project class (`Net()`, directly or through one name): the index
+    # says what the class is.
+    value: ast.AST | None = arg
+    if isinstance(arg, ast.Name):
+        values = _single_assignments(model).get((id(model.scope_of(arg)), arg.id))
+        value = values[0] if values is not None and len(values) == 1 else None
+    if isinstance(value, ast.Call):
+        q = model.qualname(value.func)
+        if q is not None and _project_candidate(q):
+            return ["instance", absolute(q, module, is_pkg), None, False]
+        if q is None and isinstance(value.func, ast.Name) and model.class_named(value.func.id):
+            return ["instance", f"{module}.{value.func.id}" if module else value.func.id,
+                    None, False]
+    return None
+
+
+def _single_assignments(model: FileModel) -> dict[tuple[int, str], list[ast.expr]]:
+    """(scope, name) -> the values assigned to the plain name there (cheap, no flow)."""
+    def build(m: FileModel) -> dict[tuple[int, str], list[ast.expr]]:
+        out: dict[tuple[int, str], list[ast.expr]] = {}
+        for node in m.assignments:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    value = node.value if not isinstance(node, ast.AugAssign) else None
+                    out.setdefault((id(m.scope_of(node)), t.id), []).append(
+                        value if value is not None else t)
+        return out
+
+    return model.memo(_single_assignments, build)
+
+
+# -- the index --------------------------------------------------------------------------------
+
+
+class ProjectIndex:
+    """All summaries of a run, merged; gives each file its view."""
+
+    def __init__(self, summaries: list[dict]) -> None:
+        self.modules: dict[tuple[str, str], dict] = {}
+        for s in summaries:
+            self.modules.setdefault((s["root"], s["module"]), s)
+        # (root, module, function) -> param -> facts from every call site
+        self._params: dict[tuple[str, str, str], dict[str, list[Fact]]] = {}
+        for s in self.modules.values():
+            for callee, args in s["calls"]:
+                self._add_call(s, callee, args)
+
+    # -- resolution -------------------------------------------------------------------
+    def resolve(self, root: str, qual: str, hops: int = 0) -> tuple[dict, str] | None:
+        """The summary and local name (``f``, ``C``, ``C.m``) ``qual`` names, following
+        re-exports (an import in an ``__init__``) and star imports."""
+        if hops > MAX_HOPS:
+            return None
+        parts = qual.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            mod = self.modules.get((root, ".".join(parts[:i])))
+            if mod is not None:
+                break
+        else:
+            return None
+        rest = parts[i:]
+        head = rest[0]
+        if head in mod["classes"] or head in mod["functions"]:
+            return mod, ".".join(rest)
+        if head in mod["imports"]:
+            target = mod["imports"][head][1]
+            if target != qual:
+                return self.resolve(root, ".".join([target, *rest[1:]]), hops + 1)
+        for star in mod["stars"]:
+            found = self.resolve(root, ".".join([star, *rest]), hops + 1)
+            if found is not None:
+                return found
+        return None
+
+    def _add_call(self, s: dict, callee: str, args: list[list[Any]]) -> None:
+        found = self.resolve(s["root"], callee)
+        if found is None:
+            return
+        mod, local = found
+        if local in mod["classes"]:
+            fn_name, skip = f"{local}.__init__", 1
+        elif local in mod["functions"]:
+            fn_name, skip = local, 0
+        else:
+            return
+        fn = mod["functions"].get(fn_name)
+        if fn is None:
+            return
+        params = fn["params"][skip:]
+        names = set(params) | set(fn.get("kwonly", ()))
+        slot = self._params.setdefault((mod["root"], mod["module"], fn_name), {})
+        for where, fact in args:
+            name = params[where] if isinstance(where, int) and where < len(params) else where
+            if not isinstance(name, str) or name not in names:
+                continue
+            fact = self._settle(s["root"], fact)
+            if fact is not None:
+                slot.setdefault(name, []).append(fact)
+
+    def _settle(self, root: str, fact: Fact) -> Fact | None:
+        """An ``instance`` fact becomes what its class is: a model (softmax or not), a
+        thread; anything else says nothing."""
+        if fact[0] != "instance":
+            return fact
+        found = self.resolve(root, fact[1])
+        if found is None:
+            return None
+        mod, local = found
+        cls = mod["classes"].get(local)
+        if cls is None:
+            return None
+        if cls.get("softmax"):
+            return [Role.MODEL.value, local, None, True]
+        return None
+
+    def _class_fact(self, mod: dict, local: str) -> Fact | None:
+        cls = mod["classes"].get(local)
+        if cls is None:
+            fn = mod["functions"].get(local)
+            return fn.get("returns") if fn is not None else None
+        if cls.get("softmax"):
+            return [Role.MODEL.value, local, None, True]
+        if cls.get("thread"):
+            return ["thread", local, None, False]
+        return None
+
+    # -- views --------------------------------------------------------------------------
+    def view(self, root: str, module: str) -> dict | None:
+        """What the file ``module`` may read from the index; None when nothing."""
+        s = self.modules.get((root, module))
+        if s is None:
+            return None
+        refs: dict[str, Fact] = {}
+        for raw, full in s["imports"].values():
+            found = self.resolve(root, full)
+            if found is not None:
+                fact = self._class_fact(*found)
+                if fact is not None:
+                    refs[raw] = fact
+                continue
+            mod = self.modules.get((root, full))
+            if mod is not None:  # `from . import sched` / `import pkg.sched as s`
+                for name in (*mod["classes"], *mod["functions"]):
+                    if "." not in name:
+                        fact = self._class_fact(mod, name)
+                        if fact is not None:
+                            refs[f"{raw}.{name}"] = fact
+        stars: dict[str, str] = {}
+        self._star_names(root, s, stars, refs, 0, set())
+        for name in [n for n in stars if n in s["imports"] or n in s["defs"]]:
+            del stars[name]  # bound by the file itself: the star import changes nothing
+        params: dict[str, dict[str, Fact]] = {}
+        for (r, m, fn_name), slots in self._params.items():
+            if r != root or m != module:
+                continue
+            for name, facts in slots.items():
+                merged = _merge(facts)
+                if merged is not None:
+                    params.setdefault(fn_name, {})[name] = merged
+        if not refs and not stars and not params:
+            return None
+        return {"refs": refs, "stars": stars, "params": params}
+
+    def _star_names(self, root: str, s: dict, stars: dict[str, str], refs: dict[str, Fact],
+                    depth: int, seen: set[str]) -> None:
+        for star in s["stars"]:
+            mod = self.modules.get((root, star))
+            if mod is None or star in seen or depth > MAX_HOPS:
+                continue
+            seen.add(star)
+            for local, qual in mod["exported"].items():
+                if not local.startswith("_"):
+                    stars.setdefault(local, qual)
+            for name in mod["defs"]:
+                if name.startswith("_"):
+                    continue
+                fact = self._class_fact(mod, name)
+                if fact is not None:
+                    full = f"{star}.{name}"
+                    stars.setdefault(name, full)
+                    refs[full] = fact
+            self._star_names(root, mod, stars, refs, depth + 1, seen)
+
+
+def _merge(facts: list[Fact]) -> Fact | None:
+    """One fact from every call site's: the role must agree; class and unit only when
+    every site agrees on them too."""
+    roles = {f[0] for f in facts}
+    if len(roles) != 1:
+        return None
+    first = facts[0]
+    same = all(f == first for f in facts)
+    return first if same else [first[0], None, None, all(f[3] for f in facts)]
+
+
+def digest(view: dict | None) -> str:
+    if not view:
+        return ""
+    return hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()[:32]
+
+
+# -- reading a view from the analysis ---------------------------------------------------------
+
+
+def apply_view(model: FileModel, view: dict | None) -> None:
+    """Give ``model`` its project view: star-imported names become imports, and roles
+    may ask :func:`foreign_binding`."""
+    model.project = view
+    if not view:
+        return
+    b = model.imports.bindings(model.tree)
+    for name, qual in view["stars"].items():
+        if name not in b.imports and name not in b.others:
+            b.imports[name] = qual
+
+
+_FACT_WORDS = {
+    "scheduler": b" lr_scheduler Scheduler schedule step(",
+    "optimizer": b" optim Optimizer step(",
+    "model": b" Module model",
+    "thread": b" Thread threading",
+}
+
+
+def view_words(view: dict) -> bytes:
+    """Trigger words the view's facts stand for: a file that steps a scheduler made in
+    another file never spells `lr_scheduler`, one fed a softmax never spells `softmax`."""
+    words = b" torch" if view["stars"] else b""
+    for fact in (*view["refs"].values(), *(f for p in view["params"].values()
+                                           for f in p.values())):
+        words += _FACT_WORDS.get(fact[0], b"")
+        if fact[3]:
+            words += b" softmax"
+    return words
+
+
+def _binding(fact: Fact, node: ast.AST, call: ast.Call | None = None) -> ForeignBinding | None:
+    try:
+        role = Role(fact[0])
+    except ValueError:
+        return None
+    return ForeignBinding(role, fact[1], call, node, cls=fact[1], unit=fact[2],
+                          softmax=bool(fact[3]))
+
+
+def foreign_binding(model: FileModel, expr: ast.AST) -> Binding | None:
+    """The role of ``expr`` known from outside its file's statements: a call to a project
+    factory or class, or a parameter (from its annotation, or from every call site)."""
+    if isinstance(expr, ast.Call):
+        view = getattr(model, "project", None)
+        if not view:
+            return None
+        q = model.qualname(expr.func)
+        fact = view["refs"].get(q) if q is not None else None
+        return _binding(fact, expr, expr) if fact is not None else None
+    if isinstance(expr, ast.Name):
+        return _parameter_binding(model, expr)
+    return None
+
+
+_ANNOTATION_ROLES = {
+    "torch.nn.Module": Role.MODEL,
+    "torch.optim.Optimizer": Role.OPTIMIZER,
+    "torch.optim.optimizer.Optimizer": Role.OPTIMIZER,
+    "torch.optim.lr_scheduler.LRScheduler": Role.SCHEDULER,
+    "torch.optim.lr_scheduler._LRScheduler": Role.SCHEDULER,
+}
+
+
+def _parameter_binding(model: FileModel, name: ast.Name) -> Binding | None:
+    fn = model.function_of(name)
+    if fn is None:
+        return None
+    a = fn.args
+    param = next((x for x in (*a.posonlyargs, *a.args, *a.kwonlyargs) if x.arg == name.id),
+                 None)
+    if param is None:
+        return None
+    view = getattr(model, "project", None)
+    if view:
+        cls = model.class_of(fn)
+        key = f"{cls.name}.{fn.name}" if cls is not None else fn.name
+        if cls is not None and model.scope_of(cls) is model.tree or (
+            cls is None and model.scope_of(fn) is model.tree
+        ):
+            fact = view["params"].get(key, {}).get(name.id)
+            if fact is not None:
+                return _binding(fact, param)
+    if param.annotation is not None:
+        q = model.qualname(param.annotation)
+        role = _ANNOTATION_ROLES.get(q or "")
+        if role is not None:
+            return ForeignBinding(role, q, None, param)
+    return None

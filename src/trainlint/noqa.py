@@ -1,0 +1,107 @@
+"""Finding ``# noqa`` comments: the patterns, and the scan that tells real comments from
+``#`` inside strings (a fast regex scan, checked against ``tokenize`` in the tests)."""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+import tokenize
+
+from trainlint.source import Source
+
+# A code is letters then a digit, then letters or digits: `TL1O1` (a letter O) is read
+# whole, so TL002 can name it, rather than as `TL1` plus trailing text.
+NOQA_RE = re.compile(
+    r"#\s*noqa(?![\w-])(?:\s*:\s*(?P<codes>[A-Z]+[0-9][0-9A-Z]*"
+    r"(?:\s*[,\s]\s*[A-Z]+[0-9][0-9A-Z]*)*))?",
+    re.IGNORECASE,
+)
+#: Codes starting with this are trainlint's own: an unknown one in a `noqa` is a mistake.
+OWN_PREFIX = "TL"
+FILE_NOQA_RE = re.compile(
+    r"^\s*#\s*trainlint\s*:\s*noqa(?:\s*:\s*(?P<codes>[A-Z]+[0-9]*(?:\s*[,\s]\s*[A-Z]+[0-9]*)*))?\s*$",
+    re.IGNORECASE | re.MULTILINE,
+)
+_CODE_SPLIT = re.compile(r"[,\s]+")
+
+
+def codes_of(text: str | None) -> list[str]:
+    if not text:
+        return []
+    return [c.upper() for c in _CODE_SPLIT.split(text.strip()) if c]
+
+
+def noqa_on_lines(source: Source, lines: set[int]) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for n in lines:
+        if 1 <= n <= len(source.lines):
+            text = source.lines[n - 1]
+            hash_at = text.find("#")
+            if hash_at < 0:
+                continue
+            m = NOQA_RE.search(text, hash_at)
+            if m and not FILE_NOQA_RE.match(text):
+                out[n] = codes_of(m.group("codes"))
+    return out
+
+
+# Comments and string literals, in order, for sources the interpreter parsed: before
+# 3.12 a string literal is a regular language (an f-string cannot nest its own quotes or
+# hold a comment), so skipping strings finds exactly the comments `tokenize` would.
+_COMMENT_OR_STRING = re.compile(
+    "|".join((
+        r"(#[^\r\n]*)",                       # a comment: group 1
+        r"'''(?:[^'\\]|\\.|'(?!''))*'''",    # triple-quoted strings first
+        r'"""(?:[^"\\]|\\.|"(?!""))*"""',
+        r"'(?:[^'\\\r\n]|\\.)*'",
+        r'"(?:[^"\\\r\n]|\\.)*"',
+    )),
+    re.DOTALL,
+)
+_SCAN_COMMENTS = sys.version_info < (3, 12)
+
+
+def noqa_comments(source: Source) -> dict[int, list[str]]:
+    """line -> codes ([] for a bare noqa), from real comments only (not strings)."""
+    text = source.text
+    if _SCAN_COMMENTS and text.count("\r") == text.count("\r\n"):
+        return scan_noqa_comments(text)
+    return tokenize_noqa_comments(source)
+
+
+def scan_noqa_comments(text: str) -> dict[int, list[str]]:
+    """`tokenize_noqa_comments` at a fraction of the cost (tokenize is pure Python):
+    lines counted as tokenize counts them (on "\\n"), comments cut where it cuts them."""
+    out: dict[int, list[str]] = {}
+    line, counted = 1, 0
+    for m in _COMMENT_OR_STRING.finditer(text):
+        comment = m.group(1)
+        if comment is None:
+            continue
+        found = NOQA_RE.search(comment)
+        if found and not FILE_NOQA_RE.match(comment):
+            start = m.start()
+            line += text.count("\n", counted, start)
+            counted = start
+            out[line] = codes_of(found.group("codes"))
+    return out
+
+
+def tokenize_noqa_comments(source: Source) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source.text).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        tokens = []
+        for i, line in enumerate(source.lines, 1):
+            m = NOQA_RE.search(line)
+            if m:
+                out[i] = codes_of(m.group("codes"))
+        return out
+    for tok in tokens:
+        if tok.type == tokenize.COMMENT:
+            m = NOQA_RE.search(tok.string)
+            if m and not FILE_NOQA_RE.match(tok.string):
+                out[tok.start[0]] = codes_of(m.group("codes"))
+    return out

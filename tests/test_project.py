@@ -1,0 +1,164 @@
+"""The project index: module names, summaries, views, and the cache's cross-file keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import trainlint.runner as runner
+from trainlint.analysis.project import ProjectIndex, absolute, digest, module_of
+from trainlint.cache import Cache
+from trainlint.config import Settings, select_rules
+from trainlint.rules import builtin_rules
+
+ALL = select_rules(builtin_rules(), Settings())
+
+TRAINER = '''import torch
+
+
+class Trainer:
+    def __init__(self, model, optimizer, scheduler, loader):
+        self.model, self.optimizer = model, optimizer
+        self.scheduler = scheduler
+        self.loader = loader
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            for x, y in self.loader:
+                self.optimizer.zero_grad()
+                self.model(x).sum().backward()
+                self.optimizer.step()
+                self.scheduler.step()
+'''
+MAIN = '''import torch
+from torch.optim import lr_scheduler
+
+from .trainer import Trainer
+
+
+def main(model, loader):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = lr_scheduler.{sched}
+    Trainer(model, opt, sched, loader).fit(90)
+'''
+STEPLR = "StepLR(opt, step_size=30)"
+ONECYCLE = "OneCycleLR(opt, max_lr=0.1, total_steps=90 * len(loader))"
+UNRELATED = "import torch\n\n\ndef helper(x):\n    return torch.relu(x)\n"
+
+
+def test_module_names(tmp_path):
+    pkg = tmp_path / "pkg" / "sub"
+    pkg.mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mod.py").write_text("")
+    (tmp_path / "script.py").write_text("")
+    assert module_of(pkg / "mod.py") == (str(tmp_path), "pkg.sub.mod", False)
+    assert module_of(pkg / "__init__.py") == (str(tmp_path), "pkg.sub", True)
+    assert module_of(tmp_path / "script.py") == (str(tmp_path), "script", False)
+
+
+@pytest.mark.parametrize(("raw", "module", "pkg", "want"), [
+    (".sched.make", "pkg.train", False, "pkg.sched.make"),
+    ("..util.f", "pkg.sub.train", False, "pkg.util.f"),
+    (".models", "pkg", True, "pkg.models"),
+    ("torch.nn", "pkg.train", False, "torch.nn"),
+])
+def test_relative_imports_made_absolute(raw, module, pkg, want):
+    assert absolute(raw, module, pkg) == want
+
+
+def _summary(module, **kw):
+    base = {"root": "/r", "module": module, "pkg": False, "imports": {}, "stars": [],
+            "exported": {}, "defs": [], "functions": {}, "classes": {}, "calls": []}
+    base.update(kw)
+    return base
+
+
+def test_reexport_and_star_resolution():
+    sched = [ "scheduler", "StepLR", "epoch", False]
+    index = ProjectIndex([
+        _summary("pkg.factory", defs=["make"], functions={"make": {"params": ["opt"],
+                                                                   "returns": sched}}),
+        _summary("pkg", imports={"make": [".factory.make", "pkg.factory.make"]}),
+        _summary("pkg.common", stars=["pkg.factory"], exported={"torch": "torch"}),
+        _summary("pkg.train", imports={"make": ["pkg.make", "pkg.make"]},
+                 stars=["pkg.common"]),
+    ])
+    assert index.resolve("/r", "pkg.make")[1] == "make"  # through the __init__ re-export
+    view = index.view("/r", "pkg.train")
+    assert view is not None
+    assert view["refs"]["pkg.make"] == sched
+    assert view["stars"]["torch"] == "torch"  # a star import of a star import
+    assert index.view("/r", "pkg.factory") is None
+
+
+def test_call_sites_give_parameter_facts_and_disagreement_drops_the_unit():
+    epoch = ["scheduler", "StepLR", "epoch", False]
+    it = ["scheduler", "OneCycleLR", "iteration", False]
+    callee = _summary("m.engine", defs=["run"],
+                      functions={"run": {"params": ["model", "sched"]}})
+    one = ProjectIndex([callee, _summary("m.a", calls=[["m.engine.run", [[1, epoch]]]])])
+    assert one.view("/r", "m.engine")["params"] == {"run": {"sched": epoch}}
+    two = ProjectIndex([callee, _summary("m.a", calls=[["m.engine.run", [[1, epoch]]]]),
+                        _summary("m.b", calls=[["m.engine.run", [["sched", it]]]])])
+    assert two.view("/r", "m.engine")["params"]["run"]["sched"][2] is None
+    assert digest(None) == ""
+
+
+@pytest.fixture
+def project(tmp_path):
+    pkg = tmp_path / "proj"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "trainer.py").write_text(TRAINER)
+    (pkg / "main.py").write_text(MAIN.format(sched=STEPLR))
+    (pkg / "unrelated.py").write_text(UNRELATED)
+    return pkg
+
+
+def _run(pkg: Path, cache: Cache, monkeypatch) -> tuple[list, list[str]]:
+    linted: list[str] = []
+    real = runner._work
+
+    def counting(item):
+        path = item if isinstance(item, Path) else item[0]
+        linted.append(path.name)
+        return real(item)
+
+    monkeypatch.setattr(runner, "_work", counting)
+    files = sorted(pkg.glob("*.py"))
+    result = runner.run(files, ALL, Settings(), jobs=1, cache=cache)
+    monkeypatch.setattr(runner, "_work", real)
+    return [(Path(f.path).name, f.line, f.code) for f in result.findings], sorted(linted)
+
+
+def test_cache_relints_a_file_and_its_dependents_only(project, tmp_path, monkeypatch):
+    cache = Cache(tmp_path / "cache", "test")
+    found, linted = _run(project, cache, monkeypatch)
+    assert found == [("trainer.py", 16, "TL201")]
+    # cold: every file once, the trainer again with its view
+    assert linted == ["__init__.py", "main.py", "trainer.py", "trainer.py", "unrelated.py"]
+    found, linted = _run(project, cache, monkeypatch)
+    assert found == [("trainer.py", 16, "TL201")] and linted == []
+    # an edit that changes nothing another file sees: that file only
+    (project / "main.py").write_text(MAIN.format(sched=STEPLR) + "# a comment\n")
+    found, linted = _run(project, cache, monkeypatch)
+    assert found == [("trainer.py", 16, "TL201")] and linted == ["main.py"]
+    # the scheduler built in main.py changes: main.py and the trainer, not the rest
+    (project / "main.py").write_text(MAIN.format(sched=ONECYCLE))
+    found, linted = _run(project, cache, monkeypatch)
+    assert found == [] and linted == ["main.py", "trainer.py"]
+    # editing the trainer re-lints the trainer alone (summarised, then linted with its view)
+    (project / "trainer.py").write_text(TRAINER + "\n")
+    found, linted = _run(project, cache, monkeypatch)
+    assert set(linted) == {"trainer.py"}
+
+
+def test_fix_runs_need_no_index(project):
+    from trainlint.runner import FixMode
+
+    result = runner.run(sorted(project.glob("*.py")), ALL, Settings(), jobs=1,
+                        fix=FixMode(diff=True))
+    assert result.errors == []
