@@ -153,6 +153,19 @@ class Flow:
             return d[1], d[2]
         return None
 
+    def definitions_before(self, name: str, at: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
+        """Every (statement, value) assigning ``name`` earlier in ``at``'s function, latest
+        first: what may reach ``at`` when branches assign it differently (``loss = d["total"]``
+        on one branch, ``loss = zeros(1)`` on the other)."""
+        scope = self.model.function_of(at) or self.model.tree
+        pos = (getattr(at, "lineno", 0), getattr(at, "col_offset", 0))
+        holders = {id(a) for a in self.model.ancestors(at)}
+        return [
+            (d[1], d[2]) for d in reversed(self._definitions(scope).get(name, ()))
+            if d[0] < pos and d[1] is not at
+            and (isinstance(d[1], _COMPOUND) or id(d[1]) not in holders)
+        ]
+
     # -- evaluation ------------------------------------------------------------------
     def value(self, expr: ast.AST, depth: int = 0) -> Value:
         # Definition chains only go backwards in the file, so recursion ends; the budget

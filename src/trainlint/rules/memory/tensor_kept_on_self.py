@@ -286,8 +286,11 @@ class Trainer:
                 seen.add(n)
                 if n == name:
                     return True
-                ref = ast.Name(id=n) if "." not in n else None
-                found = model.flow.definition(n, call) if ref is not None or n.startswith("self.") else None
-                if found is not None and isinstance(found[1], ast.expr):
-                    frontier.extend(value_names(found[1])[0])
+                if "." in n and not n.startswith("self."):
+                    continue
+                # every definition that may reach the backward: branches often build the
+                # loss differently (a dict's "total" on one, a sum of parts on the other)
+                for _, assigned in model.flow.definitions_before(n, call):
+                    if isinstance(assigned, ast.expr):
+                        frontier.extend(value_names(assigned)[0])
         return False
