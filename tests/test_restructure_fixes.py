@@ -243,3 +243,27 @@ def test_plain_check_never_imports_libcst(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=False)
     assert "rc 1" in out.stdout, out.stderr
+
+
+def test_structural_fix_keeps_cookie_encoding_crlf_mode_and_the_link(run_cli, tree):
+    import os
+    import stat
+
+    # a latin-1 file with its cookie and CRLF endings, reached through a symlink
+    text = ("# -*- coding: latin-1 -*-\r\n" + LOOP.format(between="    # naïve clip\r\n")
+            .replace("max_norm", "1.0").replace("\n", "\r\n").replace("\r\r\n", "\r\n"))
+    root = tree({"real/train.py": text.encode("latin-1")})
+    target = root / "real" / "train.py"
+    os.chmod(target, 0o640)
+    (root / "src").mkdir()
+    link = root / "src" / "train.py"
+    link.symlink_to(os.path.join("..", "real", "train.py"))
+    code, _, _ = run_cli("check", "--fix", "--no-cache", "--select", "TL110", str(link))
+    assert code == 0
+    assert link.is_symlink()
+    data = target.read_bytes()
+    assert data.startswith(b"# -*- coding: latin-1 -*-\r\n")
+    assert "naïve".encode("latin-1") in data and b"\n" not in data.replace(b"\r\n", b"")
+    fixed = data.decode("latin-1")
+    assert fixed.index("clip_grad_norm_") < fixed.index("optimizer.step()")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
