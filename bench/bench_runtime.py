@@ -147,7 +147,7 @@ def cases(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[Case]:
             lambda: testing.assert_weights_updated(model, new_step(), optimizer=optimizer),
         ),
         ("assert_step_time_stable", step, 11, lambda: _info(testing.assert_step_time_stable, step)),
-        ("assert_loss_decreases", step, 20, lambda: _loss_decreases(step)),
+        ("assert_loss_decreases", step, 20, lambda: _info(_loss_decreases, step)),
     ]
 
 

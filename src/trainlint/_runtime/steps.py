@@ -58,9 +58,9 @@ class StepRunner:
             self._last = next(self._iter)
         if self._first:
             # the first call also notes which project functions the step runs, for the
-            # failure message's lint findings
+            # failure message's lint findings (traced once per step function)
             self._first = False
-            return record_ran(self.again)
+            return record_ran(self.again, key=self.step)
         return self.again()
 
 
@@ -145,6 +145,58 @@ def max_abs_values(pairs: Sequence[Extrema]) -> list[float]:
         low, high = flat[i], flat[i + 1]
         out.append(math.nan if low != low or high != high else max(abs(low), abs(high)))
     return out
+
+
+class Snapshot:
+    """A copy of parameters, to tell how far each moved: the largest |change| of each.
+
+    One flat copy per (device, dtype) group of dense floating-point parameters, compared
+    with one in-place subtraction and one reduction per group (``torch._foreach_*``):
+    per-parameter clones and reductions cost a fixed ~50 us of dispatch on a small model.
+    Other tensors (sparse, complex, integer) are cloned one by one. The snapshot is
+    subtracted in place: a second parameter-sized buffer is what made the weights check
+    cost 30% of a step on a 4M-parameter model.
+    """
+
+    def __init__(self, params: Sequence[torch.Tensor]) -> None:
+        self.params = list(params)  # detached when read: `p.data = ...` rebinds the storage
+        self._groups: list[tuple[list[int], torch.Tensor]] = []
+        self._single: list[tuple[int, torch.Tensor]] = []
+        by_key: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+        for i, p in enumerate(self.params):
+            if p.layout is torch.strided and p.is_floating_point():
+                by_key.setdefault((p.device, p.dtype), []).append(i)
+            else:
+                self._single.append((i, p.detach().clone()))
+        for indices in by_key.values():
+            flat = torch.cat([self.params[i].detach().reshape(-1) for i in indices])
+            self._groups.append((indices, flat))
+
+    def changes(self) -> list[float]:
+        """max |now - then| per parameter (NaN when a value became NaN); uses the copy up."""
+        index: list[int] = []
+        values: list[torch.Tensor] = []
+        with torch.no_grad():
+            for indices, flat in self._groups:
+                now = [self.params[i].detach().reshape(-1) for i in indices]
+                views = list(flat.split([t.numel() for t in now]))
+                try:
+                    torch._foreach_sub_(views, now)
+                except RuntimeError:  # a dtype changed under us: let each one promote
+                    for view, t in zip(views, now, strict=True):
+                        view.sub_(t)
+                flat.abs_()
+                index += indices
+                values += torch._foreach_max(views) if _FOREACH_MAX else [v.max() for v in views]
+            pairs = [extrema(before.sub_(self.params[i].detach())) for i, before in self._single]
+        self._groups = []
+        out = [0.0] * len(self.params)
+        for i, number in zip(index, _to_floats(values), strict=True):
+            out[i] = number
+        for (i, _), number in zip(self._single, max_abs_values(pairs), strict=True):
+            out[i] = number
+        self._single = []
+        return out
 
 
 class NonFiniteGradient(BaseException):
@@ -233,6 +285,9 @@ class GradRecorder:
         self._grads_before = [_NONE if p.grad is None else weakref.ref(p.grad) for p in self.params]
 
     def end_step(self) -> None:
+        if len(self._fired_this_step) == len(self.params):
+            self._grads_before = []
+            return  # every gradient came through a hook: nothing was assigned directly
         for index, param in enumerate(self.params):
             if index in self._fired_this_step:
                 continue
@@ -273,7 +328,11 @@ def _greater(a: float, b: float) -> bool:
 
 
 def _to_floats(values: list[torch.Tensor]) -> list[float]:
-    """One host transfer per (device, dtype) instead of one per value."""
+    """One host transfer per (device, dtype) instead of one per value; on the CPU, where
+    there is no transfer, ``float()`` each (a stack and ``tolist()`` cost 5x more)."""
+    cpu = _CPU
+    if all(v.device == cpu for v in values):
+        return [float(v) for v in values]
     groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
     for i, v in enumerate(values):
         groups.setdefault((v.device, v.dtype), []).append(i)
@@ -283,3 +342,7 @@ def _to_floats(values: list[torch.Tensor]) -> list[float]:
         for i, number in zip(indices, stacked, strict=True):
             out[i] = float(number)
     return out
+
+
+_CPU = torch.device("cpu")
+_FOREACH_MAX = hasattr(torch, "_foreach_max")  # torch >= 2.4
