@@ -150,53 +150,35 @@ def max_abs_values(pairs: Sequence[Extrema]) -> list[float]:
 class Snapshot:
     """A copy of parameters, to tell how far each moved: the largest |change| of each.
 
-    One flat copy per (device, dtype) group of dense floating-point parameters, compared
-    with one in-place subtraction and one reduction per group (``torch._foreach_*``):
-    per-parameter clones and reductions cost a fixed ~50 us of dispatch on a small model.
-    Other tensors (sparse, complex, integer) are cloned one by one. The snapshot is
-    subtracted in place: a second parameter-sized buffer is what made the weights check
-    cost 30% of a step on a 4M-parameter model.
+    The copies of dense floating-point parameters are compared with one in-place
+    subtraction, one ``abs_`` and one max over all of them (``torch._foreach_*``: on a
+    small model, per-parameter ``sub_``/``aminmax`` calls and the stack of their results
+    were most of the check's fixed cost); other tensors (sparse, complex, integer) one by
+    one. The copy is subtracted in place: a second parameter-sized buffer is what made the
+    weights check cost 30% of a step on a 4M-parameter model.
     """
 
     def __init__(self, params: Sequence[torch.Tensor]) -> None:
         self.params = list(params)  # detached when read: `p.data = ...` rebinds the storage
-        self._groups: list[tuple[list[int], torch.Tensor]] = []
-        self._single: list[tuple[int, torch.Tensor]] = []
-        by_key: dict[tuple[torch.device, torch.dtype], list[int]] = {}
-        for i, p in enumerate(self.params):
-            if p.layout is torch.strided and p.is_floating_point():
-                by_key.setdefault((p.device, p.dtype), []).append(i)
-            else:
-                self._single.append((i, p.detach().clone()))
-        for indices in by_key.values():
-            flat = torch.cat([self.params[i].detach().reshape(-1) for i in indices])
-            self._groups.append((indices, flat))
+        self.before = [p.detach().clone() for p in self.params]
+        strided = torch.strided
+        self._dense = all(b.layout is strided and b.is_floating_point() for b in self.before)
 
     def changes(self) -> list[float]:
         """max |now - then| per parameter (NaN when a value became NaN); uses the copy up."""
-        index: list[int] = []
-        values: list[torch.Tensor] = []
+        before, self.before = self.before, []
+        now = [p.detach() for p in self.params]
         with torch.no_grad():
-            for indices, flat in self._groups:
-                now = [self.params[i].detach().reshape(-1) for i in indices]
-                views = list(flat.split([t.numel() for t in now]))
-                try:
-                    torch._foreach_sub_(views, now)
-                except RuntimeError:  # a dtype changed under us: let each one promote
-                    for view, t in zip(views, now, strict=True):
-                        view.sub_(t)
-                flat.abs_()
-                index += indices
-                values += torch._foreach_max(views) if _FOREACH_MAX else [v.max() for v in views]
-            pairs = [extrema(before.sub_(self.params[i].detach())) for i, before in self._single]
-        self._groups = []
-        out = [0.0] * len(self.params)
-        for i, number in zip(index, _to_floats(values), strict=True):
-            out[i] = number
-        for (i, _), number in zip(self._single, max_abs_values(pairs), strict=True):
-            out[i] = number
-        self._single = []
-        return out
+            if not self._dense or not _FOREACH_MAX:
+                pairs = [extrema(b.sub_(n)) for b, n in zip(before, now, strict=True)]
+                return max_abs_values(pairs)
+            try:
+                torch._foreach_sub_(before, now)
+            except RuntimeError:  # a dtype or device changed under us: one by one
+                for b, n in zip(before, now, strict=True):
+                    b.sub_(n)
+            torch._foreach_abs_(before)
+            return _to_floats(list(torch._foreach_max(before)))
 
 
 class NonFiniteGradient(BaseException):
