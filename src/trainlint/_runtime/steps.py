@@ -140,11 +140,11 @@ def extrema(tensor: torch.Tensor) -> Extrema:
 def max_abs_values(pairs: Sequence[Extrema]) -> list[float]:
     """max |x| for each (min, max) pair, with one host transfer per device and dtype."""
     flat = _to_floats([t for pair in pairs for t in pair])
-    out = []
-    for i in range(0, len(flat), 2):
-        low, high = flat[i], flat[i + 1]
-        out.append(math.nan if low != low or high != high else max(abs(low), abs(high)))
-    return out
+    nan = math.nan
+    return [
+        nan if low != low or high != high else (high if high >= -low else -low)
+        for low, high in zip(flat[::2], flat[1::2])
+    ]
 
 
 class Snapshot:
@@ -239,6 +239,9 @@ class GradRecorder:
         stop = self.stop_on_nonfinite
         strided = torch.strided
         aminmax = torch.aminmax
+        # a gradient has its parameter's size: the common case is told by layout and dtype
+        dtype = self.params[index].dtype
+        plain = self.params[index].numel() > 0 and not dtype.is_complex
 
         def hook(param: torch.Tensor) -> None:
             fired.add(index)
@@ -248,9 +251,8 @@ class GradRecorder:
             value: Extrema | None
             if not measure:
                 value = None
-            elif grad.layout is strided and not grad.is_complex() and grad.numel():
-                low, high = aminmax(grad)  # the common case, without extrema()'s dispatch
-                value = (low, high)
+            elif plain and grad.layout is strided and grad.dtype is dtype:
+                value = aminmax(grad)  # the common case, without extrema()'s dispatch
             else:
                 value = extrema(grad)
             events.append((self.step, index, value))
@@ -282,15 +284,17 @@ class GradRecorder:
     def table(self, steps: int) -> list[list[float | None]]:
         """``[step][param]``: the largest max |grad| recorded in that step, None if none."""
         out: list[list[float | None]] = [[None] * len(self.params) for _ in range(steps)]
-        numbers = max_abs_values([v for _, _, v in self.events if v is not None])
+        events = self.events
+        numbers = max_abs_values([v for _, _, v in events if v is not None])
         it = iter(numbers)
-        for step, index, value in self.events:
+        for step, index, value in events:
             if step >= steps:
                 continue
             number = next(it) if value is not None else 0.0
-            old = out[step][index]
+            row = out[step]
+            old = row[index]
             if old is None or _greater(number, old):
-                out[step][index] = number
+                row[index] = number
         return out
 
     def fired(self) -> set[int]:
