@@ -159,15 +159,17 @@ class Snapshot:
     """
 
     def __init__(self, params: Sequence[torch.Tensor]) -> None:
-        self.params = list(params)  # detached when read: `p.data = ...` rebinds the storage
-        self.before = [p.detach().clone() for p in self.params]
+        # the parameters themselves, read under no_grad: `p.data = ...` rebinds the storage
+        self.params = list(params)
+        with torch.no_grad():
+            self.before = [p.clone() for p in self.params]
         strided = torch.strided
         self._dense = all(b.layout is strided and b.is_floating_point() for b in self.before)
 
     def changes(self) -> list[float]:
         """max |now - then| per parameter (NaN when a value became NaN); uses the copy up."""
         before, self.before = self.before, []
-        now = [p.detach() for p in self.params]
+        now = self.params
         with torch.no_grad():
             if not self._dense or not _FOREACH_MAX:
                 pairs = [extrema(b.sub_(n)) for b, n in zip(before, now, strict=True)]
