@@ -227,12 +227,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     worst = 0.0
     for key in args.models.split(","):
-        torch.manual_seed(0)
-        model, x, y = MODELS[key]()
-        n_params = sum(p.numel() for p in model.parameters())
-        for name, step, calls, check in cases(model, x, y):
+        names = [case[0] for case in cases(*MODELS[key]())]
+        for index, name in enumerate(names):
             if wanted and name not in wanted:
                 continue
+            # a fresh model per check: thousands of steps on one batch converge, and a
+            # check that then fails (the loss check) would time its failure message
+            torch.manual_seed(0)
+            model, x, y = MODELS[key]()
+            n_params = sum(p.numel() for p in model.parameters())
+            _, step, calls, check = cases(model, x, y)[index]
 
             def bare(calls: int = calls, step: Callable[[], Any] = step) -> None:
                 for _ in range(calls):
