@@ -4,7 +4,10 @@ weights compared with foreach ops, gradient norms taken with one reduction per t
 from __future__ import annotations
 
 import math
+import os
+import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -171,3 +174,45 @@ def test_clip_norm_of_half_precision_gradients_does_not_overflow():
     expected = math.sqrt(4 * 1600.0**2 + 8.0**2)  # weights, and the bias's 8
     assert result.reads[0].seen == pytest.approx(expected, rel=1e-3)
     assert result.reads[0].backward == pytest.approx(expected, rel=1e-3)
+
+
+def test_the_guard_sees_children_without_reading_proc_when_there_are_none():
+    from trainlint._runtime.guard import _child_pids, _has_children
+
+    if not os.path.isdir(f"/proc/{os.getpid()}/task"):
+        pytest.skip("needs /proc")
+    if _child_pids():
+        pytest.skip("this test process already has children")
+    assert not _has_children()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert _has_children()
+        assert child.pid in _child_pids()
+    finally:
+        child.kill()
+        child.wait()
+    assert not _has_children()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pids from /proc")
+@pytest.mark.parametrize("with_older", [False, True])
+def test_a_timeout_terminates_a_subprocess_the_step_started_but_not_an_older_one(with_older):
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    older = subprocess.Popen(sleeper) if with_older else None
+    started: list[subprocess.Popen] = []
+    s = clean_setup()
+
+    def step() -> None:
+        started.append(subprocess.Popen(sleeper))
+        s.step()
+        time.sleep(30)
+
+    try:
+        with pytest.raises(CheckFailed, match="did not finish within timeout"):
+            assert_grads_nonzero(s.model, step, timeout=1.0)
+        assert started[0].wait(timeout=10) is not None, "the step's child was terminated"
+        assert older is None or older.poll() is None, "a child from before is left alone"
+    finally:
+        for p in [*([older] if older else []), *started]:
+            p.kill()
+            p.wait()
