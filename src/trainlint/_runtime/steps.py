@@ -179,8 +179,22 @@ class Snapshot:
             except RuntimeError:  # a dtype or device changed under us: one by one
                 for b, n in zip(before, now, strict=True):
                     b.sub_(n)
-            torch._foreach_abs_(before)
-            return _to_floats(list(torch._foreach_max(before)))
+            # small tensors: abs_ and one foreach max (dispatch is their cost); large ones:
+            # aminmax, one read pass where abs_ would add a write pass over the copy
+            small = [i for i, b in enumerate(before) if b.numel() < _LARGE]
+            large = [i for i, b in enumerate(before) if b.numel() >= _LARGE]
+            out = [0.0] * len(before)
+            if small:
+                picked = [before[i] for i in small]
+                torch._foreach_abs_(picked)
+                for i, value in zip(small, _to_floats(list(torch._foreach_max(picked))),
+                                    strict=True):
+                    out[i] = value
+            if large:
+                pairs = [torch.aminmax(before[i]) for i in large]
+                for i, value in zip(large, max_abs_values(pairs), strict=True):
+                    out[i] = value
+            return out
 
 
 class NonFiniteGradient(BaseException):
@@ -334,3 +348,4 @@ def _to_floats(values: list[torch.Tensor]) -> list[float]:
 
 _CPU = torch.device("cpu")
 _FOREACH_MAX = hasattr(torch, "_foreach_max")  # torch >= 2.4
+_LARGE = 1 << 16  # elements: past this a pass over the data costs more than a dispatch
