@@ -16,7 +16,8 @@ from torch import nn
 
 import trainlint
 from trainlint._runtime import lintlink
-from trainlint._runtime.steps import Snapshot, StepRunner
+from trainlint._runtime.snapshot import Snapshot
+from trainlint._runtime.steps import StepRunner
 from trainlint.testing import (
     CheckFailed,
     assert_clip_effective,
@@ -216,3 +217,18 @@ def test_a_timeout_terminates_a_subprocess_the_step_started_but_not_an_older_one
         for p in [*([older] if older else []), *started]:
             p.kill()
             p.wait()
+
+
+def test_large_snapshots_reuse_one_mapping_and_stay_exact():
+    from trainlint._runtime import snapshot
+
+    torch.manual_seed(0)
+    big = nn.Parameter(torch.randn(512, 1024))  # 2 MiB: copied off the malloc heap
+    small = nn.Parameter(torch.randn(7))
+    for shift in (0.5, 0.25, 0.0):
+        snap = Snapshot([big, small])
+        with torch.no_grad():
+            big[10, 20] += shift
+            small[3] -= 2 * shift
+        assert snap.changes() == [pytest.approx(shift), pytest.approx(2 * shift)]
+        assert snapshot._spare is not None and len(snapshot._spare) >= big.numel() * 4

@@ -147,56 +147,6 @@ def max_abs_values(pairs: Sequence[Extrema]) -> list[float]:
     ]
 
 
-class Snapshot:
-    """A copy of parameters, to tell how far each moved: the largest |change| of each.
-
-    The copies of dense floating-point parameters are compared with one in-place
-    subtraction, one ``abs_`` and one max over all of them (``torch._foreach_*``: on a
-    small model, per-parameter ``sub_``/``aminmax`` calls and the stack of their results
-    were most of the check's fixed cost); other tensors (sparse, complex, integer) one by
-    one. The copy is subtracted in place: a second parameter-sized buffer is what made the
-    weights check cost 30% of a step on a 4M-parameter model.
-    """
-
-    def __init__(self, params: Sequence[torch.Tensor]) -> None:
-        # the parameters themselves, read under no_grad: `p.data = ...` rebinds the storage
-        self.params = list(params)
-        with torch.no_grad():
-            self.before = [p.clone() for p in self.params]
-        strided = torch.strided
-        self._dense = all(b.layout is strided and b.is_floating_point() for b in self.before)
-
-    def changes(self) -> list[float]:
-        """max |now - then| per parameter (NaN when a value became NaN); uses the copy up."""
-        before, self.before = self.before, []
-        now = self.params
-        with torch.no_grad():
-            if not self._dense or not _FOREACH_MAX:
-                pairs = [extrema(b.sub_(n)) for b, n in zip(before, now, strict=True)]
-                return max_abs_values(pairs)
-            try:
-                torch._foreach_sub_(before, now)
-            except RuntimeError:  # a dtype or device changed under us: one by one
-                for b, n in zip(before, now, strict=True):
-                    b.sub_(n)
-            # small tensors: abs_ and one foreach max (dispatch is their cost); large ones:
-            # aminmax, one read pass where abs_ would add a write pass over the copy
-            small = [i for i, b in enumerate(before) if b.numel() < _LARGE]
-            large = [i for i, b in enumerate(before) if b.numel() >= _LARGE]
-            out = [0.0] * len(before)
-            if small:
-                picked = [before[i] for i in small]
-                torch._foreach_abs_(picked)
-                for i, value in zip(small, _to_floats(list(torch._foreach_max(picked))),
-                                    strict=True):
-                    out[i] = value
-            if large:
-                pairs = [torch.aminmax(before[i]) for i in large]
-                for i, value in zip(large, max_abs_values(pairs), strict=True):
-                    out[i] = value
-            return out
-
-
 class NonFiniteGradient(BaseException):
     """Raised from a gradient hook to stop a step before the optimizer spreads a NaN.
 
@@ -347,5 +297,3 @@ def _to_floats(values: list[torch.Tensor]) -> list[float]:
 
 
 _CPU = torch.device("cpu")
-_FOREACH_MAX = hasattr(torch, "_foreach_max")  # torch >= 2.4
-_LARGE = 1 << 16  # elements: past this a pass over the data costs more than a dispatch
