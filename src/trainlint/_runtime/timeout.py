@@ -16,6 +16,12 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+try:  # the C functions under `signal`: its wrappers convert handlers to enums, and a
+    # Python handler is converted by raising and catching ValueError, twice per check
+    from _signal import signal as _set_handler
+except ImportError:  # pragma: no cover - not CPython
+    _set_handler = signal.signal
+
 # The guard's own frames (this module's and guard.py's) are left out of the stacks.
 _GUARD_FILES = ("guard.py", "timeout.py")
 
@@ -51,7 +57,7 @@ class Deadline:
             and hasattr(signal, "setitimer")
             and signal.getitimer(signal.ITIMER_REAL)[0] == 0
         ):
-            previous = signal.signal(signal.SIGALRM, self._on_alarm)
+            previous = _set_handler(signal.SIGALRM, self._on_alarm)
             old_timer = signal.setitimer(signal.ITIMER_REAL, timeout)
             self._alarm = (previous, old_timer)
             return
@@ -64,7 +70,7 @@ class Deadline:
         if self._alarm is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)
             previous, _ = self._alarm
-            signal.signal(signal.SIGALRM, previous)
+            _set_handler(signal.SIGALRM, previous)
             self._alarm = None
         if self._watchdog is not None:
             self._watchdog.cancel()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 import threading
 from collections.abc import Callable, Iterable
@@ -114,7 +113,7 @@ class _Tracker:
         self.params = params
         self.index = {id(p): i for i, p in enumerate(params)}
         self.last: list[str | None] = [None] * len(params)
-        self.sq_norm: list[Any] = [None] * len(params)
+        self.norm: list[Any] = [None] * len(params)
         self.order: list[str] = []
         self.reads: list[GradRead] = []
         self.step = 0
@@ -137,7 +136,8 @@ class _Tracker:
     def accumulated(self, i: int, param: torch.Tensor) -> None:
         grad = param.grad
         self.last[i] = "backward"
-        self.sq_norm[i] = None if grad is None else grad.detach().float().pow(2).sum()
+        # one op, no host sync: the norms are summed only when something reads them
+        self.norm[i] = None if grad is None else _norm(grad.detach())
         self.event("backward")
 
     def read(self, function: str, indices: list[int]) -> None:
@@ -146,11 +146,8 @@ class _Tracker:
         indices = sorted(set(indices))
         if not indices:
             return
-        seen = 0.0
-        for i in indices:
-            grad = self.params[i].grad
-            if grad is not None:
-                seen += float(grad.detach().float().pow(2).sum())
+        grads = [g for g in (self.params[i].grad for i in indices) if g is not None]
+        seen = _total_norm(grads)
         states = [self.last[i] for i in indices]
         after: str | None
         if "zero_grad" in states:
@@ -161,12 +158,47 @@ class _Tracker:
             after = None
         else:
             after = "backward"
-        norms = [self.sq_norm[i] for i in indices if self.sq_norm[i] is not None]
-        backward = float(torch.stack(norms).sum()) ** 0.5 if norms else None
-        self.event(f"{function}  (saw {fmt(math.sqrt(seen))})")
-        self.reads.append(
-            GradRead(self.step, function, math.sqrt(seen), backward, after, tuple(self.order))
-        )
+        norms = [self.norm[i] for i in indices if self.norm[i] is not None]
+        backward = _stacked_norm(torch, norms) if norms else None
+        self.event(f"{function}  (saw {fmt(seen)})")
+        self.reads.append(GradRead(self.step, function, seen, backward, after, tuple(self.order)))
+
+
+def _norm(tensor: torch.Tensor) -> torch.Tensor:
+    """The 2-norm as a 0-d tensor (one op, no host sync); float16/bfloat16 accumulate in
+    float32, where their squares do not overflow."""
+    import torch
+
+    if tensor.is_sparse:
+        tensor = tensor.coalesce().values()
+    if tensor.dtype in (torch.float16, torch.bfloat16):
+        return torch.linalg.vector_norm(tensor, dtype=torch.float32)
+    return torch.linalg.vector_norm(tensor)
+
+
+def _stacked_norm(torch: Any, norms: list[torch.Tensor]) -> float:
+    if len({n.device for n in norms}) > 1:
+        norms = [n.cpu() for n in norms]
+    return float(torch.linalg.vector_norm(torch.stack(norms)))
+
+
+def _total_norm(grads: list[torch.Tensor]) -> float:
+    """The 2-norm of all of ``grads`` together: one foreach reduction, one host read."""
+    import torch
+
+    if not grads:
+        return 0.0
+    detached = [g.detach() for g in grads]
+    norms: list[torch.Tensor] | None = None
+    floats = (torch.float32, torch.float16, torch.bfloat16)
+    if all(g.layout is torch.strided and g.dtype in floats for g in detached):
+        try:  # float32 accumulation; torch < 2.3 has no dtype= here
+            norms = list(torch._foreach_norm(detached, 2, dtype=torch.float32))
+        except (RuntimeError, TypeError):
+            norms = None
+    if norms is None:
+        norms = [_norm(g) for g in detached]
+    return _stacked_norm(torch, norms)
 
 
 def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> ClipResult:

@@ -130,9 +130,10 @@ def _measure(
                 break
     ran = len(losses) + (stopped_at is not None)
     per_step = recorder.table(ran)
+    per_param = zip(*per_step, strict=True) if ran else (() for _ in named)
     result = FiniteGradsResult(
         steps=ran,
-        max_abs={n: tuple(per_step[i][j] for i in range(ran)) for j, (n, _) in enumerate(named)},
+        max_abs={n: tuple(values) for (n, _), values in zip(named, per_param, strict=True)},
         losses=tuple(losses),
     )
     return _Measured(result, recorder, stopped_at, rng, device)
@@ -144,6 +145,9 @@ def _diagnose(
     """(step, parameter) of the first non-finite gradient, in the order backward made them."""
     from trainlint._runtime.steps import max_abs_values
 
+    isfinite = math.isfinite
+    if all(v is None or isfinite(v) for vs in measured.result.max_abs.values() for v in vs):
+        return None  # each step's entry is its largest |grad|, NaN winning: nothing to find
     events = measured.recorder.events
     numbers = max_abs_values([v for _, _, v in events if v is not None])
     seen = [(s, j) for s, j, v in events if v is not None]

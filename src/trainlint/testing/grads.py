@@ -108,10 +108,10 @@ def _measure(
             recorder.begin_step(i)
             run()
             recorder.end_step()
-    per_step = recorder.table(steps)
+    per_param = zip(*recorder.table(steps), strict=True)  # [step][param] -> [param][step]
     return GradsResult(
         steps=steps,
-        max_abs={n: tuple(per_step[i][j] for i in range(steps)) for j, (n, _) in enumerate(named)},
+        max_abs={n: values for (n, _), values in zip(named, per_param, strict=True)},
         shapes={n: tuple(p.shape) for n, p in named},
         ignored=tuple(sorted(ignored)),
     )
@@ -127,6 +127,8 @@ class _Gaps:
 
 
 def _diagnose(result: GradsResult) -> _Gaps | None:
+    if all(all(values) for values in result.max_abs.values()):
+        return None  # neither None nor 0.0 anywhere (NaN is truthy: not this check's to fail)
     none_steps: dict[str, list[int]] = {}
     zero_steps: dict[str, list[int]] = {}
     for name, values in result.max_abs.items():

@@ -120,24 +120,19 @@ def _measure(
 ) -> WeightsResult:
     """Run the steps; the largest |change| of each watched parameter, and who got a grad."""
     __tracebackhide__ = True
-    import torch
-
-    from trainlint._runtime.steps import GradRecorder, extrema, max_abs_values
+    from trainlint._runtime.snapshot import Snapshot
+    from trainlint._runtime.steps import GradRecorder
 
     watched = trainable + frozen_list
-    before = [p.detach().clone() for _, p in watched]
+    snapshot = Snapshot([p for _, p in watched])
     recorder = GradRecorder([p for _, p in trainable], measure=False)
     with recorder:
         for i in range(steps):
             recorder.begin_step(i)
             run()
             recorder.end_step()
-    with torch.no_grad():
-        # in place into the snapshot: a second parameter-sized allocation is what made
-        # this check cost 30% of a step on a 4M-parameter model
-        deltas = [extrema(b.sub_(p.detach())) for (_, p), b in zip(watched, before, strict=True)]
-    del before
-    changes = dict(zip((n for n, _ in watched), max_abs_values(deltas), strict=True))
+    changes = dict(zip((n for n, _ in watched), snapshot.changes(), strict=True))
+    del snapshot
     fired = recorder.fired()
     return WeightsResult(
         steps=steps,
