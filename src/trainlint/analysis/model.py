@@ -86,6 +86,10 @@ class FileModel:
         self.attributes: dict[str, list[ast.Attribute]] = defaultdict(list)
         self.assignments: list[ast.Assign | ast.AugAssign | ast.AnnAssign] = []
         self.withs: list[ast.With | ast.AsyncWith] = []
+        #: f-strings and keyword arguments (class keywords included), in no set order:
+        #: for whole-file scans that would otherwise walk every node of the tree again.
+        self.fstrings: list[ast.JoinedStr] = []
+        self.keywords: list[ast.keyword] = []
         self._scope_of: dict[int, ast.AST] = {}
         self._memo: dict[object, Any] = {}
         #: The oldest torch (major, minor) the file's project requires, from the nearest
@@ -183,6 +187,10 @@ class FileModel:
                 elif kind == _K_EXCEPT:
                     if node.name:  # type: ignore[attr-defined]
                         imports.add_binding(scope, node.name)  # type: ignore[attr-defined]
+                elif kind == _K_KEYWORD:
+                    self.keywords.append(node)  # type: ignore[arg-type]
+                elif kind == _K_FSTRING:
+                    self.fstrings.append(node)  # type: ignore[arg-type]
             fields = fields_of.get(cls)
             if fields is None:
                 fields = _child_fields(cls)
@@ -549,7 +557,7 @@ def _child_fields(cls: type) -> tuple[str, ...]:
 
 # What the indexing pass records for a node, by its class.
 (_K_SCOPE, _K_CALL, _K_ATTRIBUTE, _K_ASSIGN, _K_LOOP, _K_WITH, _K_IMPORT, _K_GLOBAL,
- _K_NAMED, _K_EXCEPT) = range(1, 11)
+ _K_NAMED, _K_EXCEPT, _K_KEYWORD, _K_FSTRING) = range(1, 13)
 _KIND: dict[type, int] = {
     **dict.fromkeys(SCOPE_NODES, _K_SCOPE),
     ast.Call: _K_CALL,
@@ -564,6 +572,8 @@ _KIND: dict[type, int] = {
     ast.Nonlocal: _K_GLOBAL,
     ast.NamedExpr: _K_NAMED,
     ast.ExceptHandler: _K_EXCEPT,
+    ast.keyword: _K_KEYWORD,
+    ast.JoinedStr: _K_FSTRING,
 }
 # Nodes with no children that the pass only records (parent, scope): handled where
 # they are found instead of going through the stack.

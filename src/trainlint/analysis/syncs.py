@@ -316,16 +316,18 @@ def host_syncs(model: FileModel) -> list[HostSync]:
                 arg = call.args[0]
                 found.append(HostSync(call, f"`{fname}()` of a tensor", "scalar",
                                       ast.unparse(arg), _named_value(model, arg)))
-    for node in ast.walk(model.tree):
-        if isinstance(node, ast.JoinedStr):
-            parent = model.parent_of(node)
-            if isinstance(parent, ast.Call) and call_name(parent) == "print":
-                continue  # reported as print(...) if it formats a tensor
-            if any(
-                isinstance(v, ast.FormattedValue) and _tensor_arg(model, v.value)
-                for v in node.values
-            ):
-                found.append(HostSync(node, "an f-string of a tensor", "format", ""))
+    # The model's f-string table, not a walk of the whole tree: the table is in no set
+    # order, but the sort below is by position and f-strings that share one (the format
+    # specs of one f-string, on Python < 3.12) make identical findings in one statement.
+    for node in model.fstrings:
+        parent = model.parent_of(node)
+        if isinstance(parent, ast.Call) and call_name(parent) == "print":
+            continue  # reported as print(...) if it formats a tensor
+        if any(
+            isinstance(v, ast.FormattedValue) and _tensor_arg(model, v.value)
+            for v in node.values
+        ):
+            found.append(HostSync(node, "an f-string of a tensor", "format", ""))
     found.sort(key=lambda s: (getattr(s.node, "lineno", 0), getattr(s.node, "col_offset", 0)))
     return found
 
