@@ -82,6 +82,8 @@ class Event:
 
 
 Path = tuple[Event, ...]
+#: a node the step walker acts on: (node, its event, the same-file helper a call runs)
+_NodeEvent = tuple[ast.AST, "Event | None", "FunctionNode | None"]
 
 
 @dataclass
@@ -235,6 +237,7 @@ class StepModel:
         self._own_step: dict[int, bool] = {}
         self._test_keys: dict[int, tuple[str, bool]] = {}  # If node id -> its condition
         self._may_train_cache: dict[int, bool] = {}
+        self._node_events_cache: dict[int, list[_NodeEvent]] = {}
 
     # -- event classification --------------------------------------------------------
     def classify(self, node: ast.AST) -> Event | None:
@@ -358,6 +361,24 @@ class StepModel:
         if isinstance(parent, ast.Assign) and any(t is cur for t in parent.targets):
             return None
         return Event(Kind.READ, node)
+
+    def _node_events(self, node: ast.AST) -> list[_NodeEvent]:
+        """The nodes of ``node`` (in ``_postorder``) the walker acts on: (node, its event,
+        the same-file helper a non-event call runs). Memoised per node: a nested loop's
+        body and a helper called from several sites are walked again for every path
+        enumeration that reaches them, and classifying is pure."""
+        key = id(node)
+        found = self._node_events_cache.get(key)
+        if found is None:
+            found = []
+            resolve = self.model.resolve_call
+            for sub in _postorder(node):
+                ev = self.classify(sub)
+                fn = resolve(sub) if ev is None and isinstance(sub, ast.Call) else None
+                if ev is not None or fn is not None:
+                    found.append((sub, ev, fn))
+            self._node_events_cache[key] = found
+        return found
 
     # -- paths -----------------------------------------------------------------------------
     def body_paths(self, stmts: list[ast.stmt], depth: int = 0) -> tuple[list[Path], bool]:
@@ -683,20 +704,16 @@ class _Walker:
         """Events of one statement/expression in evaluation order, as a list of
         alternatives-per-position (helpers contribute their own path sets)."""
         seq: list[list[Path]] = []
-        for sub in _postorder(node):
-            ev = self.steps.classify(sub)
-            if isinstance(sub, ast.Call):
+        for sub, ev, fn in self.steps._node_events(node):
+            if fn is not None:  # a call of a same-file helper that is no event itself
+                seq.append(self._inline(fn, sub, depth, guards))  # type: ignore[arg-type]
+                continue
+            if ev is not None and ev.kind is Kind.STEP and isinstance(sub, ast.Call):
                 # opt.step(closure): the closure runs inside the step, before the update
-                if ev is not None and ev.kind is Kind.STEP:
-                    for arg in sub.args:
-                        fn = self._local_function(arg)
-                        if fn is not None:
-                            seq.append(self._inline(fn, sub, depth, guards))
-                elif ev is None:
-                    fn = self.steps.model.resolve_call(sub)
-                    if fn is not None:
-                        seq.append(self._inline(fn, sub, depth, guards))
-                        continue
+                for arg in sub.args:
+                    local = self._local_function(arg)
+                    if local is not None:
+                        seq.append(self._inline(local, sub, depth, guards))
             if ev is not None:
                 seq.append([(Event(ev.kind, ev.node, ev.target, self.chain, guards, depth,
                                    ev.scaled),)])
