@@ -90,6 +90,7 @@ class FileModel:
         #: for whole-file scans that would otherwise walk every node of the tree again.
         self.fstrings: list[ast.JoinedStr] = []
         self.keywords: list[ast.keyword] = []
+        self.named_exprs: list[ast.NamedExpr] = []
         self._scope_of: dict[int, ast.AST] = {}
         self._memo: dict[object, Any] = {}
         #: The oldest torch (major, minor) the file's project requires, from the nearest
@@ -183,6 +184,7 @@ class FileModel:
                 elif kind == _K_GLOBAL:
                     imports.add_global(scope, node.names)  # type: ignore[attr-defined]
                 elif kind == _K_NAMED:
+                    self.named_exprs.append(node)  # type: ignore[arg-type]
                     imports.add_targets(scope, node.target)  # type: ignore[attr-defined]
                 elif kind == _K_EXCEPT:
                     if node.name:  # type: ignore[attr-defined]
