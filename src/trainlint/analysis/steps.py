@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from trainlint.analysis.model import (
     FUNCTION_NODES,
     LOOP_NODES,
+    _children,
     call_name,
     dotted,
     keyword,
@@ -373,6 +374,8 @@ class StepModel:
             found = []
             resolve = self.model.resolve_call
             for sub in _postorder(node):
+                if sub.__class__ not in _EVENT_NODES:
+                    continue
                 ev = self.classify(sub)
                 fn = resolve(sub) if ev is None and isinstance(sub, ast.Call) else None
                 if ev is not None or fn is not None:
@@ -772,20 +775,29 @@ def _feasible(path: Path, keys: dict[int, tuple[str, bool]]) -> bool:
     return True
 
 
-def _postorder(node: ast.AST) -> Iterator[ast.AST]:
-    """Children before parents (evaluation order), not entering nested defs/lambdas."""
-    stack: list[tuple[ast.AST, bool]] = [(node, False)]
+def _postorder(node: ast.AST) -> list[ast.AST]:
+    """Children before parents (evaluation order), not entering nested defs/lambdas;
+    contexts and operators left out. Built as the reverse of a preorder that takes the
+    children last-first: no second visit per node."""
+    out: list[ast.AST] = []
+    stack = [node]
+    pop = stack.pop
+    extend = stack.extend
+    add = out.append
+    stop = _POSTORDER_STOP
     while stack:
-        cur, visited = stack.pop()
-        if visited:
-            yield cur
+        cur = pop()
+        add(cur)
+        if cur.__class__ in stop and cur is not node:
             continue
-        stack.append((cur, True))
-        if isinstance(cur, (*FUNCTION_NODES, ast.ClassDef)) and cur is not node:
-            continue
-        children = list(ast.iter_child_nodes(cur))
-        for child in reversed(children):
-            stack.append((child, False))
+        extend(_children(cur))
+    out.reverse()
+    return out
+
+
+_POSTORDER_STOP = frozenset({*FUNCTION_NODES, ast.ClassDef})
+#: the only nodes ``StepModel.classify`` makes an event of, or the walker inlines
+_EVENT_NODES = frozenset({ast.Call, ast.Attribute, ast.Assign, ast.AnnAssign, ast.Delete})
 
 
 def _extend(paths: list[Path], seq: list[list[Path]]) -> list[Path]:
