@@ -385,6 +385,19 @@ class FileModel:
             out[id(self.scope_of(fn))][fn.name] = fn
         return out
 
+    @cached_property
+    def _assignments_by_scope(self) -> dict[int, list[ast.Assign | ast.AugAssign | ast.AnnAssign]]:
+        out: dict[int, list[ast.Assign | ast.AugAssign | ast.AnnAssign]] = defaultdict(list)
+        for stmt in sorted(self.assignments, key=_pos):
+            out[id(self.scope_of(stmt))].append(stmt)
+        return out
+
+    def assignments_in(self, scope: ast.AST) -> list[ast.Assign | ast.AugAssign | ast.AnnAssign]:
+        """The assignment statements of ``scope`` (the module, a def or a class) outside
+        nested defs and classes, in source order: those ``walk_local(scope)`` meets,
+        without walking it."""
+        return self._assignments_by_scope.get(id(scope), [])
+
     def methods(self, cls: ast.ClassDef) -> dict[str, FunctionNode]:
         return self._local_defs.get(id(cls), {})
 
