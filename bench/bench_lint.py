@@ -3,8 +3,10 @@
     python bench/bench_lint.py [DIR ...] [--runs N] [--jobs N] [--copies N] [--others]
 
 Default trees: the installed torch package's own ``nn``, ``optim`` and ``utils``
-sources (always at hand where torch is installed); pass directories for another tree
-(a training-heavy one: timm, litgpt, fairseq...). Times are CPU seconds (user + system),
+sources (always at hand where torch is installed); pass directories for another tree.
+``--training`` picks the training-heavy tree of issue 19, the pinned cleanrl and
+litgpt sdists unpacked by ``bench/ecosystem.py`` (``--cache-dir``, default its own
+cache); ``--timm`` the timm sdist from the same cache. Times are CPU seconds (user + system),
 the minimum of ``--runs`` runs, so that other work on the machine matters less; they
 are printed as ratios to the floor measured in the same process:
 
@@ -52,6 +54,22 @@ def default_dirs() -> list[Path]:
     except (ImportError, AssertionError):
         sys.exit("torch is not installed: pass directories to benchmark")
     return [root / "nn", root / "optim", root / "utils"]
+
+
+#: the training-heavy tree: RL training scripts and LLM pretrain/finetune scripts, at the
+#: versions bench/ecosystem/packages.toml pins (unpacked as <name>-<version>)
+TRAINING_TREE = ("cleanrl-1.2.0", "litgpt-0.5.13")
+TIMM_TREE = ("timm-1.0.31",)
+ECOSYSTEM_CACHE = Path(__file__).resolve().parent / ".ecosystem-cache"
+
+
+def cache_dirs(cache: Path, names: tuple[str, ...]) -> list[Path]:
+    dirs = [cache / "src" / name for name in names]
+    missing = [str(d) for d in dirs if not d.is_dir()]
+    if missing:
+        sys.exit(f"not unpacked: {', '.join(missing)}; run bench/ecosystem.py first "
+                 "(or pass --cache-dir)")
+    return dirs
 
 
 def collect(dirs: list[Path]) -> list[Path]:
@@ -139,8 +157,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="peak memory: lint the tree this many times over in one process")
     parser.add_argument("--others", action="store_true",
                         help="also time torchfix/fixit on the same files when installed")
+    parser.add_argument("--training", action="store_true",
+                        help="the training-heavy tree: cleanrl + litgpt from the ecosystem cache")
+    parser.add_argument("--timm", action="store_true", help="timm from the ecosystem cache")
+    parser.add_argument("--cache-dir", type=Path, default=ECOSYSTEM_CACHE,
+                        help="bench/ecosystem.py's cache (default: bench/.ecosystem-cache)")
     args = parser.parse_args(argv)
-    dirs = args.dirs or default_dirs()
+    dirs = list(args.dirs)
+    if args.training:
+        dirs += cache_dirs(args.cache_dir, TRAINING_TREE)
+    if args.timm:
+        dirs += cache_dirs(args.cache_dir, TIMM_TREE)
+    dirs = dirs or default_dirs()
     files = collect(dirs)
     sources = [p.read_bytes() for p in files]
     size = sum(len(s) for s in sources)

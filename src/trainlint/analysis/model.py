@@ -86,6 +86,11 @@ class FileModel:
         self.attributes: dict[str, list[ast.Attribute]] = defaultdict(list)
         self.assignments: list[ast.Assign | ast.AugAssign | ast.AnnAssign] = []
         self.withs: list[ast.With | ast.AsyncWith] = []
+        #: f-strings and keyword arguments (class keywords included), in no set order:
+        #: for whole-file scans that would otherwise walk every node of the tree again.
+        self.fstrings: list[ast.JoinedStr] = []
+        self.keywords: list[ast.keyword] = []
+        self.named_exprs: list[ast.NamedExpr] = []
         self._scope_of: dict[int, ast.AST] = {}
         self._memo: dict[object, Any] = {}
         #: The oldest torch (major, minor) the file's project requires, from the nearest
@@ -181,10 +186,15 @@ class FileModel:
                 elif kind == _K_GLOBAL:
                     imports.add_global(scope, node.names)  # type: ignore[attr-defined]
                 elif kind == _K_NAMED:
+                    self.named_exprs.append(node)  # type: ignore[arg-type]
                     imports.add_targets(scope, node.target)  # type: ignore[attr-defined]
                 elif kind == _K_EXCEPT:
                     if node.name:  # type: ignore[attr-defined]
                         imports.add_binding(scope, node.name)  # type: ignore[attr-defined]
+                elif kind == _K_KEYWORD:
+                    self.keywords.append(node)  # type: ignore[arg-type]
+                elif kind == _K_FSTRING:
+                    self.fstrings.append(node)  # type: ignore[arg-type]
             fields = fields_of.get(cls)
             if fields is None:
                 fields = _child_fields(cls)
@@ -377,6 +387,19 @@ class FileModel:
             out[id(self.scope_of(fn))][fn.name] = fn
         return out
 
+    @cached_property
+    def _assignments_by_scope(self) -> dict[int, list[ast.Assign | ast.AugAssign | ast.AnnAssign]]:
+        out: dict[int, list[ast.Assign | ast.AugAssign | ast.AnnAssign]] = defaultdict(list)
+        for stmt in sorted(self.assignments, key=_pos):
+            out[id(self.scope_of(stmt))].append(stmt)
+        return out
+
+    def assignments_in(self, scope: ast.AST) -> list[ast.Assign | ast.AugAssign | ast.AnnAssign]:
+        """The assignment statements of ``scope`` (the module, a def or a class) outside
+        nested defs and classes, in source order: those ``walk_local(scope)`` meets,
+        without walking it."""
+        return self._assignments_by_scope.get(id(scope), [])
+
     def methods(self, cls: ast.ClassDef) -> dict[str, FunctionNode]:
         return self._local_defs.get(id(cls), {})
 
@@ -551,7 +574,7 @@ def _child_fields(cls: type) -> tuple[str, ...]:
 
 # What the indexing pass records for a node, by its class.
 (_K_SCOPE, _K_CALL, _K_ATTRIBUTE, _K_ASSIGN, _K_LOOP, _K_WITH, _K_IMPORT, _K_GLOBAL,
- _K_NAMED, _K_EXCEPT) = range(1, 11)
+ _K_NAMED, _K_EXCEPT, _K_KEYWORD, _K_FSTRING) = range(1, 13)
 _KIND: dict[type, int] = {
     **dict.fromkeys(SCOPE_NODES, _K_SCOPE),
     ast.Call: _K_CALL,
@@ -566,6 +589,8 @@ _KIND: dict[type, int] = {
     ast.Nonlocal: _K_GLOBAL,
     ast.NamedExpr: _K_NAMED,
     ast.ExceptHandler: _K_EXCEPT,
+    ast.keyword: _K_KEYWORD,
+    ast.JoinedStr: _K_FSTRING,
 }
 # Nodes with no children that the pass only records (parent, scope): handled where
 # they are found instead of going through the stack.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from trainlint.analysis.model import (
     FUNCTION_NODES,
     LOOP_NODES,
+    _children,
     call_name,
     dotted,
     keyword,
@@ -82,6 +83,8 @@ class Event:
 
 
 Path = tuple[Event, ...]
+#: a node the step walker acts on: (node, its event, the same-file helper a call runs)
+_NodeEvent = tuple[ast.AST, "Event | None", "FunctionNode | None"]
 
 
 @dataclass
@@ -235,6 +238,7 @@ class StepModel:
         self._own_step: dict[int, bool] = {}
         self._test_keys: dict[int, tuple[str, bool]] = {}  # If node id -> its condition
         self._may_train_cache: dict[int, bool] = {}
+        self._node_events_cache: dict[int, list[_NodeEvent]] = {}
 
     # -- event classification --------------------------------------------------------
     def classify(self, node: ast.AST) -> Event | None:
@@ -359,6 +363,26 @@ class StepModel:
         if isinstance(parent, ast.Assign) and any(t is cur for t in parent.targets):
             return None
         return Event(Kind.READ, node)
+
+    def _node_events(self, node: ast.AST) -> list[_NodeEvent]:
+        """The nodes of ``node`` (in ``_postorder``) the walker acts on: (node, its event,
+        the same-file helper a non-event call runs). Memoised per node: a nested loop's
+        body and a helper called from several sites are walked again for every path
+        enumeration that reaches them, and classifying is pure."""
+        key = id(node)
+        found = self._node_events_cache.get(key)
+        if found is None:
+            found = []
+            resolve = self.model.resolve_call
+            for sub in _postorder(node):
+                if sub.__class__ not in _EVENT_NODES:
+                    continue
+                ev = self.classify(sub)
+                fn = resolve(sub) if ev is None and isinstance(sub, ast.Call) else None
+                if ev is not None or fn is not None:
+                    found.append((sub, ev, fn))
+            self._node_events_cache[key] = found
+        return found
 
     # -- paths -----------------------------------------------------------------------------
     def body_paths(self, stmts: list[ast.stmt], depth: int = 0) -> tuple[list[Path], bool]:
@@ -685,20 +709,16 @@ class _Walker:
         """Events of one statement/expression in evaluation order, as a list of
         alternatives-per-position (helpers contribute their own path sets)."""
         seq: list[list[Path]] = []
-        for sub in _postorder(node):
-            ev = self.steps.classify(sub)
-            if isinstance(sub, ast.Call):
+        for sub, ev, fn in self.steps._node_events(node):
+            if fn is not None:  # a call of a same-file helper that is no event itself
+                seq.append(self._inline(fn, sub, depth, guards))  # type: ignore[arg-type]
+                continue
+            if ev is not None and ev.kind is Kind.STEP and isinstance(sub, ast.Call):
                 # opt.step(closure): the closure runs inside the step, before the update
-                if ev is not None and ev.kind is Kind.STEP:
-                    for arg in sub.args:
-                        fn = self._local_function(arg)
-                        if fn is not None:
-                            seq.append(self._inline(fn, sub, depth, guards))
-                elif ev is None:
-                    fn = self.steps.model.resolve_call(sub)
-                    if fn is not None:
-                        seq.append(self._inline(fn, sub, depth, guards))
-                        continue
+                for arg in sub.args:
+                    local = self._local_function(arg)
+                    if local is not None:
+                        seq.append(self._inline(local, sub, depth, guards))
             if ev is not None:
                 seq.append([(Event(ev.kind, ev.node, ev.target, self.chain, guards, depth,
                                    ev.scaled),)])
@@ -757,20 +777,29 @@ def _feasible(path: Path, keys: dict[int, tuple[str, bool]]) -> bool:
     return True
 
 
-def _postorder(node: ast.AST) -> Iterator[ast.AST]:
-    """Children before parents (evaluation order), not entering nested defs/lambdas."""
-    stack: list[tuple[ast.AST, bool]] = [(node, False)]
+def _postorder(node: ast.AST) -> list[ast.AST]:
+    """Children before parents (evaluation order), not entering nested defs/lambdas;
+    contexts and operators left out. Built as the reverse of a preorder that takes the
+    children last-first: no second visit per node."""
+    out: list[ast.AST] = []
+    stack = [node]
+    pop = stack.pop
+    extend = stack.extend
+    add = out.append
+    stop = _POSTORDER_STOP
     while stack:
-        cur, visited = stack.pop()
-        if visited:
-            yield cur
+        cur = pop()
+        add(cur)
+        if cur.__class__ in stop and cur is not node:
             continue
-        stack.append((cur, True))
-        if isinstance(cur, (*FUNCTION_NODES, ast.ClassDef)) and cur is not node:
-            continue
-        children = list(ast.iter_child_nodes(cur))
-        for child in reversed(children):
-            stack.append((child, False))
+        extend(_children(cur))
+    out.reverse()
+    return out
+
+
+_POSTORDER_STOP = frozenset({*FUNCTION_NODES, ast.ClassDef})
+#: the only nodes ``StepModel.classify`` makes an event of, or the walker inlines
+_EVENT_NODES = frozenset({ast.Call, ast.Attribute, ast.Assign, ast.AnnAssign, ast.Delete})
 
 
 def _extend(paths: list[Path], seq: list[list[Path]]) -> list[Path]:

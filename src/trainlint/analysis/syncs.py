@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from trainlint.analysis.flow import Taint
@@ -276,8 +276,9 @@ def _feeds_env(model: FileModel, node: ast.AST) -> bool:
     return False
 
 
-def host_syncs(model: FileModel) -> list[HostSync]:
-    """Every host read of a device tensor in the file, in source order."""
+def host_syncs(model: FileModel, where: Callable[[ast.AST], bool] | None = None) -> list[HostSync]:
+    """Every host read of a device tensor in the file, in source order; with ``where``,
+    only the reads at nodes it accepts (asked before the costly flow questions)."""
     losses = {
         dotted(v) for c in backward_calls(model)
         if (v := backward_value(model, c)) is not None and dotted(v)
@@ -299,6 +300,8 @@ def host_syncs(model: FileModel) -> list[HostSync]:
                 continue  # .numpy() needs a CPU tensor: only a .cpu() right before it syncs
             elif name == "cpu" and _outer_call_name(model, call) in ("numpy", "tolist", "item"):
                 continue  # one sync, reported at the outer call
+            if where is not None and not where(call):
+                continue
             if not _device_tensor(model, recv, lenient=name in ("item", "cpu", "numpy")):
                 continue
             scalar = name == "item" or _one_number(model, recv) or (
@@ -309,6 +312,8 @@ def host_syncs(model: FileModel) -> list[HostSync]:
                                   ast.unparse(recv), _named_value(model, recv)))
     for call in model.calls_to("builtins.float", "builtins.int", "builtins.print"):
         fname = call_name(call)
+        if where is not None and not where(call):
+            continue
         if any(_tensor_arg(model, a) for a in call.args):
             if fname == "print":
                 found.append(HostSync(call, "`print()` of a tensor", "format", ""))
@@ -316,16 +321,20 @@ def host_syncs(model: FileModel) -> list[HostSync]:
                 arg = call.args[0]
                 found.append(HostSync(call, f"`{fname}()` of a tensor", "scalar",
                                       ast.unparse(arg), _named_value(model, arg)))
-    for node in ast.walk(model.tree):
-        if isinstance(node, ast.JoinedStr):
-            parent = model.parent_of(node)
-            if isinstance(parent, ast.Call) and call_name(parent) == "print":
-                continue  # reported as print(...) if it formats a tensor
-            if any(
-                isinstance(v, ast.FormattedValue) and _tensor_arg(model, v.value)
-                for v in node.values
-            ):
-                found.append(HostSync(node, "an f-string of a tensor", "format", ""))
+    # The model's f-string table, not a walk of the whole tree: the table is in no set
+    # order, but the sort below is by position and f-strings that share one (the format
+    # specs of one f-string, on Python < 3.12) make identical findings in one statement.
+    for node in model.fstrings:
+        parent = model.parent_of(node)
+        if isinstance(parent, ast.Call) and call_name(parent) == "print":
+            continue  # reported as print(...) if it formats a tensor
+        if where is not None and not where(node):
+            continue
+        if any(
+            isinstance(v, ast.FormattedValue) and _tensor_arg(model, v.value)
+            for v in node.values
+        ):
+            found.append(HostSync(node, "an f-string of a tensor", "format", ""))
     found.sort(key=lambda s: (getattr(s.node, "lineno", 0), getattr(s.node, "col_offset", 0)))
     return found
 
@@ -353,8 +362,16 @@ def per_step_syncs(model: FileModel) -> Iterator[tuple[HostSync, StepLoop, ast.A
     """(read, its step loop, where to report it) for each host read that runs on every
     step: not under a rate limit, after an early exit on one, on the way out of the loop,
     nor a copy of actions that `env.step(...)` needs on the host."""
-    for sync in host_syncs(model):
-        found = model.steps.per_step(sync.node)
+    # Whether a read runs every step is asked first: most of a file's reads (setup,
+    # logging, evaluation) fail it, and then their costly flow questions are never asked.
+    per_step: dict[int, tuple[StepLoop, ast.AST] | None] = {}
+
+    def in_step(node: ast.AST) -> bool:
+        found = per_step[id(node)] = model.steps.per_step(node)
+        return found is not None
+
+    for sync in host_syncs(model, in_step):
+        found = per_step[id(sync.node)]
         if found is None:
             continue
         loop, anchor = found

@@ -151,7 +151,7 @@ def run_fold(cfg, loader):
             opt_name = self._bound_name(model, opt_stmt)
             if opt_name is None:
                 continue
-            for stmt in walk_local(scope):
+            for stmt in model.assignments_in(scope):
                 if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
                     continue
                 name = dotted(stmt.targets[0])

@@ -100,7 +100,10 @@ def _lr_divided(model: FileModel, divisors: list[ast.AST | None]) -> bool:
     def by_count(expr: ast.AST) -> bool:
         return ast.dump(expr) in dumps or _accum_named(expr)
 
-    for node in ast.walk(model.tree):
+    # the model's assignment and keyword tables, not a walk of the whole tree: only
+    # whether one matches counts, not which comes first
+    nodes: list[ast.AST] = [*model.assignments, *model.keywords]
+    for node in nodes:
         if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Div):
             if _LR_NAME.search((dotted(node.target) or "").rsplit(".", 1)[-1]) and by_count(
                 node.value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from trainlint.analysis.context import is_test_file
 from trainlint.analysis.flow import grad_enabled_at
@@ -285,7 +285,10 @@ def validate(model, val_loader):
 
         in_tests = is_test_file(model.path)
         seen = Reported()
-        for call in self._model_calls(model):
+        def over_data(call: ast.Call) -> bool:
+            return any(_over_data(lp) for lp in model.enclosing_loops(call))
+
+        for call in self._model_calls(model, over_data):
             loops = model.enclosing_loops(call)
             if not any(_over_data(lp) for lp in loops):
                 continue  # warm-up/benchmark repeats, decode steps, env rollouts: no dataset
@@ -306,9 +309,12 @@ def validate(model, val_loader):
                     _wrap_in_no_grad(model, call, loops), "wrap the evaluation loop in `no_grad()`"))
 
     @staticmethod
-    def _model_calls(model: FileModel) -> Iterator[ast.Call]:
+    def _model_calls(
+        model: FileModel, keep: Callable[[ast.Call], bool] | None = None
+    ) -> Iterator[ast.Call]:
         """Calls of a model: by role, a name put in eval mode in the same function, or a
-        model-like spelling (`model`, `net`) for parameters whose role is unknown."""
+        model-like spelling (`model`, `net`) for parameters whose role is unknown. Only
+        calls that ``keep`` accepts are looked at (a cheap test before the costly ones)."""
         flow = model.flow
         evaluated: set[tuple[int, str]] = set()
         scopes: dict[int, ast.AST] = {}
@@ -324,7 +330,7 @@ def validate(model, val_loader):
                 scopes[id(fn)] = fn
         # only calls inside evaluation candidates can be reported: skip the rest unseen
         candidates = [sub for scope in scopes.values() for sub in walk_local(scope)
-                      if isinstance(sub, ast.Call)]
+                      if isinstance(sub, ast.Call) and (keep is None or keep(sub))]
         for call in candidates:
             func = call.func
             name = dotted(func)

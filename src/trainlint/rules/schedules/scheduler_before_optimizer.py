@@ -18,7 +18,8 @@ def _rewound(model: FileModel) -> set[str]:
     ``start_epoch - 1`` and then steps at the top of each epoch, so the first epoch
     gets the schedule's first value)."""
     out = set()
-    for node in ast.walk(model.tree):
+    # the model's assignment table, not a walk of the whole tree (a hot spot of TL202)
+    for node in model.assignments:
         if isinstance(node, (ast.Assign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
