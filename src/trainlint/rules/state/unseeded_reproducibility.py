@@ -67,6 +67,7 @@ class UnseededReproducibility(Rule):
     """
 
     code = "TL703"
+    severity = "warning"  # costs time or reproducibility, the training itself is right
     name = "unseeded-reproducibility"
     message = ("deterministic algorithms are requested but nothing seeds the random "
                "generators: runs still differ; seed torch (and numpy/random if used)")

@@ -80,6 +80,7 @@ class LoaderStarvesGpu(Rule):
     """
 
     code = "TL405"
+    severity = "warning"  # costs time or reproducibility, the training itself is right
     name = "loader-starves-gpu"
     message = ("the DataLoader loads every batch in the training process (no `num_workers`, "
                "no `pin_memory`) while the GPU waits")

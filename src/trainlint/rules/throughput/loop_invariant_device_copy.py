@@ -65,6 +65,7 @@ class LoopInvariantDeviceCopy(Rule):
     """
 
     code = "TL404"
+    severity = "warning"  # costs time or reproducibility, the training itself is right
     name = "loop-invariant-device-copy"
     message = ("the same tensor is copied to the device on every step: move it once, "
                "before the loop")
