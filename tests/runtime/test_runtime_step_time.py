@@ -101,9 +101,12 @@ def test_step_time_stable_step_whose_work_grows():
     assert "later steps are" in message and "x slower than early ones" in message
     assert "Step times (ms, after 1 warmup)" in message
     assert "CPU time of the calling thread, one intra-op thread" in message
+    assert "Fastest third of each window of 5-5 samples (ms)" in message
     assert "TL302 graph-accumulation" in message
     result = info.value.result
-    assert result.ratio > 1.5 and result.confirm_median > result.late_median
+    assert result.clock == "thread_time"
+    assert result.ratio > 1.5 and len(result.confirm) == 2
+    assert result.early < result.late < result.confirm[0] < result.confirm[1]
 
 
 def test_step_time_stable_graph_that_grows_each_step():
@@ -138,18 +141,50 @@ def test_step_time_stable_a_machine_that_gets_busier_is_not_a_slow_step():
 
 
 def test_step_time_stable_time_spent_sleeping_is_not_a_slow_step():
-    # A step that waits longer every call (I/O, a lock, a sleeping neighbour's turn)
-    # does no more work: sleeping is not running, so it is not slower.
+    # A step that computes, and also waits a little longer every call (I/O, a lock, a
+    # sleeping neighbour's turn), does no more work: sleeping is not running, so on the
+    # CPU clock it is not slower.
     s = clean_setup()
     calls = []
 
     def step():
         calls.append(1)
         s.step()
-        time.sleep(min(0.002, 1e-5 * len(calls)))
+        time.sleep(min(0.0002, 1e-6 * len(calls)))
 
     result = assert_step_time_stable(step)
-    assert result.ratio < 1.5
+    assert result.clock == "thread_time" and result.ratio < 1.5
+
+
+def sleeper(grow: float) -> Callable[[], None]:
+    """A step that mostly waits: a tiny computation, then 2 ms (+ ``grow`` per call) asleep."""
+    x = torch.randn(16, 16)
+    calls = []
+
+    def step() -> None:
+        calls.append(1)
+        x @ x
+        time.sleep(0.002 + grow * len(calls))
+
+    return step
+
+
+def test_step_time_stable_a_step_that_mostly_waits_is_timed_by_its_active_time():
+    # CPU time would see only the few microseconds of Python around the sleep; the check
+    # notices and times the step by the wall clock less the time queued for a core, so a
+    # constant wait passes beside busy neighbours ...
+    with busy_neighbours():
+        result = assert_step_time_stable(sleeper(0.0))
+    assert result.clock == "active"
+    assert 0.0018 < min(result.times) and result.ratio < 1.5
+
+
+def test_step_time_stable_a_wait_that_grows_is_caught():
+    # ... and a wait that grows with every call is a slower step.
+    with pytest.raises(CheckFailed, match="slower") as info:
+        assert_step_time_stable(sleeper(0.0005))
+    assert "the step mostly waits, so its CPU time would not show it" in str(info.value)
+    assert info.value.result.clock == "active"
 
 
 def test_step_time_stable_restores_the_thread_count():
