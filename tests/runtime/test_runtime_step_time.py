@@ -176,7 +176,7 @@ def test_step_time_stable_a_step_that_mostly_waits_is_timed_by_its_active_time()
     with busy_neighbours():
         result = assert_step_time_stable(sleeper(0.0))
     assert result.clock == "active"
-    assert 0.0018 < min(result.times) and result.ratio < 1.5
+    assert min(result.times) > 0.0018 and result.ratio < 1.5
 
 
 def test_step_time_stable_a_wait_that_grows_is_caught():
@@ -215,3 +215,28 @@ def test_step_time_stable_counts_host_syncs_on_cuda():
     assert any("test_runtime_step_time.py" in site for site in result.sync_sites)
     with pytest.raises(CheckFailed, match="TL401"):
         assert_step_time_stable(step, max_syncs=0)
+
+
+@pytest.mark.slow
+def test_step_time_stable_under_load_200_clean_runs_and_growing_work_caught():
+    # The evidence for issue 14: beside two CPU-bound processes (on a two-core CI machine,
+    # every core contended), a clean step passes 200 runs in a row, and steps whose work
+    # grows are caught every time. Counts are collected before asserting, so a failure
+    # reports the rates, not just the first miss.
+    flagged, missed = [], []
+    with busy_neighbours():
+        for run in range(200):
+            s = clean_setup(run % 10, opt="adam" if run % 2 else "sgd")
+            try:
+                assert_step_time_stable(s.step)
+            except CheckFailed as failure:
+                flagged.append((run, failure.result.times))
+        for run in range(10):
+            for make in (growing_matmul, growing_graph):
+                try:
+                    assert_step_time_stable(make())
+                except CheckFailed:
+                    continue
+                missed.append((run, make.__name__))
+    assert not flagged, f"{len(flagged)} of 200 clean runs flagged: {flagged[:3]}"
+    assert not missed, f"{len(missed)} of 20 growing runs missed: {missed}"
