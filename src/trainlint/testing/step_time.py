@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -17,6 +18,19 @@ from trainlint._runtime.report import fail, table
 from trainlint.testing._common import Step
 
 CHECK = "assert_step_time_stable"
+
+#: On CPU each timed sample runs the step this long (CPU seconds) at least: a
+#: sub-millisecond step timed on its own is dominated by the timer, cache and
+#: frequency effects, a batch of calls is not.
+SAMPLE_SECONDS = 0.005
+#: Most calls one sample may batch (a step of a microsecond or less).
+MAX_CALLS_PER_SAMPLE = 1000
+#: A step whose thread runs less than this share of the time it is not queued for a
+#: core mostly waits (sleep, I/O, other threads or processes): CPU time cannot see what
+#: makes it slow, so it is timed by the clock instead (see ``_Clock``).
+MIN_CPU_SHARE = 0.5
+#: Windows timed after a slowdown to confirm that it continues.
+CONFIRM_WINDOWS = 2
 
 SYMPTOMS = {
     "slower-each-step": Symptom(
@@ -34,19 +48,30 @@ SYMPTOMS = {
 class StepTimeResult:
     """What :func:`assert_step_time_stable` measured (seconds).
 
-    ``ratio`` is the median of the later half of the timed steps over the median of the
-    first half; ``confirm_median`` is the median of the extra steps timed to confirm a
-    slowdown (None when there was none). ``syncs[i]`` counts the host syncs of step ``i``
-    and ``sync_sites`` where they came from; both are None off CUDA.
+    ``times[i]`` is the time of one step in sample ``i``, the sample's time divided by
+    ``calls_per_sample``. ``clock`` names what was measured: ``"thread_time"`` (CPU: the
+    calling thread's CPU time), ``"active"`` (CPU, a step that mostly waits: wall-clock
+    time less the time its thread sat in the run queue waiting for a core), ``"wall"``
+    (the same where the run queue cannot be read: plain wall clock) or ``"cuda"`` (CUDA
+    events around one call). ``early``, ``late`` and ``confirm`` are the floors (the mean
+    of the lowest third) of the first half of the ``steps`` samples, of the second half
+    and of each window timed to confirm a slowdown; ``ratio`` is ``late / early``.
+    ``early_median`` and ``late_median`` are the plain medians of the two halves.
+    ``syncs[i]`` counts the host syncs of step ``i`` and ``sync_sites`` where they came
+    from; both are None off CUDA.
     """
 
     times: tuple[float, ...]
     early_median: float
     late_median: float
     ratio: float
-    confirm_median: float | None = None
+    early: float = 0.0
+    late: float = 0.0
+    confirm: tuple[float, ...] = ()
     syncs: tuple[int, ...] | None = None
     sync_sites: dict[str, int] | None = None
+    calls_per_sample: int = 1
+    clock: str = "thread_time"
 
 
 @guarded(CHECK)
@@ -62,13 +87,28 @@ def assert_step_time_stable(
 ) -> StepTimeResult:
     """Later steps are not slower than early ones.
 
-    Runs ``warmup`` untimed steps, then times ``steps`` steps and compares the median of
-    the second half with the median of the first. A slowdown above ``max_slowdown`` is
-    confirmed by timing as many steps again: a step whose work grows keeps slowing down,
-    while noise, or a machine that got busier, does not. (A slowdown that happens once and
-    then holds is therefore not reported.) On CUDA each step is synchronized before its clock stops, and host syncs
-    inside the step are counted with ``torch.cuda.set_sync_debug_mode`` and reported by
-    source line; with ``max_syncs`` a step with more syncs than that fails the check.
+    Runs ``warmup`` untimed steps, then times ``steps`` samples and compares the floor
+    (the mean of the lowest third) of the second half with that of the first: noise on a
+    busy machine only ever adds time, so the fastest samples are the step's own cost. A
+    slowdown above ``max_slowdown`` is confirmed by timing up to ``CONFIRM_WINDOWS`` more
+    windows of as many samples: each must be slower than the last by a quarter of the
+    last growth (half on CUDA). A step whose work grows keeps slowing down; noise, or a
+    slowdown that happens once and then holds, does not, and is not reported.
+
+    On CPU a sample is the CPU time of the calling thread (``time.thread_time``) over
+    enough consecutive calls to take at least ``SAMPLE_SECONDS`` (calibrated after the
+    warmup), with torch held to one intra-op thread for the whole check and restored
+    after. Time the thread spends not running is not counted: waiting for a core on a
+    busy machine (so a busy machine can neither fake a slowdown nor hide one), but also
+    ``time.sleep``, I/O, locks, and work the step hands to other threads or processes.
+    A step that mostly waits (its thread runs less than ``MIN_CPU_SHARE`` of the time it
+    is not queued for a core) is timed by wall clock less its run-queue wait instead
+    (Linux; plain wall clock elsewhere), which sees the waits; ``result.clock`` says which.
+
+    On CUDA each step is one sample, timed with CUDA events and synchronized, and host
+    syncs inside the step are counted with ``torch.cuda.set_sync_debug_mode`` and
+    reported by source line; with ``max_syncs`` a step with more syncs than that fails the
+    check.
     """
     __tracebackhide__ = True
     import torch
@@ -81,34 +121,48 @@ def assert_step_time_stable(
     if not max_slowdown > 1.0:
         raise ValueError(f"max_slowdown must be > 1, got {max_slowdown!r}")
     run = StepRunner(step, batches, check=CHECK)
-    for _ in range(warmup):
-        run()
     clock = _Clock(torch, run)
-    for _ in range(steps):
-        clock.timed()
-    times = clock.times
-    half = steps // 2
-    early = statistics.median(times[:half])
-    late = statistics.median(times[half:])
-    ratio = late / early if early > 0 else math.inf
-    slow = ratio > max_slowdown
-    confirm: float | None = None
-    if slow:
-        # A step whose work grows keeps growing; a machine that got busier (a neighbour
-        # on a shared CI runner) makes every later step slower by the same amount. So a
-        # slowdown counts only while it continues: the next window must be slower again
-        # by at least half the early-to-late growth.
-        confirm = statistics.median([clock.timed() for _ in range(steps - half)])
-        slow = confirm >= late + 0.5 * (late - early)
+    with clock.single_threaded():
+        for _ in range(warmup):
+            run()
+        clock.calibrate()
+        for _ in range(steps):
+            clock.timed()
+        times = clock.times  # the confirming samples are appended to it
+        half = steps // 2
+        early, late = _floor(times[:half]), _floor(times[half:steps])
+        ratio = late / early if early > 0 else math.inf
+        slow = ratio > max_slowdown
+        confirm: list[float] = []
+        # A step whose work grows keeps growing; a one-off slowdown (the CPU clocked
+        # down, a neighbour now shares the core's caches, a busier machine seen through
+        # a wall clock) does not. So a slowdown counts only while it continues: each
+        # next window must be slower again by a part of the last growth: a quarter of
+        # it (half on CUDA, where the host's noise reaches the events). Two windows: on
+        # a loaded machine the CPU time of the same work shifts in steps, and two steps
+        # up in a row, each after the first, is far rarer than one.
+        part = 0.5 if clock.on_cuda else 0.25
+        before, last = early, late
+        for _ in range(CONFIRM_WINDOWS if slow else 0):
+            current = _floor([clock.timed() for _ in range(steps - half)])
+            confirm.append(current)
+            if not current >= last + part * (last - before):
+                slow = False
+                break
+            before, last = last, current
     on_cuda = clock.on_cuda
     result = StepTimeResult(
         times=tuple(times),
-        early_median=early,
-        late_median=late,
+        early_median=statistics.median(times[:half]),
+        late_median=statistics.median(times[half:steps]),
         ratio=ratio,
-        confirm_median=confirm,
+        early=early,
+        late=late,
+        confirm=tuple(confirm),
         syncs=tuple(clock.syncs) if on_cuda else None,
         sync_sites=dict(clock.sites) if on_cuda else None,
+        calls_per_sample=clock.calls,
+        clock=clock.kind,
     )
     too_many_syncs = on_cuda and max_syncs is not None and max(clock.syncs, default=0) > max_syncs
     if not slow and not too_many_syncs:
@@ -116,35 +170,139 @@ def assert_step_time_stable(
     _report(result, slow, steps, warmup, max_slowdown, max_syncs, step)
 
 
+def _floor(window: list[float]) -> float:
+    """The mean of the lowest third (at least one) of a window of sample times.
+
+    Noise from a busy machine (cold caches after a context switch, an interrupt, a
+    neighbour on the core's sibling) only adds time, so the window's fastest samples
+    estimate the step's own cost; a third of them, not the single fastest, so that one
+    lucky sample does not decide.
+    """
+    low = sorted(window)[: -(-len(window) // 3)]
+    return sum(low) / len(low)
+
+
 class _Clock:
-    """Times each call of the step; on CUDA, synchronized, and counting its host syncs."""
+    """Times samples of the step; on CUDA, one call timed with events, counting host syncs.
+
+    On CPU it reads the calling thread's CPU time (``time.thread_time``), which a busy
+    machine cannot inflate: waiting for a core is not running on it. Not the process's
+    CPU time: torch's intra-op worker threads spin while they wait for work, and other
+    threads of the process (data loaders, the neighbours a test starts) count there too.
+    So that the step's work is all on the calling thread, the check runs it with
+    ``torch.set_num_threads(1)``. A sample batches ``calls`` calls so that it takes
+    ``SAMPLE_SECONDS`` at least: see docs/testing.md.
+
+    A step that mostly waits would be timed by CPU time as the noise of its few
+    microseconds of Python: the calibration sees that (CPU time under ``MIN_CPU_SHARE``
+    of the wall clock less the run-queue wait) and then times it by that active time,
+    which counts sleeping, I/O and waiting for other threads, but not waiting for a core.
+    """
 
     def __init__(self, torch: Any, run: Any) -> None:
         self.torch = torch
         self.run = run
         self.on_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        self.kind = "cuda" if self.on_cuda else "thread_time"
+        self.calls = 1
         self.times: list[float] = []
         self.syncs: list[int] = []
         self.sites: Counter[str] = Counter()
+
+    def calibrate(self) -> None:
+        """Choose the CPU clock and how many calls a sample batches (untimed calls)."""
+        __tracebackhide__ = True
+        if self.on_cuda:
+            return
+        # One call, then three probes of a fifth of a sample each: the first call may be
+        # far slower than the rest (cold caches), and on a busy machine any one probe
+        # may be; the fastest probe sizes the sample. Few calls in all: a step whose
+        # work grows with every call should not have grown much before the first sample.
+        cpu, active = self._measure(1)
+        per_call = max(active, 1e-9)
+        cpu_total = active_total = 0.0
+        per_cpu, per_active = math.inf, math.inf
+        for _ in range(3):
+            probe = max(1, min(MAX_CALLS_PER_SAMPLE // 10, int(0.2 * SAMPLE_SECONDS / per_call)))
+            cpu, active = self._measure(probe)
+            cpu_total, active_total = cpu_total + cpu, active_total + active
+            per_cpu = min(per_cpu, cpu / probe)
+            per_active = min(per_active, active / probe)
+            per_call = max(per_active, 1e-9)
+        if cpu_total < MIN_CPU_SHARE * active_total:
+            self.kind = "active" if _run_queue_seconds() is not None else "wall"
+            per_call = per_active
+        else:
+            per_call = per_cpu
+        per_call = max(per_call, 1e-9)
+        self.calls = min(MAX_CALLS_PER_SAMPLE, max(1, math.ceil(SAMPLE_SECONDS / per_call)))
+
+    def _measure(self, calls: int) -> tuple[float, float]:
+        """The calling thread's CPU time of ``calls`` calls, and their active time.
+
+        Active time is the wall-clock time less the time the thread was runnable but
+        waiting for a core (the run queue; Linux), or the plain wall-clock time where
+        that cannot be read.
+        """
+        __tracebackhide__ = True
+        run = self.run
+        queued = _run_queue_seconds()
+        wall = time.perf_counter()
+        cpu = time.thread_time()
+        for _ in range(calls):
+            run()
+        cpu = time.thread_time() - cpu
+        wall = time.perf_counter() - wall
+        after = _run_queue_seconds()
+        if queued is not None and after is not None:
+            wall -= after - queued
+        return cpu, max(wall, cpu)
 
     def timed(self) -> float:
         __tracebackhide__ = True
         torch = self.torch
         if self.on_cuda:
+            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
             torch.cuda.synchronize()
             with _SyncCounter(torch) as counter:
-                start = time.perf_counter()
+                start.record()
                 self.run()
-            torch.cuda.synchronize()
-            elapsed = time.perf_counter() - start
+                end.record()
+            end.synchronize()
+            elapsed = start.elapsed_time(end) / 1e3
             self.syncs.append(counter.count)
             self.sites.update(counter.sites)
         else:
-            start = time.perf_counter()
-            self.run()
-            elapsed = time.perf_counter() - start
+            cpu, active = self._measure(self.calls)
+            elapsed = (cpu if self.kind == "thread_time" else active) / self.calls
         self.times.append(elapsed)
         return elapsed
+
+    @contextlib.contextmanager
+    def single_threaded(self) -> Iterator[None]:
+        """One intra-op thread on CPU for the duration, the caller's count restored."""
+        if self.on_cuda:
+            yield
+            return
+        previous = self.torch.get_num_threads()
+        self.torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            self.torch.set_num_threads(previous)
+
+
+def _run_queue_seconds() -> float | None:
+    """Seconds the calling thread has spent runnable but waiting for a core (Linux).
+
+    The second field of ``/proc/thread-self/schedstat`` (nanoseconds); None where it
+    cannot be read (not Linux, or a kernel without schedstats).
+    """
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _report(
@@ -164,12 +322,14 @@ def _report(
     ms = ", ".join(f"{t * 1e3:.3g}" for t in times)
     if slow:
         symptoms.append(SYMPTOMS["slower-each-step"])
+        windows = [f"{result.early * 1e3:.3g}", f"{result.late * 1e3:.3g}"]
+        windows += [f"{c * 1e3:.3g}" for c in result.confirm]
         sections.append(
             f"Step times (ms, after {warmup} warmup): {ms}\n"
-            f"median of steps 0-{half - 1}: {result.early_median * 1e3:.3g} ms; of steps "
-            f"{half}-{steps - 1}: {result.late_median * 1e3:.3g} ms (slowdown "
-            f"{result.ratio:.2f}x, allowed {max_slowdown}x); of steps {steps}-"
-            f"{len(times) - 1}: {(result.confirm_median or 0.0) * 1e3:.3g} ms, still growing."
+            f"({_measured(result)})\n"
+            f"Fastest third of each window of {half}-{steps - half} samples (ms): "
+            f"{' -> '.join(windows)}: {result.ratio:.2f}x slower from the first window to "
+            f"the second (allowed {max_slowdown}x), and still growing after that."
         )
         sections.append(SYMPTOMS["slower-each-step"].text)
     syncs = result.syncs
@@ -187,6 +347,19 @@ def _report(
         else f"up to {max(syncs or (0,))} host syncs per step (max_syncs={max_syncs})"
     )
     fail(CHECK, headline, sections, symptoms=symptoms, sources=[step], result=result)
+
+
+def _measured(result: StepTimeResult) -> str:
+    if result.clock == "cuda":
+        return "one call per sample, CUDA events, synchronized"
+    calls = result.calls_per_sample
+    per = "one call" if calls == 1 else f"the mean of {calls} consecutive calls"
+    if result.clock == "thread_time":
+        return f"each {per}: CPU time of the calling thread, one intra-op thread"
+    what = "wall clock"
+    if result.clock == "active":
+        what = "wall clock less the time queued for a core"
+    return f"each {per}: {what}; the step mostly waits, so its CPU time would not show it"
 
 
 class _SyncCounter:
