@@ -30,6 +30,9 @@ def test_clean_steps_never_fail():
         assert_weights_updated(s.model, s.step, optimizer=s.optimizer)
         assert_memory_stable(s.step)
         assert_step_time_stable(s.step)
-        assert_loss_decreases(s.step, steps=30)
+        # the timing check runs many real steps: by now the model has memorised its batch,
+        # so the loss check starts from a fresh one
+        fresh = clean_setup(seed, opt="adam" if seed % 2 else "sgd", lr=0.01)
+        assert_loss_decreases(fresh.step, steps=30)
         model = mlp(seed)
         assert_thread_safe(model, grad_step(model), BATCHES)
