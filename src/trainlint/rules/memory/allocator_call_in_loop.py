@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from trainlint.analysis.escapes import params_of
 from trainlint.analysis.model import FileModel, call_name, dotted, walk_local
 from trainlint.analysis.paths import Reported
 from trainlint.rules.base import Invalid, Report, Rule
@@ -16,13 +17,17 @@ _AVAILABILITY = {"torch.cuda.is_available", "torch.cuda.is_initialized",
 _DEVICE_WORDS = {"cuda", "mps", "xpu", "gpu"}
 
 
-def _availability_check(model: FileModel, test: ast.AST) -> bool:
+def _availability_check(model: FileModel, test: ast.AST, depth: int = 0) -> bool:
     """`torch.cuda.is_available()`, `x.is_cuda`, `device.type == "cuda"`, and `and`s of
-    them: a guard on the platform, true on every step, so it limits nothing."""
+    them: a guard on the platform, true on every step, so it limits nothing. A name
+    every earlier binding of which is such a check (`use_cuda = torch.cuda.is_available()`
+    before the loop, or at module level) is one too."""
+    if isinstance(test, ast.Name) and depth < 3:
+        return _flag_of_availability(model, test, depth)
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        return all(_availability_check(model, v) for v in test.values)
+        return all(_availability_check(model, v, depth) for v in test.values)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _availability_check(model, test.operand)
+        return _availability_check(model, test.operand, depth)
     if isinstance(test, ast.Call):
         return model.qualname(test.func) in _AVAILABILITY or call_name(test) == "is_available"
     if isinstance(test, ast.Attribute):
@@ -36,6 +41,21 @@ def _availability_check(model: FileModel, test: ast.AST) -> bool:
         return "device" in names and any(
             isinstance(c, str) and c.split(":")[0] in _DEVICE_WORDS for c in consts)
     return False
+
+
+def _flag_of_availability(model: FileModel, name: ast.Name, depth: int) -> bool:
+    """`if use_cuda:` where every binding of `use_cuda` that may reach the test (in its
+    function, or at module level when the function binds it nowhere) is an availability
+    check; a flag the loop itself rebinds is not one."""
+    fn = model.function_of(name)
+    defs = model.flow.definitions_before(name.id, name)
+    if not defs and fn is not None and name.id not in params_of(fn):
+        defs = model.flow.definitions_before(name.id, fn)  # a module-level flag
+    return bool(defs) and all(
+        isinstance(stmt, (ast.Assign, ast.AnnAssign)) and value is not None
+        and _availability_check(model, value, depth + 1)
+        for stmt, value in defs
+    )
 
 
 def _generates(model: FileModel, loop: ast.AST) -> bool:
@@ -58,9 +78,10 @@ def _generates(model: FileModel, loop: ast.AST) -> bool:
 class AllocatorCallInLoop(Rule):
     """## What it does
     Flags `torch.cuda.empty_cache()`, `torch.cuda.reset_peak_memory_stats()` and
-    `gc.collect()` called on every step of a training loop (not under a rate-limiting
-    `if`, not in an OOM `except` handler). A guard on the platform
-    (`if torch.cuda.is_available():`) is true on every step and limits nothing. Steps
+    `gc.collect()` (and the other `reset_*memory*` statistics calls) called on every
+    step of a training loop (not under a rate-limiting `if`, not in an OOM `except`
+    handler). A guard on the platform (`if torch.cuda.is_available():`, or a flag set
+    from it before the loop, `if use_cuda:`) is true on every step and limits nothing. Steps
     that also generate (RL fine-tuning: a KV-cache generation phase, then training) are
     left alone: emptying the cache between the phases is a deliberate trade-off there.
 
@@ -98,7 +119,8 @@ class AllocatorCallInLoop(Rule):
         "allocator/GC call on every training step: costs time and does not fix leaks; remove it or run it every N steps"
     )
     severity = "warning"
-    triggers = ("empty_cache", "reset_peak_memory_stats", "gc.collect", "collect(")
+    triggers = ("empty_cache", "reset_peak_memory_stats", "reset_max_memory",
+                "reset_accumulated_memory_stats", "gc.collect", "collect(")
     confirm_with = None  # a constant per-step cost: step-time checks compare steps
     valid = [
         """
@@ -180,6 +202,22 @@ for step, (x, y) in enumerate(loader):
 """,
             line=4,
         ),
+        # a flag set from the platform check before the loop is no rate limit either
+        Invalid(
+            """
+import torch
+
+def train(model, loader, opt, crit):
+    use_cuda = torch.cuda.is_available()
+    for x, y in loader:
+        opt.zero_grad()
+        crit(model(x), y).backward()
+        opt.step()
+        if use_cuda:
+            torch.cuda.reset_max_memory_allocated()
+""",
+            line=10,
+        ),
         Invalid(
             """
 import torch
@@ -216,6 +254,9 @@ for epoch in range(3):
         calls = model.calls_to(
             "torch.cuda.empty_cache", "torch.cuda.reset_peak_memory_stats", "gc.collect",
             "torch.cuda.memory.empty_cache", "torch.mps.empty_cache", "torch.xpu.empty_cache",
+            "torch.cuda.memory.reset_peak_memory_stats", "torch.cuda.reset_max_memory_allocated",
+            "torch.cuda.reset_max_memory_cached", "torch.cuda.reset_accumulated_memory_stats",
+            "torch.xpu.reset_peak_memory_stats",
         )
         seen = Reported()
         for call in calls:
