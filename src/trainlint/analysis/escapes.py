@@ -123,6 +123,9 @@ class Dispatch:
     serial: bool = False
     #: where the workers actually run, when that is a later call (``trainer.fit()``)
     runs_at: ast.Call | None = None
+    #: a ``Thread`` subclass constructed elsewhere in the project: the ``self``
+    #: attributes every instance shares, each with whether it holds a model
+    shared_attrs: tuple[tuple[str, bool], ...] = ()
 
     @property
     def name(self) -> str:
@@ -632,7 +635,61 @@ class Escapes:
             out.append(Dispatch(Via.THREAD, call, fn, None, self.bind(fn, args, kwargs, skip),
                                 recv, None, self._repeated(call), self._joined_at_once(call)))
         out.extend(self._pool_dispatches("threadpool"))
+        out.extend(self._thread_subclass_dispatches())
         return sorted(out, key=lambda d: _pos(d.call))
+
+    def _thread_subclass_dispatches(self) -> list[Dispatch]:
+        """``class Worker(threading.Thread)`` with a ``run()``: each ``Worker(...)`` built
+        in this file runs ``run`` on a thread of its own; its arguments reach ``run``
+        as the ``self`` attributes ``__init__`` stores them in (``args`` holds them as
+        ``self.model`` -> caller expression). Built only in other files of the project,
+        the call sites there say which attributes every instance shares."""
+        m = self.model
+        out: list[Dispatch] = []
+        for cls in m.classes:
+            methods = m.methods(cls)
+            run = methods.get("run")
+            if run is None or not any(m.qualname(b) == THREAD for b in cls.bases):
+                continue
+            init = methods.get("__init__")
+            stored = self._stored_params(init) if init is not None else {}
+            sites = [c for c in m.calls.get(cls.name, ()) if self.resolve_def(c.func) is cls]
+            for call in sites:
+                bound = self.bind(init, list(call.args), list(call.keywords), 1) if (
+                    init is not None) else ()
+                attrs = tuple((attr, expr) for p, expr in bound for attr in stored.get(p, ()))
+                out.append(Dispatch(Via.THREAD, call, run, None, attrs, None, None,
+                                    self._repeated(call), self._joined_at_once(call)))
+            if sites or init is None or m.scope_of(cls) is not m.tree:
+                continue
+            view = getattr(m, "project", None) or {}
+            facts = view.get("params", {}).get(f"{cls.name}.__init__", {})
+            shared = tuple((attr, fact[0] == Role.MODEL.value)
+                           for p, fact in sorted(facts.items()) if len(fact) > 4 and fact[4]
+                           for attr in stored.get(p, ()))
+            if shared:
+                site = ast.copy_location(ast.Call(ast.Name(cls.name, ast.Load()), [], []), cls)
+                out.append(Dispatch(Via.THREAD, site, run, None, (), None, None, True,
+                                    shared_attrs=shared))
+        return out
+
+    def _stored_params(self, init: FunctionNode) -> dict[str, list[str]]:
+        """``__init__`` parameter -> the ``self.x`` names it is stored in."""
+        params = set(params_of(init)) - {"self"}
+        out: dict[str, list[str]] = {}
+        for node in walk_local(init):
+            if not isinstance(node, ast.Assign):
+                continue
+            for t in node.targets:
+                pairs = list(zip(t.elts, node.value.elts, strict=False)) if isinstance(
+                    t, ast.Tuple) and isinstance(node.value, ast.Tuple) else [(t, node.value)]
+                for target, value in pairs:
+                    name = dotted(target) if isinstance(target, ast.Attribute) else None
+                    value = self.unwrap(value)
+                    if (name is not None and name.startswith("self.") and name.count(".") == 1
+                            and isinstance(value, ast.Name) and value.id in params):
+                        out.setdefault(value.id, []).append(name)
+        return out
 
     def _pool_dispatches(self, kind: str) -> list[Dispatch]:
         out = []
@@ -708,6 +765,11 @@ class Escapes:
             if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
                 break
         return bool(self.model.loop_contexts(call))
+
+    def repeated_at_once(self, call: ast.Call) -> bool:
+        """``call`` runs several times (a loop, a comprehension) and no iteration waits
+        for what it started before the next begins."""
+        return self._repeated(call) and not self._joined_at_once(call)
 
     def _joined_at_once(self, call: ast.Call) -> bool:
         """The worker is waited for in the same iteration that starts it."""
@@ -1184,6 +1246,22 @@ class ThreadSharing:
                 obj = esc.sent_object(exprs[0], through_put=False)
                 if obj is not None and esc.roles.role(obj) is Role.MODEL:
                     self.model_params.add(p)
+        # `self` attributes a Thread subclass's constructor stores its arguments in
+        self.shared_attrs: set[str] = set()
+        for attr in {n for d in ds for n, _ in d.args if n.startswith("self.")}:
+            args = [d.arg(attr) for d in ds]
+            exprs = [a for a in args if a is not None]
+            if len(exprs) == len(args) and len({dotted(a) for a in exprs}) == 1 and all(
+                    esc.same_object(a) for a in exprs):
+                self.shared_attrs.add(attr)
+                obj = esc.sent_object(exprs[0], through_put=False)
+                if obj is not None and esc.roles.role(obj) is Role.MODEL:
+                    self.model_params.add(attr)
+        for d in ds:
+            for attr, is_model in d.shared_attrs:
+                self.shared_attrs.add(attr)
+                if is_model:
+                    self.model_params.add(attr)
         receivers = [d.receiver for d in ds]
         self.self_shared = all(r is not None for r in receivers) and len(
             {dotted(r) for r in receivers if r is not None}
@@ -1193,7 +1271,8 @@ class ThreadSharing:
     def is_shared(self, touch: Touch) -> bool:
         root = touch.root
         if root in ("self", "cls"):
-            return self.self_shared
+            return self.self_shared or any(
+                touch.name == a or touch.name.startswith(a + ".") for a in self.shared_attrs)
         if root in self.params:
             return root in self.shared_params
         # a module global or closure variable is one object for every thread

@@ -289,9 +289,35 @@ def _calls(model: FileModel, module: str, is_pkg: bool) -> list[list[Any]]:
                     if f is not None:
                         args.append([kw.arg, f])
             if args:
+                _mark_shared(model, call, args)
                 out.append([qual, args])
     out.sort(key=lambda c: json.dumps(c))
     return out
+
+
+def _mark_shared(model: FileModel, call: ast.Call, args: list[list[Any]]) -> None:
+    """A call made several times at once (in a loop or comprehension, not joined in the
+    same iteration): a model or optimizer argument that is the same object every time
+    gets a fifth element, True. Only a ``Thread`` subclass's constructor keeps it (see
+    :meth:`ProjectIndex._add_call`): every instance started shares that object."""
+    if not any(f[0] in (Role.MODEL.value, Role.OPTIMIZER.value) for _, f in args):
+        return
+    if not model.loop_contexts(call) and not any(
+            isinstance(a, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp))
+            for a in model.ancestors(call)):
+        return
+    from trainlint.analysis.escapes import escapes
+
+    esc = escapes(model)
+    if not esc.repeated_at_once(call):
+        return
+    given = {**dict(enumerate(call.args)), **{k.arg: k.value for k in call.keywords if k.arg}}
+    for slot in args:
+        where, fact = slot
+        arg = given.get(where)
+        if fact[0] in (Role.MODEL.value, Role.OPTIMIZER.value) and arg is not None and (
+                esc.same_object(arg)):
+            slot[1] = [*fact[:4], True]
 
 
 def _arg_fact(model: FileModel, arg: ast.expr, module: str, is_pkg: bool) -> Fact | None:
@@ -391,12 +417,13 @@ class ProjectIndex:
             return
         params = fn["params"][skip:]
         names = set(params) | set(fn.get("kwonly", ()))
+        thread = skip == 1 and bool(mod["classes"][local].get("thread"))
         slot = self._params.setdefault((mod["root"], mod["module"], fn_name), {})
         for where, fact in args:
             name = params[where] if isinstance(where, int) and where < len(params) else where
             if not isinstance(name, str) or name not in names:
                 continue
-            fact = self._settle(s["root"], fact)
+            fact = self._settle(s["root"], fact if thread else fact[:4])
             if fact is not None:
                 slot.setdefault(name, []).append(fact)
 

@@ -17,9 +17,11 @@ class UnlockedSharedModel(Rule):
     """## What it does
     Flags a forward, `backward()` or optimizer step, inside a function that runs on
     several threads at once (`threading.Thread(target=f)` in a loop or more than once,
-    `ThreadPoolExecutor.submit/map(f, ...)`, `ThreadPool.map`), on a model or optimizer
-    that all those threads share (a module global, a closure variable, a `self`
-    attribute of the same object, or the same object passed to each thread), when the
+    `ThreadPoolExecutor.submit/map(f, ...)`, `ThreadPool.map`, the `run()` of a
+    `threading.Thread` subclass built several times, here or in another module of the
+    project), on a model or optimizer that all those threads share (a module global, a
+    closure variable, a `self` attribute of the same object, the same object passed to
+    each thread or to each subclass instance's constructor), when the
     call is not inside `with lock:` on a `threading.Lock`/`RLock`.
 
     ## Why is this bad?
@@ -173,6 +175,26 @@ lock = threading.RLock()
 for s in shards:
     threading.Thread(target=worker, args=(model, opt, s, lock)).start()
 """,
+        # a Thread subclass: each instance gets a model of its own
+        """
+import threading
+import torch
+
+class Worker(threading.Thread):
+    def __init__(self, model, shard):
+        super().__init__()
+        self.model, self.shard = model, shard
+        self.opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def run(self):
+        for x in self.shard:
+            self.opt.zero_grad()
+            self.model(x).sum().backward()
+            self.opt.step()
+
+for s in shards:
+    Worker(torch.nn.Linear(4, 1), s).start()
+""",
         # shadowed: `threading` is a parameter
         """
 import torch
@@ -273,6 +295,31 @@ class Trainer:
             t.start()
 """,
             lines=(11, 12),
+        ),
+        # a Thread subclass given the same model and optimizer by every constructor call
+        Invalid(
+            """
+import threading
+import torch
+
+class Worker(threading.Thread):
+    def __init__(self, model, opt, shard):
+        super().__init__()
+        self.model, self.opt, self.shard = model, opt, shard
+
+    def run(self):
+        for x in self.shard:
+            self.opt.zero_grad()
+            self.model(x).sum().backward()
+            self.opt.step()
+
+def main(shards):
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for t in [Worker(model, opt, s) for s in shards]:
+        t.start()
+""",
+            lines=(12, 13),
         ),
     ]
 
