@@ -311,7 +311,8 @@ def _mark_shared(model: FileModel, call: ast.Call, args: list[list[Any]]) -> Non
     esc = escapes(model)
     if not esc.repeated_at_once(call):
         return
-    given = {**dict(enumerate(call.args)), **{k.arg: k.value for k in call.keywords if k.arg}}
+    given: dict[int | str, ast.expr] = dict(enumerate(call.args))
+    given.update((k.arg, k.value) for k in call.keywords if k.arg)
     for slot in args:
         where, fact = slot
         arg = given.get(where)
