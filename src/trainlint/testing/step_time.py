@@ -229,8 +229,11 @@ class _Clock:
             per_cpu = min(per_cpu, cpu / probe)
             per_active = min(per_active, active / probe)
             per_call = max(per_active, 1e-9)
-        if cpu_total < MIN_CPU_SHARE * active_total:
-            self.kind = "active" if _run_queue_seconds() is not None else "wall"
+        # Without the run queue, the wall clock of a computing step on a busy machine is
+        # mostly queueing: only a far smaller CPU share then means the step waits.
+        queue = _run_queue_seconds() is not None
+        if cpu_total < (MIN_CPU_SHARE if queue else MIN_CPU_SHARE / 5) * active_total:
+            self.kind = "active" if queue else "wall"
             per_call = per_active
         else:
             per_call = per_cpu
