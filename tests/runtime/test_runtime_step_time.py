@@ -51,19 +51,19 @@ def busy_neighbours(n: int = 2) -> Iterator[None]:
 
 
 def growing_matmul() -> Callable[[], None]:
-    """A training step that also re-processes every batch seen so far (a list that grows).
+    """A training step that also re-processes every batch seen so far (256 rows more each call).
 
     Without a bound: however many calls a sample batches, the work keeps growing.
     """
     s = clean_setup()
     torch.manual_seed(0)
-    w = torch.randn(64, 64)
-    seen: list[torch.Tensor] = []
+    rows, w = torch.randn(256, 64), torch.randn(64, 64)
+    calls = []
 
     def step() -> None:
-        seen.append(torch.randn(32, 64))
-        for b in seen:  # re-processes everything seen so far
-            b @ w
+        calls.append(1)
+        for _ in calls:  # re-processes everything seen so far
+            rows @ w
         s.step()
 
     return step
