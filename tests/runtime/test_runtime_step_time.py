@@ -51,16 +51,19 @@ def busy_neighbours(n: int = 2) -> Iterator[None]:
 
 
 def growing_matmul() -> Callable[[], None]:
-    """A training step that also multiplies every batch seen so far (256 rows more each call)."""
+    """A training step that also re-processes every batch seen so far (256 rows more each call).
+
+    Without a bound: however many calls a sample batches, the work keeps growing.
+    """
     s = clean_setup()
     torch.manual_seed(0)
-    seen = torch.randn(200_000, 64)
-    w = torch.randn(64, 64)
+    rows, w = torch.randn(256, 64), torch.randn(64, 64)
     calls = []
 
     def step() -> None:
         calls.append(1)
-        seen[: 256 * len(calls)] @ w  # re-processes everything seen so far
+        for _ in calls:  # re-processes everything seen so far
+            rows @ w
         s.step()
 
     return step

@@ -92,7 +92,7 @@ def assert_step_time_stable(
     busy machine only ever adds time, so the fastest samples are the step's own cost. A
     slowdown above ``max_slowdown`` is confirmed by timing up to ``CONFIRM_WINDOWS`` more
     windows of as many samples: each must be slower than the last by a quarter of the
-    last growth (half on CUDA). A step whose work grows keeps slowing down; noise, or a
+    early-to-late growth (half on CUDA). A step whose work grows keeps slowing down; noise, or a
     slowdown that happens once and then holds, does not, and is not reported.
 
     On CPU a sample is the CPU time of the calling thread (``time.thread_time``) over
@@ -137,19 +137,21 @@ def assert_step_time_stable(
         # A step whose work grows keeps growing; a one-off slowdown (the CPU clocked
         # down, a neighbour now shares the core's caches, a busier machine seen through
         # a wall clock) does not. So a slowdown counts only while it continues: each
-        # next window must be slower again by a part of the last growth: a quarter of
-        # it (half on CUDA, where the host's noise reaches the events). Two windows: on
-        # a loaded machine the CPU time of the same work shifts in steps, and two steps
-        # up in a row, each after the first, is far rarer than one.
+        # next window must be slower than the one before by a part of the early-to-late
+        # growth: a quarter of it (half on CUDA, where the host's noise reaches the
+        # events). The part is of that first growth, not of the last one: a window whose
+        # fastest samples a busy machine slowed makes the next step up look small. Two
+        # windows: on a loaded machine the CPU time of the same work shifts in steps,
+        # and two steps up in a row after the first is far rarer than one.
         part = 0.5 if clock.on_cuda else 0.25
-        before, last = early, late
+        last = late
         for _ in range(CONFIRM_WINDOWS if slow else 0):
             current = _floor([clock.timed() for _ in range(steps - half)])
             confirm.append(current)
-            if not current >= last + part * (last - before):
+            if not current >= last + part * (late - early):
                 slow = False
                 break
-            before, last = last, current
+            last = current
     on_cuda = clock.on_cuda
     result = StepTimeResult(
         times=tuple(times),
@@ -229,8 +231,11 @@ class _Clock:
             per_cpu = min(per_cpu, cpu / probe)
             per_active = min(per_active, active / probe)
             per_call = max(per_active, 1e-9)
-        if cpu_total < MIN_CPU_SHARE * active_total:
-            self.kind = "active" if _run_queue_seconds() is not None else "wall"
+        # Without the run queue, the wall clock of a computing step on a busy machine is
+        # mostly queueing: only a far smaller CPU share then means the step waits.
+        queue = _run_queue_seconds() is not None
+        if cpu_total < (MIN_CPU_SHARE if queue else MIN_CPU_SHARE / 5) * active_total:
+            self.kind = "active" if queue else "wall"
             per_call = per_active
         else:
             per_call = per_cpu
