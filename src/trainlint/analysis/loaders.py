@@ -12,6 +12,7 @@ from trainlint.analysis.devices import device_copy
 from trainlint.analysis.dominance import dominates
 from trainlint.analysis.escapes import escapes, params_of
 from trainlint.analysis.model import FileModel, call_name, keyword
+from trainlint.analysis.objects import objects
 from trainlint.analysis.roles import Binding, Key, Role
 
 DATA_LOADER = "torch.utils.data.DataLoader"
@@ -24,28 +25,8 @@ _HANDED_OVER = {"prepare", "prepare_data_loader", "setup_dataloaders", "setup",
 
 def bound_keys(model: FileModel, call: ast.Call) -> set[Key]:
     """Role keys of the names bound to the object ``call`` builds, also through
-    ``x = Call(...) if cond else other``."""
-    out: set[Key] = set()
-    for key, bindings in model.roles.bindings.items():
-        if any(b.call is call for b in bindings):
-            out.add(key)
-    node: ast.AST = call
-    parent = model.parent_of(node)
-    while isinstance(parent, (ast.IfExp, ast.BoolOp)) and node is not getattr(
-        parent, "test", None
-    ):
-        node, parent = parent, model.parent_of(parent)
-    targets: list[ast.expr] = []
-    if isinstance(parent, ast.Assign) and parent.value is node:
-        targets = parent.targets
-    elif isinstance(parent, (ast.AnnAssign, ast.NamedExpr)) and parent.value is node:
-        targets = [parent.target]
-    for target in targets:
-        if isinstance(target, (ast.Name, ast.Attribute)):
-            bound = model.roles.key(target)
-            if bound is not None:
-                out.add(bound)
-    return out
+    ``x = Call(...) if cond else other`` (the object query's answer)."""
+    return objects(model).keys(call)
 
 
 def refers(model: FileModel, expr: ast.AST, keys: set[Key], calls: list[ast.Call]) -> bool:
