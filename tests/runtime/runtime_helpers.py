@@ -48,3 +48,34 @@ def clean_setup(seed: int = 0, device: str = "cpu", opt: str = "sgd", lr: float 
         return loss
 
     return Setup(model, optimizer, step, x, y)
+
+
+_ACCUMULATING_TRAINER = (
+    "from torch import nn\n"
+    "\n"
+    "\n"
+    "def train(model, optimizer, batches, history):\n"
+    "    for x, y in batches:\n"
+    "        optimizer.zero_grad()\n"
+    "        loss = nn.functional.mse_loss(model(x), y)\n"
+    "        loss.backward()\n"
+    "        optimizer.step()\n"
+    "        history.append(loss)\n"
+)
+
+
+def accumulating_trainer_module(tmp_path: Any, monkeypatch: Any, package: str) -> tuple[Any, int]:
+    """Import ``<package>.trainer``: a project module whose ``train`` keeps every loss
+    (graph and all) in ``history``; returns it and the line the linter reports TL302 on."""
+    import importlib
+
+    import trainlint
+
+    root = tmp_path / package
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "trainer.py").write_text(_ACCUMULATING_TRAINER)
+    found = [f for f in trainlint.lint_paths([root / "trainer.py"]) if f.code == "TL302"]
+    assert found, "the linter reports the planted accumulation"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return importlib.import_module(f"{package}.trainer"), found[0].line

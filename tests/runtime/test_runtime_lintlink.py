@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from runtime_helpers import batch, mlp
+from runtime_helpers import accumulating_trainer_module, batch, mlp
 from torch import nn
 
 import trainlint
@@ -156,25 +156,7 @@ def test_real_linter_findings_appear_when_it_knows_the_rule(tmp_path):
 def test_findings_in_a_module_the_step_reaches_through_an_attribute(tmp_path, monkeypatch):
     """Issue 14: `mod.train(...)` hides the function from the step's bytecode (a module
     global); the failure message still lints the lines the step actually ran."""
-    package = tmp_path / "proj"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "trainer.py").write_text(
-        "from torch import nn\n"
-        "\n"
-        "\n"
-        "def train(model, optimizer, batches, history):\n"
-        "    for x, y in batches:\n"
-        "        optimizer.zero_grad()\n"
-        "        loss = nn.functional.mse_loss(model(x), y)\n"
-        "        loss.backward()\n"
-        "        optimizer.step()\n"
-        "        history.append(loss)\n"
-    )
-    found = [f for f in trainlint.lint_paths([package / "trainer.py"]) if f.code == "TL302"]
-    assert found, "the linter reports the planted accumulation"
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import proj.trainer as trainer_module
+    trainer_module, tl302_line = accumulating_trainer_module(tmp_path, monkeypatch, "proj")
 
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -184,5 +166,5 @@ def test_findings_in_a_module_the_step_reaches_through_an_attribute(tmp_path, mo
     with pytest.raises(CheckFailed) as info:
         assert_memory_stable(lambda: trainer_module.train(model, opt, batches, history))
     message = str(info.value)
-    assert f"trainer.py:{found[0].line}:" in message
+    assert f"trainer.py:{tl302_line}:" in message
     assert "TL302" in message.split("findings on the step's lines")[1]

@@ -11,10 +11,9 @@ import time
 
 import pytest
 import torch
-from runtime_helpers import batch, clean_setup, mlp
+from runtime_helpers import accumulating_trainer_module, batch, clean_setup, mlp
 from torch import nn
 
-import trainlint
 from trainlint._runtime import lintlink
 from trainlint._runtime.snapshot import Snapshot
 from trainlint._runtime.steps import StepRunner
@@ -57,25 +56,7 @@ def test_a_failing_later_check_of_the_same_step_still_lints_what_the_step_ran(
 ):
     """The step's first check traced it; a later failing check reuses that record, so the
     function reached through a module attribute still has its findings in the message."""
-    package = tmp_path / "proj_overhead"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "trainer.py").write_text(
-        "from torch import nn\n"
-        "\n"
-        "\n"
-        "def train(model, optimizer, batches, history):\n"
-        "    for x, y in batches:\n"
-        "        optimizer.zero_grad()\n"
-        "        loss = nn.functional.mse_loss(model(x), y)\n"
-        "        loss.backward()\n"
-        "        optimizer.step()\n"
-        "        history.append(loss)\n"
-    )
-    found = [f for f in trainlint.lint_paths([package / "trainer.py"]) if f.code == "TL302"]
-    assert found, "the linter reports the planted accumulation"
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import proj_overhead.trainer as trainer_module
+    trainer_module, tl302_line = accumulating_trainer_module(tmp_path, monkeypatch, "proj_overhead")
 
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -89,7 +70,7 @@ def test_a_failing_later_check_of_the_same_step_still_lints_what_the_step_ran(
     with pytest.raises(CheckFailed) as info:
         assert_memory_stable(step)
     message = str(info.value)
-    assert f"trainer.py:{found[0].line}:" in message
+    assert f"trainer.py:{tl302_line}:" in message
     assert "TL302" in message.split("findings on the step's lines")[1]
 
 
