@@ -1,21 +1,52 @@
-"""Which output layer an expression's value certainly comes from: a sigmoid, or a bare
-linear layer (raw logits).
+"""Which output layer an expression's value certainly comes from: a softmax, a sigmoid,
+or a bare linear layer (raw logits). One query for every "activation feeding a loss" rule
+(TL602, TL605).
 
-The same question :mod:`softmax` answers for softmax, asked for other last layers. The
-layer may be applied directly, through a name, by a module instance (`nn.Sigmoid()`,
-`nn.Linear(...)`), as the last layer of an `nn.Sequential`, or as every return value of a
-same-file model's `forward`. When any of those is uncertain the answer is [].
+The layer may be applied directly, through a name, by a module instance (`nn.Softmax()`,
+`nn.Sigmoid()`, `nn.Linear(...)`), as the last layer of an `nn.Sequential`, as every
+return value of a same-file model's `forward` (inherited from a same-file base too), or,
+for softmax, by a project model whose `forward` in another file returns one (the project
+index marks its binding). When any of those is uncertain the answer is [].
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from trainlint.analysis.dominance import dominates
 from trainlint.analysis.model import FileModel, walk_local
 from trainlint.analysis.roles import Role
-from trainlint.analysis.softmax import SAME_VALUES
+
+# Methods that keep a tensor's values (reshaping, casting, selecting): probabilities stay
+# probabilities and logits stay logits through them (`.view(-1, C)`, `.float()`).
+SAME_VALUES = frozenset({
+    "view", "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose",
+    "contiguous", "float", "double", "half", "bfloat16", "to", "type", "clone", "gather",
+    "view_as", "reshape_as", "cuda", "cpu",
+})
+
+
+def _no_arguments(call: ast.Call) -> bool:
+    return not call.args and not call.keywords
+
+
+def _int_literal(node: ast.AST) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
+def _dim_only(call: ast.Call) -> bool:
+    """``t.softmax(-1)`` / ``t.softmax(dim=1)``, told apart from an unresolved
+    ``F.softmax(t, 1)`` (a shadowed module) by its arguments."""
+    kws = {k.arg for k in call.keywords}
+    if not kws <= {"dim", "dtype"}:
+        return False
+    if not call.args:
+        return "dim" in kws
+    return len(call.args) == 1 and _int_literal(call.args[0]) and "dim" not in kws
 
 
 @dataclass(frozen=True)
@@ -24,19 +55,24 @@ class Layer:
 
     funcs: frozenset[str]  # functional forms: `torch.sigmoid(x)`
     module: str  # the module class: `torch.nn.Sigmoid`
-    method: str | None = None  # the argument-less tensor method: `x.sigmoid()`
+    method: str | None = None  # the tensor method: `x.sigmoid()`
+    method_args: Callable[[ast.Call], bool] = _no_arguments  # which calls of it count
+    project_flag: str | None = None  # the binding attribute the project index sets
 
 
+SOFTMAX = Layer(
+    frozenset({"torch.nn.functional.softmax", "torch.softmax", "torch.special.softmax"}),
+    "torch.nn.Softmax",
+    "softmax",
+    _dim_only,
+    "softmax",
+)
 SIGMOID = Layer(
     frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"}),
     "torch.nn.Sigmoid",
     "sigmoid",
 )
 LINEAR = Layer(frozenset({"torch.nn.functional.linear"}), "torch.nn.Linear")
-
-# Methods that keep a tensor's values, minus the casts a model may use to leave its graph
-# dtype: reshaping a probability keeps it a probability, and logits stay logits.
-_KEEP = SAME_VALUES
 
 
 def layer_sources(model: FileModel, expr: ast.AST, layer: Layer) -> list[ast.AST]:
@@ -65,9 +101,9 @@ def _sources(model: FileModel, expr: ast.AST, layer: Layer, depth: int,
     if qual in layer.funcs:
         return [expr]
     if isinstance(func, ast.Attribute) and qual is None:
-        if layer.method and func.attr == layer.method and not expr.args and not expr.keywords:
+        if layer.method and func.attr == layer.method and layer.method_args(expr):
             return [expr]
-        if func.attr in _KEEP:
+        if func.attr in SAME_VALUES:
             return _sources(model, func.value, layer, d, classes)
     if isinstance(func, ast.Call) and model.qualname(func.func) == layer.module:
         return [expr]  # nn.Sigmoid()(x)
@@ -84,6 +120,10 @@ def _module_output(model: FileModel, call: ast.Call, layer: Layer, depth: int,
             return []
     elif isinstance(func, (ast.Name, ast.Attribute)):
         binding = model.roles.lookup(func)
+        if binding is not None and layer.project_flag and getattr(
+            binding, layer.project_flag, False
+        ):
+            return [call]  # a project model whose `forward` (in its own file) ends in it
         if binding is None or binding.call is None:
             return []
         if binding.qualname == layer.module:
@@ -100,7 +140,7 @@ def _module_output(model: FileModel, call: ast.Call, layer: Layer, depth: int,
         cls = model.class_named(ctor.func.id)
     if cls is None or id(cls) in classes:
         return []
-    forward = model.method_of(cls, "forward")
+    forward = model.method_of(cls, "forward")  # also inherited from a same-file base
     if not isinstance(forward, ast.FunctionDef):
         return []
     returns = [n for n in walk_local(forward) if isinstance(n, ast.Return)]
