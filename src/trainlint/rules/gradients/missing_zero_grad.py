@@ -15,9 +15,13 @@ _HOOK_NAME = re.compile(r"^(on|before|after)_|hook|callback|trigger|fire_event|d
                         re.IGNORECASE)
 
 
-def _calls_hooks(loop: ast.AST) -> bool:
-    return any(isinstance(n, ast.Call) and _HOOK_NAME.search(call_name(n) or "")
-               for n in ast.walk(loop))
+def _calls_hooks(loop: ast.AST, hooks: set[str]) -> bool:
+    """The loop fires a hook: a call named like one, or one naming a zeroing hook of this
+    file by string (`self._fire("on_batch_start")`, `getattr(cb, name)(self)` inside)."""
+    return any(isinstance(n, ast.Call) and (
+        _HOOK_NAME.search(call_name(n) or "")
+        or any(isinstance(a, ast.Constant) and a.value in hooks for a in n.args)
+    ) for n in ast.walk(loop))
 
 
 def _distributed_autograd(model: FileModel, node: ast.AST) -> bool:
@@ -153,6 +157,25 @@ class Runner:
             self.model(batch).mean().backward()
             self.optimizer.step()
 """,
+        # the loop fires the zeroing hook through a dispatcher, by its name
+        """
+import torch
+
+class ResetGrads:
+    def on_batch_start(self, loop):
+        loop.opt.zero_grad(set_to_none=True)
+
+class Loop:
+    def _emit(self, event):
+        for cb in self.callbacks:
+            getattr(cb, event)(self)
+
+    def run(self, batches):
+        for batch in batches:
+            self._emit("on_batch_start")
+            self.net(batch).sum().backward()
+            self.opt.step()
+""",
         # no torch: a game environment
         """
 for episode in range(10):
@@ -189,6 +212,28 @@ for x, y in loader:
 """,
             line=11,
         ),
+        # the dispatcher fires only a hook that does not clear the gradients
+        Invalid(
+            """
+import torch
+
+class Reset:
+    def on_epoch_start(self, loop):
+        loop.opt.zero_grad()
+
+class Loop:
+    def _emit(self, event):
+        for cb in self.callbacks:
+            getattr(cb, event)(self)
+
+    def run(self, batches):
+        for batch in batches:
+            self.net(batch).sum().backward()
+            self.opt.step()
+            self._emit("on_batch_end")
+""",
+            line=15,
+        ),
         # zero_grad once per epoch only
         Invalid(
             """
@@ -217,14 +262,15 @@ for batch in loader:
 
     def check(self, model: FileModel) -> Iterator[Report]:
         seen = Reported()
-        hook_zeroes = any(
-            fn is not None and _HOOK_NAME.search(fn.name)
+        hooks = {
+            fn.name
             for fn in (model.function_of(c) for c in model.calls.get("zero_grad", ()))
-        )
+            if fn is not None and _HOOK_NAME.search(fn.name)
+        }
         for loop in precise_step_loops(model):
             if isinstance(loop.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue  # a step function called from elsewhere: its caller may clear grads
-            if hook_zeroes and _calls_hooks(loop.node):
+            if hooks and _calls_hooks(loop.node, hooks):
                 continue  # a hook of this file clears the gradients when the loop fires it
             has_guarded_zero = any(e.under_counter_guard() for e in loop.of(Kind.ZERO))
             for path in loop.paths:

@@ -61,7 +61,8 @@ _RESCALE = re.compile(r"(?<!un)(scale|multiply|mul|div|divide|normali[sz]e|avera
 
 def _rescales_grads(model: FileModel, guard: ast.If, depth: int = 0) -> bool:
     """Inside the step branch, the accumulated gradients are divided before the step:
-    a ``scale_grads(model, 1 / n)``-style helper, ``p.grad.div_(n)``, ``p.grad /= n``."""
+    a ``scale_grads(model, 1 / n)``-style helper, ``p.grad.div_(n)``, ``p.grad /= n``,
+    ``torch._foreach_div_(grads, n)``."""
     for node in (n for stmt in guard.body for n in ast.walk(stmt)):
         if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Div, ast.Mult)) and (
             _mentions_grad(node.target)
@@ -76,6 +77,8 @@ def _rescales_grads(model: FileModel, guard: ast.If, depth: int = 0) -> bool:
             node.func.value
         ):
             return True
+        if name in ("_foreach_div_", "_foreach_mul_") and node.args and _names_grads(node.args[0]):
+            return True  # `torch._foreach_div_(grads, n)` over the gradient list
         if depth == 0:
             fn = model.resolve_call(node)
             if fn is not None:
@@ -87,6 +90,10 @@ def _rescales_grads(model: FileModel, guard: ast.If, depth: int = 0) -> bool:
 
 def _mentions_grad(node: ast.AST) -> bool:
     return any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(node))
+
+
+def _names_grads(node: ast.AST) -> bool:
+    return _mentions_grad(node) or "grad" in (dotted(node) or "").lower()
 
 
 _LR_NAME = re.compile(r"(^|_)(lr|learning_rate)($|_)", re.IGNORECASE)

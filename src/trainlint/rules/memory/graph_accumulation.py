@@ -139,6 +139,18 @@ class Unrolled(torch.nn.Module):
             outs.append(h)
         return torch.stack(outs)
 """,
+        # a U-Net encoder keeping each stage's output for the skip connections:
+        # the list lives for one forward call
+        """
+import torch
+class Encoder(torch.nn.Module):
+    def forward(self, x):
+        skips = []
+        for stage in self.stages:
+            x = stage(x)
+            skips.append(x)
+        return x, skips
+""",
         # no torch
         """
 total = 0

@@ -16,8 +16,11 @@ _TIMERS = {"time.time", "time.perf_counter", "time.monotonic", "time.process_tim
 
 
 def _reads_timer(model: FileModel, stmt: ast.AST) -> bool:
-    return any(isinstance(c, ast.Call) and model.qualname(c.func) in _TIMERS
-               for c in ast.walk(stmt))
+    """A clock read: `time.perf_counter()`, or CUDA events' `start.elapsed_time(end)`,
+    which needs the end event completed."""
+    return any(isinstance(c, ast.Call) and (
+        model.qualname(c.func) in _TIMERS or call_name(c) == "elapsed_time"
+    ) for c in ast.walk(stmt))
 
 
 def _times_next(model: FileModel, call: ast.Call) -> bool:
@@ -45,8 +48,9 @@ class SynchronizeInLoop(Rule):
     Flags `torch.cuda.synchronize()`, `torch.cuda.current_stream().synchronize()` and
     `torch.xpu.synchronize()` on every step of a training loop. A synchronize right
     before a clock read (`torch.cuda.synchronize(); t0 = time.perf_counter()`, or a
-    `time_sync()` helper that synchronizes and returns `time.time()`) is deliberate
-    timing and is not reported; neither is one under a rate-limiting `if`.
+    `time_sync()` helper that synchronizes and returns `time.time()`, or CUDA events'
+    `start.elapsed_time(end)`) is deliberate timing and is not reported; neither is one
+    under a rate-limiting `if`.
 
     ## Why is this bad?
     An explicit synchronize blocks the host until every queued kernel has finished, so
@@ -128,6 +132,19 @@ for x in loader:
     opt.step()
     torch.cuda.synchronize()
     step_times.append(time.perf_counter() - t0)
+""",
+        # CUDA-event timing: the event pair is read right after the synchronize
+        """
+import torch
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+for x in loader:
+    start.record()
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+    end.record()
+    torch.cuda.synchronize()
+    step_ms.append(start.elapsed_time(end))
 """,
         """
 import time
