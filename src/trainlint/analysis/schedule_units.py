@@ -48,6 +48,9 @@ def runs_per_epoch(model: FileModel, call: ast.Call) -> bool:
 #: milestone this large counts iterations (detectron-style `milestones=[60000, 80000]`).
 ITERATION_SIZED = 1000
 _ITER_NAME = re.compile(r"iter", re.IGNORECASE)
+# Names that leave the unit open: detectron2's `SOLVER.STEPS` counts iterations,
+# torchvision's `--lr-steps` epochs. Stepped per batch, such a schedule is not judged.
+_OPEN_NAME = re.compile(r"(^|_)steps$", re.IGNORECASE)
 _KIND_WORDS = re.compile(
     r"one_?cycle|cyclic|per_?(iter|batch|step)|by_?(iter|step)|iter(ation)?_?based|"
     r"step_?(per|every|each|on)_?(batch|iter)|batch_?(level|wise)", re.IGNORECASE)
@@ -56,7 +59,8 @@ _KIND_WORDS = re.compile(
 def sized_in_iterations(model: FileModel, sched: Schedule) -> bool:
     """A StepLR/MultiStepLR whose step size or milestones say iterations: a large
     constant (directly, or as a default or constant it is named by), or a name with
-    `iter` in it (`lr_decay_iters`)."""
+    `iter` in it (`lr_decay_iters`). A name that leaves the unit open (`cfg.SOLVER.STEPS`,
+    `args.lr_steps`) counts too: a per-batch step of it is not judged."""
     call = sched.binding.call
     if call is None or sched.cls not in ("StepLR", "MultiStepLR"):
         return False
@@ -68,7 +72,7 @@ def sized_in_iterations(model: FileModel, sched: Schedule) -> bool:
     for sub in ast.walk(size):
         text = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(
             sub, ast.Attribute) else ""
-        if text and _ITER_NAME.search(text):
+        if text and (_ITER_NAME.search(text) or _OPEN_NAME.search(text)):
             return True
         value = literal_value(model, sub)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and (

@@ -152,6 +152,17 @@ for epoch in range(args.epochs):
         sched.step()
         decay.step()
 """,
+        # milestones read from a config entry named "steps": detectron2 counts those in
+        # iterations, torchvision in epochs, so a per-batch step is not judged
+        """
+import torch
+sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=cfg.SOLVER.STEPS, gamma=0.1)
+for it, (x, y) in enumerate(loader):
+    opt.zero_grad()
+    crit(model(x), y).backward()
+    opt.step()
+    sched.step()
+""",
         # a flag set where each scheduler is built decides where it steps
         """
 import torch
