@@ -346,8 +346,11 @@ def _tensor_arg(model: FileModel, expr: ast.AST) -> bool:
             isinstance(v, ast.FormattedValue) and _tensor_arg(model, v.value)
             for v in expr.values
         )
-    if isinstance(expr, ast.Call) and call_name(expr) in _SYNC_METHODS:
-        return False  # the inner .item() is the sync, reported on its own
+    if isinstance(expr, ast.Call) and (
+        call_name(expr) in _SYNC_METHODS
+        or model.qualname(expr.func) in ("builtins.float", "builtins.int")
+    ):
+        return False  # the inner .item() or float() is the sync, reported on its own
     v = model.flow.value(expr)
     if v.taint is Taint.CUT and v.cuts and all(
         isinstance(c, ast.Call) and call_name(c) in _TO_HOST for c in v.cuts

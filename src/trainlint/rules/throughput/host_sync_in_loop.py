@@ -130,6 +130,16 @@ for x in items:
     x.backward()
     opt.step()
 """,
+        # the number is read by float(); printing that Python float reads nothing more
+        """
+import torch
+for step, (x, y) in enumerate(loader):
+    loss = criterion(model(x.cuda()), y.cuda())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print(f"step {step}: loss {float(loss):.3f}")
+""",
         # by default: one read per step of each logged scalar (a progress bar, an RL
         # algorithm's loss parts and a metric, a detached loss handed to the caller)
         """
