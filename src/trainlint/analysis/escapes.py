@@ -649,7 +649,7 @@ class Escapes:
         for cls in m.classes:
             methods = m.methods(cls)
             run = methods.get("run")
-            if run is None or not any(m.qualname(b) == THREAD for b in cls.bases):
+            if run is None or not self.is_thread_class(cls):
                 continue
             init = methods.get("__init__")
             stored = self._stored_params(init) if init is not None else {}
@@ -672,6 +672,23 @@ class Escapes:
                 out.append(Dispatch(Via.THREAD, site, run, None, (), None, None, True,
                                     shared_attrs=shared))
         return out
+
+    def is_thread_class(self, cls: ast.ClassDef, seen: frozenset[int] = frozenset()) -> bool:
+        """``cls`` subclasses ``threading.Thread``: directly, through a class of this file,
+        or through a project class another module defines (the index says so); an
+        inheritance cycle or a base that cannot be resolved says no."""
+        if id(cls) in seen:
+            return False
+        view = getattr(self.model, "project", None) or {}
+        for base in cls.bases:
+            qual = self.model.qualname(base)
+            if qual == THREAD or (qual is not None and (view.get("refs", {}).get(qual) or [""])[
+                    0] == "thread"):
+                return True
+            found = self.resolve_def(base)
+            if isinstance(found, ast.ClassDef) and self.is_thread_class(found, seen | {id(cls)}):
+                return True
+        return False
 
     def _stored_params(self, init: FunctionNode) -> dict[str, list[str]]:
         """``__init__`` parameter -> the ``self.x`` names it is stored in."""
