@@ -80,3 +80,94 @@ def test_thread_subclass_of_a_project_base_trains_a_shared_model(tmp_path):
     # the base is no thread: the same worker runs where it is started
     (pkg / "base.py").write_text("class BaseWorker:\n    def start(self):\n        self.run()\n")
     assert _found(pkg, "TL503") == []
+
+
+ENGINE_REMOTE = """
+    import ray
+    import torch
+
+    @ray.remote
+    def train(model, opt, data):
+        for x in data:
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+
+    def fit_remote(model, opt, data):
+        ray.get(train.remote(model, opt, data))
+        return model
+"""
+
+
+def test_remote_learns_which_model_its_parameter_optimizer_holds_from_the_call_site(tmp_path):
+    pkg = _project(tmp_path, {"engine.py": ENGINE_REMOTE})
+    assert _found(pkg, "TL501") == []  # nothing says what `model` is: silent
+    (pkg / "main.py").write_text(textwrap.dedent("""
+        import torch
+        from .engine import fit_remote
+
+        def main(data):
+            model = torch.nn.Linear(4, 1)
+            fit_remote(model, torch.optim.SGD(model.parameters(), lr=0.1), data)
+    """))
+    assert _found(pkg, "TL501") == [("engine.py", 12)]
+
+
+def test_a_model_forwarded_only_without_grad_is_not_the_one_trained(tmp_path):
+    engine = """
+        import ray
+        import torch
+
+        @ray.remote
+        def distill(model, opt, data, teacher):
+            for x in data:
+                with torch.no_grad():
+                    target = teacher(x)
+                opt.zero_grad()
+                (model(x) - target).pow(2).sum().backward()
+                opt.step()
+
+        def fit_remote(model, opt, data, teacher):
+            ray.get(distill.remote(model, opt, data, teacher))
+            return {returned}
+    """
+    main = """
+        import torch
+        from .engine import fit_remote
+
+        def main(data):
+            model, teacher = torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
+            fit_remote(model, torch.optim.SGD(model.parameters(), lr=0.1), data, teacher)
+    """
+    pkg = _project(tmp_path, {"engine.py": engine.format(returned="teacher"), "main.py": main})
+    # the caller reads only the teacher afterwards, which the remote never trains
+    assert _found(pkg, "TL501") == []
+    (pkg / "engine.py").write_text(textwrap.dedent(engine.format(returned="model")).lstrip())
+    assert _found(pkg, "TL501") == [("engine.py", 14)]
+
+
+def test_module_level_threads_joined_one_at_a_time_do_not_overlap(tmp_path):
+    script = """
+        import threading
+        import torch
+
+        def train(model, opt, shard):
+            for x in shard:
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        t1 = threading.Thread(target=train, args=(model, opt, shard_a))
+        t1.start()
+        {join}
+        t2 = threading.Thread(target=train, args=(model, opt, shard_b))
+        t2.start()
+        t1.join()
+        t2.join()
+    """
+    pkg = _project(tmp_path, {"script.py": script.format(join="t1.join()")})
+    assert _found(pkg, "TL503") == []
+    (pkg / "script.py").write_text(textwrap.dedent(script.format(join="pass")).lstrip("\n"))
+    assert _found(pkg, "TL503") == [("script.py", 7), ("script.py", 8)]

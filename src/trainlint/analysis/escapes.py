@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
@@ -1008,12 +1009,68 @@ class Escapes:
         params = set(params_of(d.target))
         trained = self.trained(d.target).values()
         out = {t.root for t in trained if t.root in params}
+        if d.via is Via.REMOTE:
+            out |= self.trained_alongside(d)
         if d.via is Via.RAY_TRAIN:
             for t in trained:
                 entry = self.config_entry(d.target, t.node)
                 if entry is not None:
                     out.add(entry)
         return out
+
+    def trained_objects(self, d: Dispatch, *, through_put: bool) -> list[ast.expr]:
+        """The caller's models/optimizers that the dispatched function trains."""
+        trained = self.trained_params(d)
+        out = []
+        for param, arg in d.args:
+            if param in trained:
+                obj = self.sent_object(arg, through_put=through_put)
+                if obj is not None:
+                    out.append(obj)
+        return out
+
+    def trained_on_a_copy(self, d: Dispatch, runs: ast.Call, *, through_put: bool) -> set[str]:
+        """Names of the caller's models/optimizers that ``d`` trains on a pickled copy and
+        the caller reads after ``runs`` (the dispatch, or the ``fit()`` that runs it) without
+        loading weights back or rebinding them; empty when nothing is left behind."""
+        sent = self.trained_objects(d, through_put=through_put)
+        if not sent:
+            return set()
+        names = self.caller_names(sent)
+        if self.loaded_back(runs, names) or not self.used_after(runs, names, loops=True):
+            return set()
+        return names
+
+    def trained_alongside(self, d: Dispatch) -> set[str]:
+        """Parameters that receive a model the caller knows as one (built there, annotated
+        ``nn.Module``, or a model at every call site through the project index) when the
+        dispatched function steps an optimizer that is itself a parameter: which models
+        that optimizer holds cannot be told, so a model it runs forward on with autograd
+        recording, and backpropagates, counts as the one the step trains."""
+        fn = d.target
+        if fn is None or not self.events(fn, Kind.BACKWARD):
+            return set()
+        params = params_of(fn)
+        stepped = [self.step_touches(fn, ev) for ev in self.events(fn, Kind.STEP)]
+        if not any(len(ts) == 1 and ts[0].name in params for ts in stepped):
+            return set()  # no step, or one whose optimizer's models are known
+        out = set()
+        for param, arg in d.args:
+            obj = self.sent_object(arg, through_put=False)
+            if obj is None or self.roles.role(obj) is not Role.MODEL:
+                continue
+            if any(self._forwards(fn, call, param) for call in walk_local(fn)):
+                out.add(param)
+        return out
+
+    def _forwards(self, fn: FunctionNode, call: ast.AST, param: str) -> bool:
+        """``call`` is ``param(x)`` / ``param.forward(x)`` in ``fn`` with autograd on."""
+        if not isinstance(call, ast.Call):
+            return False
+        func = call.func
+        target = func.value if isinstance(func, ast.Attribute) and func.attr == "forward" else func
+        return (isinstance(target, ast.Name) and target.id == param
+                and self.local_to(target, fn) and grad_enabled_at(self.model, call)[0])
 
     def actor_trained(self, cls: ast.ClassDef) -> set[str]:
         """``__init__`` parameters of an actor whose objects some method trains: stored on
@@ -1190,6 +1247,74 @@ class Escapes:
                 ):
                     return True
         return False
+
+    # -- threads -------------------------------------------------------------------------------
+    def one_at_a_time(self, ds: list[Dispatch]) -> bool:
+        """Dispatches of one function, none in a loop, where every worker but the last is
+        waited for (``t1.join()``, ``f.result()``) in the same scope before the next one
+        is created: however many there are, two never run at once."""
+        if any(d.repeated for d in ds):
+            return False
+        m = self.model
+        ordered = sorted(ds, key=lambda d: _pos(d.call))
+        for first, then in zip(ordered, ordered[1:], strict=False):
+            stmt = m.statement_of(first.call)
+            if not (isinstance(stmt, ast.Assign) and stmt.value is first.call
+                    and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+                return False
+            name, scope = stmt.targets[0].id, self._scope(first.call)
+            if self._scope(then.call) is not scope or not any(
+                    isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
+                    and c.func.value.id == name and self._scope(c) is scope
+                    and _pos(first.call) < _pos(c) < _pos(then.call)
+                    for wait in ("join", "result") for c in m.calls.get(wait, ())):
+                return False
+        return True
+
+    def unlocked_training(self, fn: FunctionNode,
+                          ds: list[Dispatch]) -> Iterator[tuple[ast.AST, str, str]]:
+        """(node, what, on what) for each forward, backward and optimizer step that ``fn``,
+        run by the thread dispatches ``ds``, makes on an object the threads share,
+        outside ``with lock:``. Nothing when ``fn`` neither backpropagates nor steps
+        (inference writes no parameters) or takes a lock by hand (``acquire()``)."""
+        model = self.model
+        events = self.events(fn, Kind.BACKWARD, Kind.STEP)
+        if not events:
+            return
+        helpers = [fn, *(h for e in events for c in e.chain
+                         if (h := model.resolve_call(c)) is not None)]
+        if self.acquires(helpers):
+            return  # manual acquire()/release(): the locked region cannot be told
+        sharing = ThreadSharing(self, fn, ds)
+        forwards = [(c, name) for c in walk_local(fn) if isinstance(c, ast.Call)
+                    and (name := sharing.forwarded(c)) is not None]
+        steps: list[tuple[Event, str]] = []
+        held_models: list[str] = []
+        for e in events:
+            if e.kind is Kind.STEP:
+                touches = self.step_touches(fn, e)
+                shared = [t.name for t in touches if sharing.is_shared(t)]
+                if shared:
+                    steps.append((e, shared[0]))
+                    # the models the optimizer holds name what a backward races on
+                    held_models.extend(t.name for t in touches[1:] if sharing.is_shared(t))
+        if not forwards and not steps:
+            return
+        label = f"`{(forwards[0][1] if forwards else (held_models or [steps[0][1]])[0])}`"
+        step_names = {id(e): name for e, name in steps}
+        found: list[tuple[ast.AST, str, str]] = [
+            (call, "forward", f"`{name}`") for call, name in forwards if not self.under_lock(call)
+        ]
+        for e in events:
+            if e.kind is Kind.STEP and id(e) not in step_names:
+                continue
+            if self.under_lock(e.node) or any(self.under_lock(c) for c in e.chain):
+                continue
+            if e.kind is Kind.BACKWARD:
+                found.append((model.steps.anchor(e), "`backward()`", label))
+            else:
+                found.append((model.steps.anchor(e), "optimizer step", f"`{step_names[id(e)]}`"))
+        yield from sorted(found, key=lambda f: _pos(f[0]))
 
     # -- locks ---------------------------------------------------------------------------------
     def is_lock(self, expr: ast.expr) -> bool:
