@@ -171,3 +171,41 @@ def test_module_level_threads_joined_one_at_a_time_do_not_overlap(tmp_path):
     assert _found(pkg, "TL503") == []
     (pkg / "script.py").write_text(textwrap.dedent(script.format(join="pass")).lstrip("\n"))
     assert _found(pkg, "TL503") == [("script.py", 7), ("script.py", 8)]
+
+
+def test_actor_built_from_parameter_model_and_optimizer(tmp_path):
+    engine = """
+        import ray
+        import torch
+        from torch import nn, optim
+
+        @ray.remote
+        class Learner:
+            def __init__(self, model, opt):
+                self.model, self.opt = model, opt
+
+            def step(self, x, y):
+                self.opt.zero_grad()
+                torch.nn.functional.mse_loss(self.model(x), y).backward()
+                self.opt.step()
+
+            def weights(self):
+                return self.model.state_dict()
+
+        def fit(model: nn.Module, opt: optim.Optimizer, data):
+            learner = Learner.remote(model, opt)
+            for x, y in data:
+                ray.get(learner.step.remote(x, y))
+            {restore}
+            return model
+    """
+    pkg = _project(tmp_path, {"engine.py": engine.format(restore="pass")})
+    assert _found(pkg, "TL501") == [("engine.py", 19)]
+    restored = engine.format(restore="model.load_state_dict(ray.get(learner.weights.remote()))")
+    (pkg / "engine.py").write_text(textwrap.dedent(restored).lstrip())
+    assert _found(pkg, "TL501") == []
+    # no annotation and no call site: what `model` is cannot be told
+    plain = engine.format(restore="pass").replace("model: nn.Module, opt: optim.Optimizer",
+                                                  "model, opt")
+    (pkg / "engine.py").write_text(textwrap.dedent(plain).lstrip())
+    assert _found(pkg, "TL501") == []

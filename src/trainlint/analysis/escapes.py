@@ -432,6 +432,11 @@ class Escapes:
                 return None, 0, [], [], None
             fn, skip, pre, kws, recv = self._callable(expr.args[0])
             return fn, skip, pre, [*kws, *expr.keywords], recv
+        if isinstance(expr, ast.Lambda) and isinstance(expr.body, ast.Call) and not (
+                params_of(expr) or expr.args.vararg or expr.args.kwarg):
+            # `target=lambda: train(model, opt, shard)`: the call's arguments, as bound
+            fn, skip, pre, kws, recv = self._callable(expr.body.func)
+            return fn, skip, [*pre, *expr.body.args], [*kws, *expr.body.keywords], recv
         found = self.resolve_def(expr)
         if isinstance(found, (ast.FunctionDef, ast.AsyncFunctionDef)):
             recv = expr.value if isinstance(expr, ast.Attribute) else None
@@ -821,6 +826,11 @@ class Escapes:
         if name is None:
             return False
         root = name.split(".", 1)[0]
+        for anc in m.ancestors(arg):  # `target=lambda: f(model)`: judged where the lambda is
+            if isinstance(anc, ast.Lambda):
+                arg = anc
+            elif isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+                break
         for anc in m.ancestors(arg):
             if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
                 break
@@ -1003,7 +1013,9 @@ class Escapes:
     def trained_params(self, d: Dispatch) -> set[str]:
         """Parameters of the dispatched function whose object the other side trains."""
         if d.via is Via.ACTOR:
-            return self.actor_trained(d.actor) if d.actor is not None else set()
+            if d.actor is None:
+                return set()
+            return self.actor_trained(d.actor) | self.trained_alongside(d)
         if d.target is None:
             return set()
         params = set(params_of(d.target))
@@ -1044,33 +1056,48 @@ class Escapes:
     def trained_alongside(self, d: Dispatch) -> set[str]:
         """Parameters that receive a model the caller knows as one (built there, annotated
         ``nn.Module``, or a model at every call site through the project index) when the
-        dispatched function steps an optimizer that is itself a parameter: which models
-        that optimizer holds cannot be told, so a model it runs forward on with autograd
-        recording, and backpropagates, counts as the one the step trains."""
-        fn = d.target
-        if fn is None or not self.events(fn, Kind.BACKWARD):
+        other side steps an optimizer that is itself a parameter (for an actor: one its
+        ``__init__`` stores on ``self``): which models that optimizer holds cannot be
+        told, so a model it runs forward on with autograd recording, in a function that
+        backpropagates, counts as the one the step trains."""
+        if d.via is Via.ACTOR and d.actor is not None:
+            methods = self.model.methods(d.actor)
+            init = methods.get("__init__")
+            stored = self._stored_params(init) if init is not None else {}
+            names = {p: stored.get(p, []) for p, _ in d.args}
+            fns = [f for f in methods.values() if f is not init]
+        elif d.target is not None:
+            names = {p: [p] for p in params_of(d.target)}
+            fns = [d.target]
+        else:
             return set()
-        params = params_of(fn)
-        stepped = [self.step_touches(fn, ev) for ev in self.events(fn, Kind.STEP)]
-        if not any(len(ts) == 1 and ts[0].name in params for ts in stepped):
+        received = {n for ns in names.values() for n in ns}
+        if not any(len(ts) == 1 and ts[0].name in received for f in fns
+                   for ts in (self.step_touches(f, ev) for ev in self.events(f, Kind.STEP))):
             return set()  # no step, or one whose optimizer's models are known
+        learning = [f for f in fns if self.events(f, Kind.BACKWARD)]
         out = set()
         for param, arg in d.args:
             obj = self.sent_object(arg, through_put=False)
             if obj is None or self.roles.role(obj) is not Role.MODEL:
                 continue
-            if any(self._forwards(fn, call, param) for call in walk_local(fn)):
+            if any(self._forwards(f, call, name) for name in names.get(param, ())
+                   for f in learning for call in walk_local(f)):
                 out.add(param)
         return out
 
-    def _forwards(self, fn: FunctionNode, call: ast.AST, param: str) -> bool:
-        """``call`` is ``param(x)`` / ``param.forward(x)`` in ``fn`` with autograd on."""
+    def _forwards(self, fn: FunctionNode, call: ast.AST, name: str) -> bool:
+        """``call`` is ``name(x)`` / ``name.forward(x)`` in ``fn`` with autograd on, where
+        ``name`` is ``fn``'s own parameter or a ``self`` attribute."""
         if not isinstance(call, ast.Call):
             return False
         func = call.func
         target = func.value if isinstance(func, ast.Attribute) and func.attr == "forward" else func
-        return (isinstance(target, ast.Name) and target.id == param
-                and self.local_to(target, fn) and grad_enabled_at(self.model, call)[0])
+        if dotted(target) != name or not isinstance(target, (ast.Name, ast.Attribute)):
+            return False
+        if isinstance(target, ast.Name) and not self.local_to(target, fn):
+            return False
+        return grad_enabled_at(self.model, call)[0]
 
     def actor_trained(self, cls: ast.ClassDef) -> set[str]:
         """``__init__`` parameters of an actor whose objects some method trains: stored on

@@ -14,11 +14,11 @@ from trainlint.rules.base import Invalid, Report, Rule
 class UnlockedSharedModel(Rule):
     """## What it does
     Flags a forward, `backward()` or optimizer step in a function that runs on several
-    threads at once (`threading.Thread(target=f)` in a loop or more than once, in a
-    function or a script, unless each is joined before the next is made; `submit/map` of
-    a `ThreadPoolExecutor`/`ThreadPool`; the `run()` of a `threading.Thread` subclass,
-    directly or through a project base class, built several times here or elsewhere in
-    the project) on a model or optimizer all those threads share (a module global, a
+    threads at once (`threading.Thread(target=f)` or `target=lambda: f(...)` in a loop or
+    more than once, in a function or a script, unless each is joined before the next is
+    made; `submit/map` of a `ThreadPoolExecutor`/`ThreadPool`; the `run()` of a Thread
+    subclass, directly or through a project base class, built several times here or in
+    another module) on a model or optimizer all those threads share (a module global, a
     closure variable, a `self` attribute of one object, the same object passed to each
     thread or constructor, a parameter known as a model by its annotation or from every
     call site), when the call is not inside `with lock:` on a `threading.Lock`/`RLock`.
