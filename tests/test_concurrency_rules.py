@@ -133,6 +133,53 @@ def test_trained_names_follow_helpers_aliases_and_self():
     assert esc.actor_trained(m.classes[0]) == {"optimizer"}
 
 
+def test_lambda_targets_bind_the_call_they_make():
+    m = _model("""
+        import threading
+        import torch
+
+        def train(model, opt, shard):
+            opt.step()
+
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        a = threading.Thread(target=lambda: train(model, opt, shard_a))
+        b = threading.Thread(target=lambda s=shard_b: train(model, opt, s))
+    """)
+    (d,) = escapes(m).thread_dispatches  # a lambda with parameters is left unresolved
+    assert d.target is not None and d.target.name == "train"
+    assert [(p, ast.unparse(e)) for p, e in d.args] == [
+        ("model", "model"), ("opt", "opt"), ("shard", "shard_a")]
+
+
+@pytest.mark.parametrize(("loop", "expected"), [
+    ("for s in shards:", [7, 8, 9]),
+    # each thread gets a pair of its own: nothing shared
+    ("for model, opt, s in zip(models, optimizers, shards):", []),
+])
+def test_threads_started_through_lambdas_share_what_the_lambda_passes(loop, expected):
+    from trainlint import lint_source
+
+    source = _source(f"""
+        import threading
+        import torch
+
+        def train(model, opt, shard):
+            for x in shard:
+                opt.zero_grad()
+                loss = model(x).sum()
+                loss.backward()
+                opt.step()
+
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        {loop}
+            threading.Thread(target=lambda: train(model, opt, s)).start()
+    """)
+    found = [f.line for f in lint_source(source, select=["TL503"])]
+    assert found == expected
+
+
 # -- the runtime behaviour TL502 is built on -------------------------------------------------
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
@@ -431,6 +432,11 @@ class Escapes:
                 return None, 0, [], [], None
             fn, skip, pre, kws, recv = self._callable(expr.args[0])
             return fn, skip, pre, [*kws, *expr.keywords], recv
+        if isinstance(expr, ast.Lambda) and isinstance(expr.body, ast.Call) and not (
+                params_of(expr) or expr.args.vararg or expr.args.kwarg):
+            # `target=lambda: train(model, opt, shard)`: the call's arguments, as bound
+            fn, skip, pre, kws, recv = self._callable(expr.body.func)
+            return fn, skip, [*pre, *expr.body.args], [*kws, *expr.body.keywords], recv
         found = self.resolve_def(expr)
         if isinstance(found, (ast.FunctionDef, ast.AsyncFunctionDef)):
             recv = expr.value if isinstance(expr, ast.Attribute) else None
@@ -649,7 +655,7 @@ class Escapes:
         for cls in m.classes:
             methods = m.methods(cls)
             run = methods.get("run")
-            if run is None or not any(m.qualname(b) == THREAD for b in cls.bases):
+            if run is None or not self.is_thread_class(cls):
                 continue
             init = methods.get("__init__")
             stored = self._stored_params(init) if init is not None else {}
@@ -672,6 +678,23 @@ class Escapes:
                 out.append(Dispatch(Via.THREAD, site, run, None, (), None, None, True,
                                     shared_attrs=shared))
         return out
+
+    def is_thread_class(self, cls: ast.ClassDef, seen: frozenset[int] = frozenset()) -> bool:
+        """``cls`` subclasses ``threading.Thread``: directly, through a class of this file,
+        or through a project class another module defines (the index says so); an
+        inheritance cycle or a base that cannot be resolved says no."""
+        if id(cls) in seen:
+            return False
+        view = getattr(self.model, "project", None) or {}
+        for base in cls.bases:
+            qual = self.model.qualname(base)
+            if qual == THREAD or (qual is not None and (view.get("refs", {}).get(qual) or [""])[
+                    0] == "thread"):
+                return True
+            found = self.resolve_def(base)
+            if isinstance(found, ast.ClassDef) and self.is_thread_class(found, seen | {id(cls)}):
+                return True
+        return False
 
     def _stored_params(self, init: FunctionNode) -> dict[str, list[str]]:
         """``__init__`` parameter -> the ``self.x`` names it is stored in."""
@@ -803,6 +826,11 @@ class Escapes:
         if name is None:
             return False
         root = name.split(".", 1)[0]
+        for anc in m.ancestors(arg):  # `target=lambda: f(model)`: judged where the lambda is
+            if isinstance(anc, ast.Lambda):
+                arg = anc
+            elif isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+                break
         for anc in m.ancestors(arg):
             if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
                 break
@@ -985,18 +1013,91 @@ class Escapes:
     def trained_params(self, d: Dispatch) -> set[str]:
         """Parameters of the dispatched function whose object the other side trains."""
         if d.via is Via.ACTOR:
-            return self.actor_trained(d.actor) if d.actor is not None else set()
+            if d.actor is None:
+                return set()
+            return self.actor_trained(d.actor) | self.trained_alongside(d)
         if d.target is None:
             return set()
         params = set(params_of(d.target))
         trained = self.trained(d.target).values()
         out = {t.root for t in trained if t.root in params}
+        if d.via is Via.REMOTE:
+            out |= self.trained_alongside(d)
         if d.via is Via.RAY_TRAIN:
             for t in trained:
                 entry = self.config_entry(d.target, t.node)
                 if entry is not None:
                     out.add(entry)
         return out
+
+    def trained_objects(self, d: Dispatch, *, through_put: bool) -> list[ast.expr]:
+        """The caller's models/optimizers that the dispatched function trains."""
+        trained = self.trained_params(d)
+        out = []
+        for param, arg in d.args:
+            if param in trained:
+                obj = self.sent_object(arg, through_put=through_put)
+                if obj is not None:
+                    out.append(obj)
+        return out
+
+    def trained_on_a_copy(self, d: Dispatch, runs: ast.Call, *, through_put: bool) -> set[str]:
+        """Names of the caller's models/optimizers that ``d`` trains on a pickled copy and
+        the caller reads after ``runs`` (the dispatch, or the ``fit()`` that runs it) without
+        loading weights back or rebinding them; empty when nothing is left behind."""
+        sent = self.trained_objects(d, through_put=through_put)
+        if not sent:
+            return set()
+        names = self.caller_names(sent)
+        if self.loaded_back(runs, names) or not self.used_after(runs, names, loops=True):
+            return set()
+        return names
+
+    def trained_alongside(self, d: Dispatch) -> set[str]:
+        """Parameters that receive a model the caller knows as one (built there, annotated
+        ``nn.Module``, or a model at every call site through the project index) when the
+        other side steps an optimizer that is itself a parameter (for an actor: one its
+        ``__init__`` stores on ``self``): which models that optimizer holds cannot be
+        told, so a model it runs forward on with autograd recording, in a function that
+        backpropagates, counts as the one the step trains."""
+        if d.via is Via.ACTOR and d.actor is not None:
+            methods = self.model.methods(d.actor)
+            init = methods.get("__init__")
+            stored = self._stored_params(init) if init is not None else {}
+            names = {p: stored.get(p, []) for p, _ in d.args}
+            fns = [f for f in methods.values() if f is not init]
+        elif d.target is not None:
+            names = {p: [p] for p in params_of(d.target)}
+            fns = [d.target]
+        else:
+            return set()
+        received = {n for ns in names.values() for n in ns}
+        if not any(len(ts) == 1 and ts[0].name in received for f in fns
+                   for ts in (self.step_touches(f, ev) for ev in self.events(f, Kind.STEP))):
+            return set()  # no step, or one whose optimizer's models are known
+        learning = [f for f in fns if self.events(f, Kind.BACKWARD)]
+        out = set()
+        for param, arg in d.args:
+            obj = self.sent_object(arg, through_put=False)
+            if obj is None or self.roles.role(obj) is not Role.MODEL:
+                continue
+            if any(self._forwards(f, call, name) for name in names.get(param, ())
+                   for f in learning for call in walk_local(f)):
+                out.add(param)
+        return out
+
+    def _forwards(self, fn: FunctionNode, call: ast.AST, name: str) -> bool:
+        """``call`` is ``name(x)`` / ``name.forward(x)`` in ``fn`` with autograd on, where
+        ``name`` is ``fn``'s own parameter or a ``self`` attribute."""
+        if not isinstance(call, ast.Call):
+            return False
+        func = call.func
+        target = func.value if isinstance(func, ast.Attribute) and func.attr == "forward" else func
+        if dotted(target) != name or not isinstance(target, (ast.Name, ast.Attribute)):
+            return False
+        if isinstance(target, ast.Name) and not self.local_to(target, fn):
+            return False
+        return grad_enabled_at(self.model, call)[0]
 
     def actor_trained(self, cls: ast.ClassDef) -> set[str]:
         """``__init__`` parameters of an actor whose objects some method trains: stored on
@@ -1173,6 +1274,74 @@ class Escapes:
                 ):
                     return True
         return False
+
+    # -- threads -------------------------------------------------------------------------------
+    def one_at_a_time(self, ds: list[Dispatch]) -> bool:
+        """Dispatches of one function, none in a loop, where every worker but the last is
+        waited for (``t1.join()``, ``f.result()``) in the same scope before the next one
+        is created: however many there are, two never run at once."""
+        if any(d.repeated for d in ds):
+            return False
+        m = self.model
+        ordered = sorted(ds, key=lambda d: _pos(d.call))
+        for first, then in zip(ordered, ordered[1:], strict=False):
+            stmt = m.statement_of(first.call)
+            if not (isinstance(stmt, ast.Assign) and stmt.value is first.call
+                    and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+                return False
+            name, scope = stmt.targets[0].id, self._scope(first.call)
+            if self._scope(then.call) is not scope or not any(
+                    isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
+                    and c.func.value.id == name and self._scope(c) is scope
+                    and _pos(first.call) < _pos(c) < _pos(then.call)
+                    for wait in ("join", "result") for c in m.calls.get(wait, ())):
+                return False
+        return True
+
+    def unlocked_training(self, fn: FunctionNode,
+                          ds: list[Dispatch]) -> Iterator[tuple[ast.AST, str, str]]:
+        """(node, what, on what) for each forward, backward and optimizer step that ``fn``,
+        run by the thread dispatches ``ds``, makes on an object the threads share,
+        outside ``with lock:``. Nothing when ``fn`` neither backpropagates nor steps
+        (inference writes no parameters) or takes a lock by hand (``acquire()``)."""
+        model = self.model
+        events = self.events(fn, Kind.BACKWARD, Kind.STEP)
+        if not events:
+            return
+        helpers = [fn, *(h for e in events for c in e.chain
+                         if (h := model.resolve_call(c)) is not None)]
+        if self.acquires(helpers):
+            return  # manual acquire()/release(): the locked region cannot be told
+        sharing = ThreadSharing(self, fn, ds)
+        forwards = [(c, name) for c in walk_local(fn) if isinstance(c, ast.Call)
+                    and (name := sharing.forwarded(c)) is not None]
+        steps: list[tuple[Event, str]] = []
+        held_models: list[str] = []
+        for e in events:
+            if e.kind is Kind.STEP:
+                touches = self.step_touches(fn, e)
+                shared = [t.name for t in touches if sharing.is_shared(t)]
+                if shared:
+                    steps.append((e, shared[0]))
+                    # the models the optimizer holds name what a backward races on
+                    held_models.extend(t.name for t in touches[1:] if sharing.is_shared(t))
+        if not forwards and not steps:
+            return
+        label = f"`{(forwards[0][1] if forwards else (held_models or [steps[0][1]])[0])}`"
+        step_names = {id(e): name for e, name in steps}
+        found: list[tuple[ast.AST, str, str]] = [
+            (call, "forward", f"`{name}`") for call, name in forwards if not self.under_lock(call)
+        ]
+        for e in events:
+            if e.kind is Kind.STEP and id(e) not in step_names:
+                continue
+            if self.under_lock(e.node) or any(self.under_lock(c) for c in e.chain):
+                continue
+            if e.kind is Kind.BACKWARD:
+                found.append((model.steps.anchor(e), "`backward()`", label))
+            else:
+                found.append((model.steps.anchor(e), "optimizer step", f"`{step_names[id(e)]}`"))
+        yield from sorted(found, key=lambda f: _pos(f[0]))
 
     # -- locks ---------------------------------------------------------------------------------
     def is_lock(self, expr: ast.expr) -> bool:

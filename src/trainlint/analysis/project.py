@@ -418,7 +418,7 @@ class ProjectIndex:
             return
         params = fn["params"][skip:]
         names = set(params) | set(fn.get("kwonly", ()))
-        thread = skip == 1 and bool(mod["classes"][local].get("thread"))
+        thread = skip == 1 and self.is_thread_class(mod["root"], mod, local)
         slot = self._params.setdefault((mod["root"], mod["module"], fn_name), {})
         for where, fact in args:
             name = params[where] if isinstance(where, int) and where < len(params) else where
@@ -444,6 +444,25 @@ class ProjectIndex:
             return [Role.MODEL.value, local, None, True]
         return None
 
+    def is_thread_class(self, root: str, mod: dict, local: str,
+                        seen: frozenset[tuple[str, str]] = frozenset()) -> bool:
+        """``local`` in ``mod`` subclasses ``threading.Thread``, directly or through other
+        project classes (``class TrainWorker(BaseWorker)``, ``BaseWorker(Thread)`` in
+        another module); an inheritance cycle or an unresolved base says no."""
+        cls = mod["classes"].get(local)
+        if cls is None or (mod["module"], local) in seen or len(seen) > MAX_HOPS:
+            return False
+        if cls.get("thread"):
+            return True
+        seen = seen | {(mod["module"], local)}
+        for base in cls["bases"]:
+            found = self.resolve(root, base) if "." in base else None
+            if found is None and mod["module"]:
+                found = self.resolve(root, f"{mod['module']}.{base}")
+            if found is not None and self.is_thread_class(root, *found, seen):
+                return True
+        return False
+
     def _class_fact(self, mod: dict, local: str) -> Fact | None:
         cls = mod["classes"].get(local)
         if cls is None:
@@ -451,7 +470,7 @@ class ProjectIndex:
             return fn.get("returns") if fn is not None else None
         if cls.get("softmax"):
             return [Role.MODEL.value, local, None, True]
-        if cls.get("thread"):
+        if self.is_thread_class(mod["root"], mod, local):
             return ["thread", local, None, False]
         return None
 

@@ -2,44 +2,30 @@
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.escapes import Dispatch, Escapes
 from trainlint.analysis.model import FileModel
 from trainlint.analysis.objects import objects
 from trainlint.rules.base import Invalid, Report, Rule
 from trainlint.rules.concurrency._shared import shown
 
 
-def _trained_objects(esc: Escapes, d: Dispatch, *, through_put: bool) -> list[ast.expr]:
-    """The caller's models/optimizers that the dispatched function trains."""
-    trained = esc.trained_params(d)
-    out = []
-    for param, arg in d.args:
-        if param in trained:
-            obj = esc.sent_object(arg, through_put=through_put)
-            if obj is not None:
-                out.append(obj)
-    return out
-
-
 class ModuleSentToRemote(Rule):
     """## What it does
     Flags a Ray remote call (`train.remote(model, opt)`, `Actor.remote(model, opt)`,
-    `f.options(...).remote(...)`, `handle.method.remote(model)`, or an object put with
-    `ray.put(model)` and then passed) that hands an `nn.Module` or optimizer to a remote
-    function or actor which trains it (steps an optimizer over its parameters), when the
-    caller keeps using its model and never loads the weights back
-    (`model.load_state_dict(ray.get(...))`) nor rebinds the name to the returned model.
+    `f.options(...).remote(...)`, `handle.method.remote(model)`, a `ray.put(model)`
+    passed on) handing an `nn.Module` or optimizer to a remote function or actor that
+    trains it, when the caller keeps using its model without loading the weights back
+    (`model.load_state_dict(ray.get(...))`) or rebinding the name to the returned model.
+    A model that arrives as a parameter counts when its role is known (an `nn.Module`
+    annotation, or a model at every call site in the project), also when the optimizer
+    the remote steps is a parameter whose models cannot be told.
 
-    Ray Train too: a model or optimizer put in the `train_loop_config` of a
-    `TorchTrainer` (or `DataParallelTrainer`, `HorovodTrainer`), or bound to the worker
-    loop with `tune.with_parameters(train_func, model=model)` or `functools.partial`,
-    which the worker loop trains (`model = prepare_model(config["model"])`, then an
-    optimizer over it is stepped), when after `trainer.fit()` the driver uses its own
-    model again without loading weights into it and without reaching for the result's
-    checkpoint (`result.checkpoint`, `best_checkpoints`, `get_model`).
+    Ray Train too: a model or optimizer in a `TorchTrainer`'s (`DataParallelTrainer`,
+    `HorovodTrainer`) `train_loop_config`, or bound with `tune.with_parameters` or
+    `functools.partial`, that the worker loop trains, when after `trainer.fit()` the
+    driver uses its own model again without loading weights into it or reaching for
+    the result's checkpoint (`result.checkpoint`, `best_checkpoints`, `get_model`).
 
     ## Why is this bad?
     Ray pickles every argument: the remote worker trains a copy in another process.
@@ -213,6 +199,21 @@ model = torch.nn.Linear(4, 1)
 TorchTrainer(eval_func, train_loop_config={"model": model}).fit()
 torch.save(model.state_dict(), "model.pt")
 """,
+        # parameters known as a model and an optimizer; the trained weights come back
+        """
+import ray
+from torch import nn, optim
+@ray.remote
+def train(net, opt, data):
+    for x in data:
+        opt.zero_grad()
+        net(x).sum().backward()
+        opt.step()
+    return net.state_dict()
+def fit(net: nn.Module, opt: optim.Optimizer, data):
+    net.load_state_dict(ray.get(train.remote(net, opt, data)))
+    return net
+""",
     ]
     invalid = [
         # the seed's first example: the caller prints its (unchanged) weights
@@ -356,38 +357,44 @@ def fit(model):
 """,
             line=13,
         ),
+        # the same with the weights dropped: the optimizer's models come from the annotation
+        Invalid(
+            """
+import ray
+from torch import nn, optim
+@ray.remote
+def train(net, opt, data):
+    for x in data:
+        opt.zero_grad()
+        net(x).sum().backward()
+        opt.step()
+def fit(net: nn.Module, opt: optim.Optimizer, data):
+    ray.get(train.remote(net, opt, data))
+    return net
+""",
+            line=10,
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
         esc = objects(model).escape_analysis
         for d in esc.remote_dispatches:
-            sent = _trained_objects(esc, d, through_put=True)
-            if not sent:
-                continue
-            names = esc.caller_names(sent)
-            if esc.loaded_back(d.call, names) or not esc.used_after(d.call, names, loops=True):
-                continue
-            yield self.report(
-                d.call,
-                f"{shown(names)} trained inside the {d.via.value} `{d.name}`, on a copy: "
-                "the caller's weights never change; return the `state_dict()` and "
-                "`load_state_dict(ray.get(...))` it",
-            )
+            if names := esc.trained_on_a_copy(d, d.call, through_put=True):
+                yield self.report(
+                    d.call,
+                    f"{shown(names)} trained inside the {d.via.value} `{d.name}`, on a copy: "
+                    "the caller's weights never change; return the `state_dict()` and "
+                    "`load_state_dict(ray.get(...))` it",
+                )
         for d in esc.ray_train_dispatches:
-            if d.runs_at is None:
-                continue  # never run here: whoever calls `fit()` decides what comes back
-            sent = _trained_objects(esc, d, through_put=False)
-            if not sent:
+            # not run here (the caller of `fit()` decides), or the checkpoint is restored
+            if d.runs_at is None or esc.restores_checkpoint(d.runs_at):
                 continue
-            names = esc.caller_names(sent)
-            fit = d.runs_at
-            if (esc.loaded_back(fit, names) or esc.restores_checkpoint(fit)
-                    or not esc.used_after(fit, names, loops=True)):
-                continue
-            yield self.report(
-                d.call,
-                f"{shown(names)} trained inside the {d.via.value} `{d.name}`, on a copy "
-                "pickled into each worker: the driver's weights never change; "
-                "`ray.train.report(..., checkpoint=...)` from the workers and load the "
-                "weights from `result.checkpoint`",
-            )
+            if names := esc.trained_on_a_copy(d, d.runs_at, through_put=False):
+                yield self.report(
+                    d.call,
+                    f"{shown(names)} trained inside the {d.via.value} `{d.name}`, on a copy "
+                    "pickled into each worker: the driver's weights never change; "
+                    "`ray.train.report(..., checkpoint=...)` from the workers and load the "
+                    "weights from `result.checkpoint`",
+                )

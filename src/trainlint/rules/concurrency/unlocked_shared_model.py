@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
-import ast
 from collections import defaultdict
 from collections.abc import Iterator
 
-from trainlint.analysis.escapes import Dispatch, Escapes, ThreadSharing
-from trainlint.analysis.model import FileModel, FunctionNode, walk_local
+from trainlint.analysis.escapes import Dispatch
+from trainlint.analysis.model import FileModel
 from trainlint.analysis.objects import objects
-from trainlint.analysis.steps import Event, Kind
 from trainlint.rules.base import Invalid, Report, Rule
 
 
 class UnlockedSharedModel(Rule):
     """## What it does
-    Flags a forward, `backward()` or optimizer step, inside a function that runs on
-    several threads at once (`threading.Thread(target=f)` in a loop or more than once,
-    `ThreadPoolExecutor.submit/map(f, ...)`, `ThreadPool.map`, the `run()` of a
-    `threading.Thread` subclass built several times, here or in another module of the
-    project), on a model or optimizer that all those threads share (a module global, a
-    closure variable, a `self` attribute of the same object, the same object passed to
-    each thread or to each subclass instance's constructor), when the
-    call is not inside `with lock:` on a `threading.Lock`/`RLock`.
+    Flags a forward, `backward()` or optimizer step in a function that runs on several
+    threads at once (`threading.Thread(target=f)` or `target=lambda: f(...)` in a loop or
+    more than once, in a function or a script, unless each is joined before the next is
+    made; `submit/map` of a `ThreadPoolExecutor`/`ThreadPool`; the `run()` of a Thread
+    subclass, directly or through a project base class, built several times here or in
+    another module) on a model or optimizer all those threads share (a module global, a
+    closure variable, a `self` attribute of one object, the same object passed to each
+    thread or constructor, a parameter known as a model by its annotation or from every
+    call site), when the call is not inside `with lock:` on a `threading.Lock`/`RLock`.
 
     ## Why is this bad?
     Threads share memory and PyTorch releases the GIL inside its kernels. One thread's
@@ -222,6 +221,24 @@ def worker(sim):
 for _ in range(4):
     threading.Thread(target=worker, args=(world,)).start()
 """,
+        # a script's two threads, the first joined before the second is created
+        """
+import threading
+import torch
+def train(model, opt, shard):
+    for x in shard:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+first = threading.Thread(target=train, args=(model, opt, shard_a))
+first.start()
+first.join()
+second = threading.Thread(target=train, args=(model, opt, shard_b))
+second.start()
+second.join()
+""",
     ]
     invalid = [
         # module globals trained from a loop of threads, as in the seed
@@ -321,6 +338,42 @@ def main(shards):
 """,
             lines=(12, 13),
         ),
+        # a script that starts two threads on the same module-level model and optimizer
+        Invalid(
+            """
+import threading
+import torch
+def train(model, opt, shard):
+    for x in shard:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+t1 = threading.Thread(target=train, args=(model, opt, shard_a))
+t2 = threading.Thread(target=train, args=(model, opt, shard_b))
+t1.start()
+t2.start()
+""",
+            lines=(6, 7),
+        ),
+        # parameters annotated as a model and an optimizer, handed to every thread
+        Invalid(
+            """
+import threading
+from torch import nn, optim
+def worker(net, opt, shard):
+    for x in shard:
+        opt.zero_grad()
+        loss = net(x).sum()
+        loss.backward()
+        opt.step()
+def train_parallel(net: nn.Module, opt: optim.Optimizer, shards):
+    for s in shards:
+        threading.Thread(target=worker, args=(net, opt, s)).start()
+""",
+            lines=(6, 7, 8),
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -332,9 +385,9 @@ def main(shards):
         seen: set[int] = set()
         for ds in groups.values():
             fn = ds[0].target
-            if fn is None or (len(ds) < 2 and not ds[0].repeated):
+            if fn is None or (len(ds) < 2 and not ds[0].repeated) or esc.one_at_a_time(ds):
                 continue
-            for node, what, shared in self._unlocked(model, esc, fn, ds):
+            for node, what, shared in esc.unlocked_training(fn, ds):
                 # one finding per statement: `model(x).sum().backward()` is one place to lock
                 stmt = model.statement_of(node)
                 if id(stmt) not in seen:
@@ -345,45 +398,3 @@ def main(shards):
                         "without a lock: concurrent backward/step on shared parameters races "
                         "(NaN or wrong gradients); hold a `threading.Lock` around the step",
                     )
-
-    @staticmethod
-    def _unlocked(model: FileModel, esc: Escapes, fn: FunctionNode,
-                  ds: list[Dispatch]) -> Iterator[tuple[ast.AST, str, str]]:
-        events = esc.events(fn, Kind.BACKWARD, Kind.STEP)
-        if not events:
-            return  # forward-only threads (inference) write no parameters
-        helpers = [fn, *(h for e in events for c in e.chain
-                         if (h := model.resolve_call(c)) is not None)]
-        if esc.acquires(helpers):
-            return  # manual acquire()/release(): the locked region cannot be told
-        sharing = ThreadSharing(esc, fn, ds)
-        forwards = [(c, name) for c in walk_local(fn) if isinstance(c, ast.Call)
-                    and (name := sharing.forwarded(c)) is not None]
-        steps: list[tuple[Event, str]] = []
-        held_models: list[str] = []
-        for e in events:
-            if e.kind is Kind.STEP:
-                touches = esc.step_touches(fn, e)
-                shared = [t.name for t in touches if sharing.is_shared(t)]
-                if shared:
-                    steps.append((e, shared[0]))
-                    # the models the optimizer holds name what a backward races on
-                    held_models.extend(t.name for t in touches[1:] if sharing.is_shared(t))
-        if not forwards and not steps:
-            return
-        label = f"`{(forwards[0][1] if forwards else (held_models or [steps[0][1]])[0])}`"
-        step_names = {id(e): name for e, name in steps}
-        found: list[tuple[ast.AST, str, str]] = [
-            (call, "forward", f"`{name}`") for call, name in forwards if not esc.under_lock(call)
-        ]
-        for e in events:
-            if e.kind is Kind.STEP and id(e) not in step_names:
-                continue
-            if esc.under_lock(e.node) or any(esc.under_lock(c) for c in e.chain):
-                continue
-            if e.kind is Kind.BACKWARD:
-                found.append((model.steps.anchor(e), "`backward()`", label))
-            else:
-                found.append((model.steps.anchor(e), "optimizer step", f"`{step_names[id(e)]}`"))
-        yield from sorted(found, key=lambda f: (getattr(f[0], "lineno", 0),
-                                                getattr(f[0], "col_offset", 0)))
