@@ -302,3 +302,25 @@ def test_cache_is_keyed_on_trainlints_own_code(tmp_path):
     with (package / "notebook.py").open("a") as fh:
         fh.write("# masking changed\n")
     assert cli.code_fingerprint.__wrapped__(package) != before
+
+
+def test_every_finding_has_its_rules_severity(run_cli):
+    """Issue 17, item 5: one source of truth. Every finding over the fixtures (the snapshot
+    the snapshot test keeps current) carries the severity `trainlint rules` lists for its
+    rule, which is also the level SARIF declares for it."""
+    from trainlint.reporting.sarif import format_sarif
+    from trainlint.rules import builtin_rules
+
+    snapshot = Path(__file__).parent / "snapshots" / "fixtures.json"
+    findings = json.loads(snapshot.read_text(encoding="utf-8"))
+    code, out, _ = run_cli("rules")
+    listed = {ln.split()[0]: ln.split()[-1] for ln in out.splitlines() if ln.startswith("TL")}
+    mismatched = {(f["code"], f["severity"], listed[f["code"]]) for f in findings
+                  if f["severity"] != listed[f["code"]]}
+    assert mismatched == set()
+    rules = builtin_rules()
+    driver = json.loads(format_sarif([], rules))["runs"][0]["tool"]["driver"]["rules"]
+    assert {r["id"]: r["defaultConfiguration"]["level"] for r in driver} == {
+        r.code: r.severity for r in rules}
+    assert "TL702" in {f["code"] for f in findings}
+    assert {f["severity"] for f in findings} == {"error", "warning"}

@@ -161,6 +161,7 @@ def train_project(pytester):
     return pytester
 
 
+@pytest.mark.slow  # a pytest run in a subprocess, with coverage
 def test_findings_are_confirmed_exercised_or_not_exercised(train_project):
     result = train_project.runpytest_subprocess("--trainlint", "--trainlint-report=out.json")
     result.assert_outcomes(passed=1, failed=1)
@@ -177,6 +178,7 @@ def test_findings_are_confirmed_exercised_or_not_exercised(train_project):
     ]
 
 
+@pytest.mark.slow  # a pytest run in a subprocess, with coverage
 def test_pytest_cov_collector_is_reused_and_its_report_still_works(train_project):
     from coverage import CoverageData
 

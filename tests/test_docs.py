@@ -72,3 +72,16 @@ def test_local_pre_commit_recipe_runs_as_written(tmp_path):
                           cwd=sample, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "train.py:2:6: TL702" in proc.stdout
+
+
+def test_example_output_shows_the_messages_trainlint_prints():
+    # a finding line in the docs is a message some fixture gets verbatim (the snapshot the
+    # snapshot test keeps current): messages that grew a "what to do" part stay in step
+    snapshot = (ROOT / "tests" / "snapshots" / "fixtures.full.txt").read_text(encoding="utf-8")
+    printed = {ln.split(": ", 1)[1] for ln in snapshot.splitlines()
+               if re.match(r"\S+:\d+:\d+: TL\d{3} ", ln)}
+    shown = [ln.split(": ", 1)[1] for text in (README, GETTING_STARTED)
+             for block in _blocks(text, "text") for ln in block.splitlines()
+             if re.match(r"\S+:\d+:\d+: TL\d{3} ", ln)]
+    assert shown
+    assert [m for m in shown if m not in printed] == []

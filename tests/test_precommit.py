@@ -23,6 +23,7 @@ def _git(*args: str, cwd: Path) -> None:
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
 
 
+@pytest.mark.slow  # builds pre-commit's own environment for the hooks
 @needs_pre_commit[0]
 @needs_pre_commit[1]
 def test_hooks_install_and_run(tmp_path):

@@ -16,6 +16,13 @@ SLOW = {
     "tests/test_reliability.py::test_fuzz_generated_syntax_trees",
     "tests/test_sweep.py::test_stdlib_sweep",
     "tests/runtime/test_runtime_stress.py::test_clean_steps_never_fail",
+    # processes: two gloo ranks, a pytest run under coverage, pre-commit's environment
+    "tests/runtime/test_runtime_ddp.py::test_a_clean_ddp_step_passes",
+    "tests/runtime/test_runtime_ddp.py::test_a_hanging_rank_times_out_and_the_ranks_are_terminated",
+    "tests/runtime/test_runtime_links.py::test_ddp_in_sync_confirms_only_its_rules",
+    "tests/test_confirm.py::test_findings_are_confirmed_exercised_or_not_exercised",
+    "tests/test_confirm.py::test_pytest_cov_collector_is_reused_and_its_report_still_works",
+    "tests/test_precommit.py::test_hooks_install_and_run",
 }
 
 

@@ -98,6 +98,7 @@ def loader_with_sampler(rank, world_size):
 # --------------------------------------------------------------------------- spawning
 
 
+@pytest.mark.slow  # spawns two gloo ranks
 def test_a_clean_ddp_step_passes():
     result = assert_ddp_in_sync(make_model, clean_step, batches=BATCHES)
     assert isinstance(result, DDPSyncResult)
@@ -106,6 +107,7 @@ def test_a_clean_ddp_step_passes():
     assert all(c > 0 for c in result.max_change)  # the steps did train
 
 
+@pytest.mark.slow  # spawns two gloo ranks
 def test_no_sync_at_the_optimizer_step_fails_naming_the_parameter():
     with pytest.raises(CheckFailed) as info:
         assert_ddp_in_sync(make_model, no_sync_step, batches=BATCHES)
@@ -118,17 +120,20 @@ def test_no_sync_at_the_optimizer_step_fails_naming_the_parameter():
     assert result.max_difference["0.weight"] > 0
 
 
+@pytest.mark.slow  # spawns two gloo ranks
 def test_a_rank_dependent_learning_rate_fails():
     with pytest.raises(CheckFailed, match="ranks hold different parameters") as info:
         assert_ddp_in_sync(make_model, rank_lr_step, batches=BATCHES)
     assert "rank-dependent" in str(info.value) or "depends on the rank" in str(info.value)
 
 
+@pytest.mark.slow  # spawns two gloo ranks
 def test_a_forward_through_the_unwrapped_module_fails():
     with pytest.raises(CheckFailed, match="first '0.weight' differs between rank 0 and rank 1"):
         assert_ddp_in_sync(make_model, unwrapped_forward_step, batches=BATCHES)
 
 
+@pytest.mark.slow  # spawns two gloo ranks
 def test_a_loader_without_a_distributed_sampler_fails_the_batch_check():
     with pytest.raises(CheckFailed) as info:
         assert_ddp_in_sync(make_model, clean_step, make_loader=loader_without_sampler)
@@ -138,6 +143,7 @@ def test_a_loader_without_a_distributed_sampler_fails_the_batch_check():
     assert "ranks hold different parameters" not in message  # the same data keeps them in sync
 
 
+@pytest.mark.slow  # spawns two gloo ranks
 def test_a_shuffling_loader_without_a_sampler_confirms_tl505():
     # Every rank starts from torch's fixed default seed: the "random" orders coincide.
     with pytest.raises(CheckFailed) as info:
@@ -145,12 +151,14 @@ def test_a_shuffling_loader_without_a_sampler_confirms_tl505():
     assert "TL505" in info.value.rules
 
 
+@pytest.mark.slow  # spawns two gloo ranks
 def test_a_loader_with_a_distributed_sampler_passes():
     result = assert_ddp_in_sync(make_model, clean_step, make_loader=loader_with_sampler)
     hashes = result.batch_hashes
     assert hashes is not None and len(set(hashes)) == 2
 
 
+@pytest.mark.slow  # spawns two gloo ranks
 def test_an_exception_in_a_rank_fails_with_its_rank_and_traceback():
     with pytest.raises(CheckFailed) as info:
         assert_ddp_in_sync(make_model, crashing_step, batches=BATCHES)
@@ -159,6 +167,7 @@ def test_an_exception_in_a_rank_fails_with_its_rank_and_traceback():
     assert "Traceback" in message and "in crashing_step" in message
 
 
+@pytest.mark.slow  # spawns two gloo ranks
 def test_a_hanging_rank_times_out_and_the_ranks_are_terminated():
     started = time.monotonic()
     with pytest.raises(CheckFailed, match=r"did not finish within timeout=6 s") as info:
@@ -198,6 +207,7 @@ def test_argument_errors():
             assert_ddp_in_sync(make_model, clean_step, backend="nccl")
 
 
+@pytest.mark.slow  # spawns two gloo ranks
 def test_the_same_batches_given_to_every_rank_are_diagnosed_without_a_sampler_hint():
     from trainlint.testing import ddp
 

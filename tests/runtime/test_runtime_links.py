@@ -363,6 +363,7 @@ def test_a_broken_rule_registry_does_not_hide_the_failure(monkeypatch):
     assert "Gradients arrived but no parameter moved" in str(info.value)
 
 
+@pytest.mark.slow  # spawns two gloo ranks
 def test_ddp_in_sync_confirms_only_its_rules():
     # The ranks import the planted step from its module (it must pickle).
     from test_runtime_ddp import BATCHES, make_model, no_sync_step

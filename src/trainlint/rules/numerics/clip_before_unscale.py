@@ -41,7 +41,7 @@ def _is_norm_read(model: FileModel, event: Event) -> bool:
 
 
 _READ_MSG = ("gradient norm read before `scaler.unscale_(optimizer)`: it measures scaled "
-             "gradients, off by the loss scale")
+             "gradients, off by the loss scale; call `scaler.unscale_(optimizer)` first")
 
 
 class ClipBeforeUnscale(Rule):

@@ -246,5 +246,6 @@ class Trainer:
                 yield self.report(
                     call,
                     "`scaler.step()` but `scaler.update()` is never called: the loss scale "
-                    "never adapts and the second step raises",
+                    "never adapts and the second step raises; call `scaler.update()` after "
+                    "every `scaler.step()`",
                 )

@@ -83,7 +83,8 @@ class LoaderStarvesGpu(Rule):
     severity = "warning"  # costs time or reproducibility, the training itself is right
     name = "loader-starves-gpu"
     message = ("the DataLoader loads every batch in the training process (no `num_workers`, "
-               "no `pin_memory`) while the GPU waits")
+               "no `pin_memory`) while the GPU waits; pass `num_workers=` and "
+               "`pin_memory=True`")
     default_enabled = False
     test_files = False
     triggers = ("DataLoader",)
