@@ -324,3 +324,18 @@ def test_every_finding_has_its_rules_severity(run_cli):
         r.code: r.severity for r in rules}
     assert "TL702" in {f["code"] for f in findings}
     assert {f["severity"] for f in findings} == {"error", "warning"}
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    # `trainlint check . | head -1`: the pipe closes while findings are still printed
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainlint", "check", "--no-cache", "--output-format", "full",
+         "--statistics", "fixtures"],
+        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the first finding is printed
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err

@@ -185,3 +185,21 @@ def test_rules_that_skip_test_files_say_so_and_are_skipped_there():
         ), rule.code
         for test_path in ("tests/train.py", "test_train.py", "pkg/train_test.py", "conftest.py"):
             assert linter.lint_bytes(src, test_path).findings == [], (rule.code, test_path)
+
+
+def test_a_findings_severity_is_always_its_rules(monkeypatch):
+    # one source of truth (issue 17): a rule, or a plugin's, that builds its Report with
+    # another severity still reports what `trainlint rules` and SARIF declare
+    from trainlint.rules.base import Report
+    from trainlint.rules.memory.retain_graph_in_loop import RetainGraphInLoop
+
+    original = RetainGraphInLoop.check
+
+    def check(self, model):
+        for r in original(self, model):
+            yield Report(r.node, r.message, "warning", r.fix, related=r.related)
+
+    monkeypatch.setattr(RetainGraphInLoop, "check", check)
+    found = lint_source(LEAK.format(c=""))
+    assert [(f.code, f.severity) for f in found] == [("TL301", RetainGraphInLoop.severity)]
+    assert RetainGraphInLoop.severity == "error"

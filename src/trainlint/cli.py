@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -373,6 +374,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:  # pragma: no cover
         return 130
+    except BrokenPipeError:
+        # `trainlint check | head`: the reader left. Python's own recipe: point stdout at
+        # devnull so the interpreter's final flush cannot raise again, and exit non-zero.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -230,7 +230,7 @@ class Linter:
         )
         return Finding(
             rule.code, rule.name, path, line, col, end_line, end_col,
-            report.message, report.severity, report.fix, related=related,
+            report.message, rule.severity, report.fix, related=related,
         )
 
     @staticmethod
@@ -279,9 +279,10 @@ class Linter:
                     # Codes of other tools, and of rules not enabled now, are not ours to
                     # judge; a trainlint code that no rule has can never suppress anything.
                     if code not in self.known and code.startswith(OWN_PREFIX):
-                        why = f"unknown rule code `{code}` (see `trainlint rules`)"
+                        why = (f"unknown rule code `{code}`: correct it (see `trainlint "
+                               "rules`) or remove it")
                     elif code in self.enabled and code not in used[line]:
-                        why = f"{code} is not reported on this line"
+                        why = f"{code} is not reported on this line: remove it"
                     else:
                         continue
                     col = source.lines[line - 1].find("#") + 1

@@ -109,13 +109,11 @@ class Rule:
         node: ast.AST,
         message: str | None = None,
         *,
-        severity: Severity | None = None,
         fix: Fix | None = None,
         related: tuple[tuple[ast.AST, str], ...] = (),
     ) -> Report:
-        return Report(
-            node, message or self.message, severity or self.severity, fix, related=related
-        )
+        # The severity is the rule's: `trainlint rules`, SARIF and every finding agree.
+        return Report(node, message or self.message, self.severity, fix, related=related)
 
     def fix(self, *edits: Edit, message: str = "", intent: Intent | None = None) -> Fix:
         assert self.fix_safety is not None, f"{self.code} declares no fix_safety"
