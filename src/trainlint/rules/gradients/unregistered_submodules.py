@@ -302,7 +302,8 @@ class Net(torch.nn.Module):
             for node in walk_local(cls):
                 if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     continue
-                for stmt in walk_local(node):
+                # the method's own assignments in source order, as walk_local meets them
+                for stmt in model.assignments_in(node):
                     if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
                         continue
                     target = stmt.targets[0]
