@@ -269,6 +269,11 @@ class FileModel:
 
     def scopes_of(self, node: ast.AST) -> list[ast.AST]:
         """Enclosing scopes, innermost first, ending with the module."""
+        return self._scope_chain(node).copy()
+
+    def _scope_chain(self, node: ast.AST) -> list[ast.AST]:
+        """``scopes_of`` without the copy, for the model's own read-only lookups: the
+        shared chain, which callers must not change."""
         first = self._scope_of.get(id(node), self.tree)
         chains = self._scope_chains
         chain = chains.get(id(first))
@@ -277,11 +282,11 @@ class FileModel:
             while chain[-1] is not self.tree:
                 chain.append(self.scope_of(chain[-1]))
             chains[id(first)] = chain
-        return chain.copy()
+        return chain
 
     def function_of(self, node: ast.AST) -> FunctionNode | None:
         """The innermost def enclosing ``node`` (lambdas and classes are skipped over)."""
-        for scope in self.scopes_of(node):
+        for scope in self._scope_chain(node):
             if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 return scope
             if isinstance(scope, ast.ClassDef):
@@ -320,7 +325,7 @@ class FileModel:
             cur = cur.value
         if not isinstance(cur, ast.Name):
             return None
-        base = self.imports.resolve_name(cur.id, self.scopes_of(cur))
+        base = self.imports.resolve_name(cur.id, self._scope_chain(cur))
         if base is None:
             return None
         if parts:
@@ -413,7 +418,7 @@ class FileModel:
         """The same-file function a call invokes, when that is certain enough."""
         func = call.func
         if isinstance(func, ast.Name):
-            for scope in self.scopes_of(call):
+            for scope in self._scope_chain(call):
                 if isinstance(scope, ast.ClassDef):
                     continue
                 defs = self._local_defs.get(id(scope))

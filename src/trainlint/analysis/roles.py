@@ -97,6 +97,9 @@ class Roles:
         self._module_classes: dict[int, Role | None] = {}
         self._not_torch: set[Key] = set()
         self._looked: list[tuple[ast.AST, Binding | None]] | None = None
+        self._keys: dict[int, Key | None] = {}
+        #: per function: the values its `return` statements give, in walk_local order
+        self._return_values: dict[int, list[ast.expr]] = {}
         # Bindings flow through names, attributes and factory returns in any order:
         # iterate to a fixpoint (a few passes suffice for real files).
         self._next: dict[Key, list[Binding]] = {}
@@ -129,9 +132,22 @@ class Roles:
 
     # -- keys ------------------------------------------------------------------------
     def key(self, expr: ast.AST) -> Key | None:
+        # A key depends on the file alone: memoized for the file's own nodes (each fixpoint
+        # pass asks again for every target and value), not for nodes an analysis built.
+        k = id(expr)
+        try:
+            return self._keys[k]
+        except KeyError:
+            pass
+        found = self._key(expr)
+        if k in self.model._scope_of:
+            self._keys[k] = found
+        return found
+
+    def _key(self, expr: ast.AST) -> Key | None:
         m = self.model
         if isinstance(expr, ast.Name):
-            for scope in m.scopes_of(expr):
+            for scope in m._scope_chain(expr):
                 if isinstance(scope, ast.ClassDef):
                     continue
                 b = m.imports._scopes.get(id(scope))
@@ -375,12 +391,15 @@ class Roles:
         if id(fn) in self._in_progress:
             return [None]
         self._in_progress.add(id(fn))
-        results: list[list[Binding | None]] = []
-        from trainlint.analysis.model import walk_local
+        values = self._return_values.get(id(fn))
+        if values is None:
+            from trainlint.analysis.model import walk_local
 
-        for node in walk_local(fn):
-            if isinstance(node, ast.Return) and node.value is not None:
-                results.append(self.classify(node.value))
+            values = self._return_values[id(fn)] = [
+                node.value for node in walk_local(fn)
+                if isinstance(node, ast.Return) and node.value is not None
+            ]
+        results = [self.classify(value) for value in values]
         self._in_progress.discard(id(fn))
         # Only a single consistent return shape counts.
         shapes = {tuple(b.role if b else None for b in r) for r in results}

@@ -223,6 +223,9 @@ _EVENT_CALLS = {"backward", "manual_backward", "step", "optimizer_step", "zero_g
                 "clip_grad_norm", "clip_gradients", "clip_grads_with_norm_", "get_total_norm"}
 _CLIP_NAMES = {"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_gradients",
                "clip_grads_with_norm_"}
+#: the methods whose calls `classify` may make a BACKWARD or STEP event (a bare name may be
+#: an alias of torch's, so only attribute calls are screened by name)
+_OWN_STEP_METHODS = frozenset({"backward", "manual_backward", "step", "optimizer_step"})
 _READ_NAMES = {"get_total_norm", "get_grad_norm", "grad_norm"}
 _ZEROING_METHODS = {"zero_", "detach_", "requires_grad_", "fill_"}
 
@@ -461,9 +464,9 @@ class StepModel:
                     if target is not None:
                         called_in_loop.add(id(target))
         for fn in self.model.functions:
-            if id(fn) in called_in_loop or self.model.loop_contexts(fn.body[0] if fn.body else fn):
-                continue
             if not STEP_FUNCTION_NAMES.match(fn.name):
+                continue  # tested first: the name is cheap, the loop contexts are not
+            if id(fn) in called_in_loop or self.model.loop_contexts(fn.body[0] if fn.body else fn):
                 continue
             paths, precise = self.function_paths(fn)
             own = [e for p in paths for e in p if e.depth == 0]
@@ -577,6 +580,9 @@ class StepModel:
             cached = False
             for node in walk_local(fn):
                 if isinstance(node, ast.Call):
+                    func = node.func
+                    if isinstance(func, ast.Attribute) and func.attr not in _OWN_STEP_METHODS:
+                        continue  # classify gives a backward or a step for no other method
                     ev = self.classify(node)
                     if ev is not None and ev.kind in (Kind.BACKWARD, Kind.STEP):
                         cached = True
