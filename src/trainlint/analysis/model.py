@@ -10,7 +10,7 @@ what some enabled rule asked for.
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -617,6 +617,19 @@ def _children(node: ast.AST) -> list[ast.AST]:
         elif isinstance(value, _AST) and not isinstance(value, _LEAF_TYPES):
             out.append(value)
     return out
+
+
+def walk_tree(node: ast.AST) -> Iterator[ast.AST]:
+    """``ast.walk`` (breadth first, entering everything) in its order, without the
+    expression contexts and operators it also yields, at about twice its speed: for
+    scans that look for calls, names or statements, where those never matter."""
+    todo = deque((node,))
+    popleft = todo.popleft
+    extend = todo.extend
+    while todo:
+        cur = popleft()
+        extend(_children(cur))
+        yield cur
 
 
 def walk_local(node: ast.AST) -> Iterator[ast.AST]:

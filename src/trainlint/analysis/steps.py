@@ -226,6 +226,8 @@ _CLIP_NAMES = {"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_gr
 #: the methods whose calls `classify` may make a BACKWARD or STEP event (a bare name may be
 #: an alias of torch's, so only attribute calls are screened by name)
 _OWN_STEP_METHODS = frozenset({"backward", "manual_backward", "step", "optimizer_step"})
+#: the nodes walk_local does not enter (that can hold a call)
+_LOCAL_STOPS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _READ_NAMES = {"get_total_norm", "get_grad_norm", "grad_norm"}
 _ZEROING_METHODS = {"zero_", "detach_", "requires_grad_", "fill_"}
 
@@ -572,17 +574,40 @@ class StepModel:
         ev = Event(Kind.READ, chain[0], chain=tuple(reversed(sites)))  # outermost first
         return self.anchor(ev)
 
+    @cached_property
+    def _own_step_scopes(self) -> set[int]:
+        """The defs, lambdas and classes (by id) whose own code, as walk_local meets it,
+        has a call that `classify` makes a backward or a step: found from the few calls
+        that can be one (by method name, or a bare name imported from torch under that
+        name), not by walking every function."""
+        m = self.model
+        names = set(_OWN_STEP_METHODS)
+        for b in m.imports._scopes.values():
+            for local, q in b.imports.items():
+                if q.startswith("torch.") and q.rsplit(".", 1)[-1] in _OWN_STEP_METHODS:
+                    names.add(local)
+        out: set[int] = set()
+        for name in names:
+            for call in m.calls.get(name, ()):
+                ev = self.classify(call)
+                if ev is None or ev.kind not in (Kind.BACKWARD, Kind.STEP):
+                    continue
+                for anc in m.ancestors(call):
+                    if isinstance(anc, _LOCAL_STOPS):
+                        out.add(id(anc))  # walk_local stops at the first of these
+                        break
+        return out
+
     def _has_own_step(self, fn: ast.AST | None) -> bool:
         if fn is None:
             return False
+        if isinstance(fn, _LOCAL_STOPS):
+            return id(fn) in self._own_step_scopes
         cached = self._own_step.get(id(fn))
         if cached is None:
             cached = False
             for node in walk_local(fn):
                 if isinstance(node, ast.Call):
-                    func = node.func
-                    if isinstance(func, ast.Attribute) and func.attr not in _OWN_STEP_METHODS:
-                        continue  # classify gives a backward or a step for no other method
                     ev = self.classify(node)
                     if ev is not None and ev.kind in (Kind.BACKWARD, Kind.STEP):
                         cached = True
