@@ -608,9 +608,15 @@ _WALK_STOP = _LEAVES | {*FUNCTION_NODES, ast.ClassDef}
 def _children(node: ast.AST) -> list[ast.AST]:
     """ast.iter_child_nodes without the generator: the indexing pass visits every node."""
     out: list[ast.AST] = []
-    for name in node._fields:
+    cls = node.__class__
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        fields = _child_fields(cls)  # the fields that may hold a child: no scalars
+    for name in fields:
         value = getattr(node, name, None)
-        if isinstance(value, list):
+        if value is None:
+            continue
+        if value.__class__ is list:
             for item in value:
                 if isinstance(item, _AST):
                     out.append(item)

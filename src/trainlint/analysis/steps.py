@@ -420,6 +420,24 @@ class StepModel:
     def loop_paths(self, loop: Loop) -> tuple[list[Path], bool]:
         return self._loop_paths.get(id(loop)) or ([()], True)
 
+    @cached_property
+    def _may_train_owners(self) -> set[int]:
+        """The nodes (by id) whose walk_local meets something `_may_train` stops at: a
+        call named like an event, a call that may resolve to a same-file function, a
+        `.grad`. Found from the model's tables: for most loops and functions of a file
+        there is none, and `_may_train` need not walk them."""
+        m = self.model
+        names = _EVENT_CALLS | {fn.name for fn in m.functions}
+        found: list[ast.AST] = [c for n in names for c in m.calls.get(n, ())]
+        found.extend(m.attributes.get("grad", ()))
+        owners: set[int] = set()
+        for sub in found:
+            for anc in m.ancestors(sub):
+                owners.add(id(anc))
+                if isinstance(anc, _LOCAL_STOPS):
+                    break  # walk_local enters no further: its own walk starts here
+        return owners
+
     def _may_train(self, node: ast.AST, depth: int = 0) -> bool:
         """Cheap test before enumerating paths: does the loop (or a same-file function it
         calls) contain anything that can be a step event?"""
@@ -427,6 +445,10 @@ class StepModel:
         cached = self._may_train_cache.get(key)
         if cached is not None:
             return cached
+        if key not in self._may_train_owners:
+            # nothing the walk below can stop at: it would only find False
+            self._may_train_cache[key] = False
+            return False
         self._may_train_cache[key] = False  # recursion guard
         found = False
         for sub in walk_local(node):
