@@ -91,6 +91,8 @@ class FileModel:
         self.fstrings: list[ast.JoinedStr] = []
         self.keywords: list[ast.keyword] = []
         self.named_exprs: list[ast.NamedExpr] = []
+        #: `return` statements, in no set order (see returns_in)
+        self.returns: list[ast.Return] = []
         self._scope_of: dict[int, ast.AST] = {}
         self._memo: dict[object, Any] = {}
         #: The oldest torch (major, minor) the file's project requires, from the nearest
@@ -195,6 +197,8 @@ class FileModel:
                     self.keywords.append(node)  # type: ignore[arg-type]
                 elif kind == _K_FSTRING:
                     self.fstrings.append(node)  # type: ignore[arg-type]
+                elif kind == _K_RETURN:
+                    self.returns.append(node)  # type: ignore[arg-type]
             fields = fields_of.get(cls)
             if fields is None:
                 fields = _child_fields(cls)
@@ -405,6 +409,18 @@ class FileModel:
         without walking it."""
         return self._assignments_by_scope.get(id(scope), [])
 
+    @cached_property
+    def _returns_by_scope(self) -> dict[int, list[ast.Return]]:
+        out: dict[int, list[ast.Return]] = defaultdict(list)
+        for stmt in sorted(self.returns, key=_pos):
+            out[id(self.scope_of(stmt))].append(stmt)
+        return out
+
+    def returns_in(self, fn: ast.AST) -> list[ast.Return]:
+        """The ``return`` statements of def ``fn`` outside nested defs and classes, in
+        source order: those ``walk_local(fn)`` meets, without walking it."""
+        return self._returns_by_scope.get(id(fn), [])
+
     def methods(self, cls: ast.ClassDef) -> dict[str, FunctionNode]:
         return self._local_defs.get(id(cls), {})
 
@@ -579,7 +595,7 @@ def _child_fields(cls: type) -> tuple[str, ...]:
 
 # What the indexing pass records for a node, by its class.
 (_K_SCOPE, _K_CALL, _K_ATTRIBUTE, _K_ASSIGN, _K_LOOP, _K_WITH, _K_IMPORT, _K_GLOBAL,
- _K_NAMED, _K_EXCEPT, _K_KEYWORD, _K_FSTRING) = range(1, 13)
+ _K_NAMED, _K_EXCEPT, _K_KEYWORD, _K_FSTRING, _K_RETURN) = range(1, 14)
 _KIND: dict[type, int] = {
     **dict.fromkeys(SCOPE_NODES, _K_SCOPE),
     ast.Call: _K_CALL,
@@ -596,6 +612,7 @@ _KIND: dict[type, int] = {
     ast.ExceptHandler: _K_EXCEPT,
     ast.keyword: _K_KEYWORD,
     ast.JoinedStr: _K_FSTRING,
+    ast.Return: _K_RETURN,
 }
 # Nodes with no children that the pass only records (parent, scope): handled where
 # they are found instead of going through the stack.

@@ -98,6 +98,7 @@ class Roles:
         self._not_torch: set[Key] = set()
         self._looked: list[tuple[ast.AST, Binding | None]] | None = None
         self._keys: dict[int, Key | None] = {}
+        self._constructors: dict[str, Role | None] = {}
         #: per function: the values its `return` statements give, in walk_local order
         self._return_values: dict[int, list[ast.expr]] = {}
         # Bindings flow through names, attributes and factory returns in any order:
@@ -121,13 +122,16 @@ class Roles:
                     if item.optional_vars is not None:
                         self._bind_target(item.optional_vars, item.context_expr, w)
             self._looked = None
+            before = self.bindings
             self.bindings = self._next
             self._bind_parameter_owners()
             summary = {k: tuple(b.role for b in v) for k, v in self.bindings.items()}
             if summary == previous:
                 break
             previous = summary
-            if n + 1 < passes and all(self.lookup(e) == found for e, found in looked):
+            if n + 1 < passes and all(
+                self._same_answer(e, before) or self.lookup(e) == found for e, found in looked
+            ):
                 break
 
     # -- keys ------------------------------------------------------------------------
@@ -167,6 +171,16 @@ class Roles:
                 return ("dotted", name)
         return None
 
+
+    def _same_answer(self, expr: ast.AST, before: dict[Key, list[Binding]]) -> bool:
+        """Whether ``lookup(expr)`` answers now as it did with the ``before`` bindings
+        without asking it again: its key is in neither (then the answer never read them:
+        None, or a foreign binding, which does not depend on them), and it is not an
+        attribute that inherited lookups would search for in base classes."""
+        key = self.key(expr)
+        if key is None:
+            return True
+        return key[0] != "attr" and key not in before and key not in self.bindings
 
     # -- queries ---------------------------------------------------------------------
     def lookup(self, expr: ast.AST) -> Binding | None:
@@ -320,6 +334,13 @@ class Roles:
         return [None]
 
     def _role_of_constructor(self, qual: str) -> Role | None:
+        try:
+            return self._constructors[qual]
+        except KeyError:
+            found = self._constructors[qual] = self._constructor_role(qual)
+            return found
+
+    def _constructor_role(self, qual: str) -> Role | None:
         parts = qual.split(".")
         last = parts[-1]
         if qual.startswith("torch.optim.lr_scheduler.") and last[:1].isupper():
@@ -393,11 +414,14 @@ class Roles:
         self._in_progress.add(id(fn))
         values = self._return_values.get(id(fn))
         if values is None:
-            from trainlint.analysis.model import walk_local
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                returns = self.model.returns_in(fn)  # walk_local's, from the index
+            else:
+                from trainlint.analysis.model import walk_local
 
+                returns = [node for node in walk_local(fn) if isinstance(node, ast.Return)]
             values = self._return_values[id(fn)] = [
-                node.value for node in walk_local(fn)
-                if isinstance(node, ast.Return) and node.value is not None
+                node.value for node in returns if node.value is not None
             ]
         results = [self.classify(value) for value in values]
         self._in_progress.discard(id(fn))
