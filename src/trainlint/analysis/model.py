@@ -410,6 +410,27 @@ class FileModel:
         return self._assignments_by_scope.get(id(scope), [])
 
     @cached_property
+    def _outermost_loops(self) -> dict[int, list[ast.For | ast.AsyncFor | ast.While]]:
+        out: dict[int, list[ast.For | ast.AsyncFor | ast.While]] = {}
+        for lp in self.loops:  # in source order
+            owner: ast.AST = self.tree
+            for anc in self.ancestors(lp):
+                if isinstance(anc, LOOP_NODES):
+                    break  # nested in a loop of its own scope
+                if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+                    owner = anc
+                    out.setdefault(id(owner), []).append(lp)
+                    break
+            else:
+                out.setdefault(id(owner), []).append(lp)
+        return out
+
+    def outermost_loops(self, scope: ast.AST) -> list[ast.For | ast.AsyncFor | ast.While]:
+        """The loops of ``scope`` (a def, lambda, class or the module) not inside another of
+        its loops, in source order: every loop ``walk_local(scope)`` meets is in one."""
+        return self._outermost_loops.get(id(scope), [])
+
+    @cached_property
     def _returns_by_scope(self) -> dict[int, list[ast.Return]]:
         out: dict[int, list[ast.Return]] = defaultdict(list)
         for stmt in sorted(self.returns, key=_pos):

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 from trainlint.analysis.context import is_test_file
 from trainlint.analysis.flow import grad_enabled_at
-from trainlint.analysis.model import LOOP_NODES, FileModel, call_name, dotted, is_false, walk_local
+from trainlint.analysis.model import FileModel, call_name, dotted, is_false, walk_local
 from trainlint.analysis.paths import Reported
 from trainlint.analysis.steps import Kind
 from trainlint.edits import torch_call, wrap_intent
@@ -73,25 +73,6 @@ def _wrap_in_no_grad(model: FileModel, call: ast.Call,
     if loop is None or header is None:
         return None
     return wrap_intent(model, [loop], header)
-
-
-def _outermost_loops(model: FileModel) -> dict[int, list[ast.AST]]:
-    """Per def, lambda, class or module (by id): its loops not inside another of its
-    loops, in source order (the order walk_local meets them)."""
-    out: dict[int, list[ast.AST]] = {}
-    for lp in model.loops:  # in source order
-        owner: ast.AST = model.tree
-        nested = False
-        for anc in model.ancestors(lp):
-            if isinstance(anc, LOOP_NODES):
-                nested = True
-                break
-            if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-                owner = anc
-                break
-        if not nested:
-            out.setdefault(id(owner), []).append(lp)
-    return out
 
 
 class EvalWithoutNoGrad(Rule):
@@ -348,15 +329,11 @@ def validate(model, val_loader):
             if _EVAL_FUNC.search(fn.name):
                 scopes[id(fn)] = fn
         # only calls inside evaluation candidates can be reported: skip the rest unseen
-        if keep is None:
-            candidates = [sub for scope in scopes.values() for sub in walk_local(scope)
-                          if isinstance(sub, ast.Call)]
-        else:
-            # `keep` wants an enclosing loop of the call's own function, so only the
-            # scopes' outermost loops are walked (in source order: the scope walk's)
-            outer = _outermost_loops(model)
-            candidates = [sub for scope in scopes.values() for lp in outer.get(id(scope), ())
-                          for sub in walk_local(lp) if isinstance(sub, ast.Call) and keep(sub)]
+        # `keep` wants an enclosing loop of the call's own function: walk only the scopes'
+        # outermost loops (in source order, as the scope's walk would meet them)
+        candidates = [sub for scope in scopes.values() for top in (
+            model.outermost_loops(scope) if keep is not None else [scope])
+            for sub in walk_local(top) if isinstance(sub, ast.Call) and (keep is None or keep(sub))]
         for call in candidates:
             func = call.func
             name = dotted(func)
