@@ -74,3 +74,102 @@ def test_no_plugins_gives_the_builtin_rules_without_pluggy(monkeypatch):
         assert manager.load_formats(()) == {}
     finally:
         manager._manager.cache_clear()
+
+
+# A file with the shapes the table-driven answers must get right: nested defs, lambdas
+# and classes; decorators and defaults (walked with their def, scoped outside it);
+# a torch alias called by a bare name; steps in a method and in a nested helper.
+TABLES = '''
+import torch
+from torch.autograd import backward as bw
+
+
+def deco(f):
+    return f
+
+
+@deco
+def train(model, opt, loader, lr=float("1e-3")):
+    def helper(loss):
+        loss.backward()
+        return loss
+
+    for batch in loader:
+        loss = model(batch)
+        helper(loss)
+        opt.step()
+        if loss > 0:
+            return loss
+    return [lambda: opt.step() for _ in range(2)]
+
+
+class Trainer:
+    def fit(self, loss):
+        bw(loss)
+        return self.step_once(loss) if loss else None
+
+    def step_once(self, loss):
+        class Inner:
+            def go(self):
+                return 1
+        for p in self.parameters():
+            p.grad = None
+        return Inner
+
+
+def plain(xs):
+    total = 0
+    for x in xs:
+        total += x
+    return total
+'''
+
+
+def _model(text: str = TABLES) -> FileModel:
+    return FileModel(ast.parse(text), Source(text))
+
+
+def test_walk_tree_is_ast_walk_without_contexts_and_operators():
+    from trainlint.analysis.model import _LEAF_TYPES, walk_tree
+
+    tree = ast.parse(TABLES + "y = a < b < c and not d or -e\n")
+    for node in [tree, *(n for n in ast.walk(tree) if not isinstance(n, _LEAF_TYPES))]:
+        want = [id(n) for n in ast.walk(node)
+                if isinstance(n, ast.cmpop) or not isinstance(n, _LEAF_TYPES)]
+        assert [id(n) for n in walk_tree(node)] == want
+
+
+def test_returns_in_is_what_walk_local_meets():
+    from trainlint.analysis.model import walk_local
+
+    model = _model()
+    for fn in model.functions:
+        want = [n for n in walk_local(fn) if isinstance(n, ast.Return)]
+        assert model.returns_in(fn) == want
+
+
+def test_step_tables_answer_as_the_walks():
+    from trainlint.analysis.model import walk_local
+    from trainlint.analysis.steps import Kind, StepModel
+
+    model = _model()
+    steps = model.steps
+    scopes = [*model.functions, *model.classes,
+              *(n for n in ast.walk(model.tree) if isinstance(n, ast.Lambda))]
+    for fn in scopes:
+        walked = any(
+            isinstance(n, ast.Call) and (ev := steps.classify(n)) is not None
+            and ev.kind in (Kind.BACKWARD, Kind.STEP) for n in walk_local(fn)
+        )
+        assert steps.has_own_step(fn) is walked, ast.dump(fn)[:60]
+    # _may_train with and without its table of stopping points
+    class Everything:
+        def __contains__(self, item: object) -> bool:
+            return True
+
+    slow = StepModel(model)
+    slow.__dict__["_may_train_owners"] = Everything()
+    fast = StepModel(model)
+    for node in [*model.loops, *model.functions]:
+        assert fast._may_train(node) is slow._may_train(node)
+    assert [id(s.node) for s in fast.step_loops] == [id(s.node) for s in slow.step_loops]

@@ -128,21 +128,22 @@ class ConstantEvaluator:
         ``warmup_epochs: int = 10``. Several different defaults, or none: unknown."""
         found: set[object] = set()
         flag = "--" + attr.replace("_", "-")
-        for node in ast.walk(self.model.tree):
-            if isinstance(node, ast.Call) and call_name(node) == "add_argument":
-                names = {a.value for a in node.args if isinstance(a, ast.Constant)}
-                if flag in names or "--" + attr in names:
-                    default = keyword(node, "default")
-                    found.add(default.value if isinstance(default, ast.Constant) else None)
-            elif isinstance(node, ast.ClassDef):
-                for stmt in node.body:
-                    target = stmt.target if isinstance(stmt, ast.AnnAssign) else (
-                        stmt.targets[0] if isinstance(stmt, ast.Assign)
-                        and len(stmt.targets) == 1 else None
-                    )
-                    value = getattr(stmt, "value", None)
-                    if isinstance(target, ast.Name) and target.id == attr and value is not None:
-                        found.add(value.value if isinstance(value, ast.Constant) else None)
+        # the model's call and class tables, not a walk of the whole tree per attribute
+        # (`found` is a set: the order the nodes come in does not matter)
+        for node in self.model.calls.get("add_argument", ()):
+            names = {a.value for a in node.args if isinstance(a, ast.Constant)}
+            if flag in names or "--" + attr in names:
+                default = keyword(node, "default")
+                found.add(default.value if isinstance(default, ast.Constant) else None)
+        for cls in self.model.classes:
+            for stmt in cls.body:
+                target = stmt.target if isinstance(stmt, ast.AnnAssign) else (
+                    stmt.targets[0] if isinstance(stmt, ast.Assign)
+                    and len(stmt.targets) == 1 else None
+                )
+                value = getattr(stmt, "value", None)
+                if isinstance(target, ast.Name) and target.id == attr and value is not None:
+                    found.add(value.value if isinstance(value, ast.Constant) else None)
         if len(found) == 1:
             (value,) = found
             if is_number(value):

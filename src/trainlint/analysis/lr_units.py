@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from trainlint.analysis.escapes import params_of
 from trainlint.analysis.lr_assignments import counter_key
-from trainlint.analysis.model import FUNCTION_NODES, FileModel, call_name, dotted
+from trainlint.analysis.model import FUNCTION_NODES, FileModel, call_name, dotted, walk_local
 from trainlint.analysis.steps import LOOP_NODES
 
 _ITERATION = re.compile(r"iter|step|batch|sample|token|update|len\(\)", re.IGNORECASE)
@@ -145,17 +145,15 @@ def _loop_targets(loop: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
 
 
+_NESTED = (*FUNCTION_NODES, ast.ClassDef)
+
+
 def _walk_in(node: ast.AST) -> list[ast.AST]:
-    """Nodes under ``node``, not descending into nested functions or classes."""
-    out: list[ast.AST] = []
-    todo = list(ast.iter_child_nodes(node))
-    while todo:
-        sub = todo.pop()
-        if isinstance(sub, (*FUNCTION_NODES, ast.ClassDef)):
-            continue
-        out.append(sub)
-        todo.extend(ast.iter_child_nodes(sub))
-    return out
+    """Nodes under ``node``, not descending into nested functions or classes (and without
+    them). Callers only collect them into sets, so the order is walk_local's."""
+    walk = walk_local(node)
+    next(walk)  # ``node`` itself
+    return [sub for sub in walk if not isinstance(sub, _NESTED)]
 
 
 def _incremented(nodes: list[ast.AST]) -> set[str]:

@@ -10,7 +10,7 @@ what some enabled rule asked for.
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -91,6 +91,8 @@ class FileModel:
         self.fstrings: list[ast.JoinedStr] = []
         self.keywords: list[ast.keyword] = []
         self.named_exprs: list[ast.NamedExpr] = []
+        #: `return` statements, in no set order (see returns_in)
+        self.returns: list[ast.Return] = []
         self._scope_of: dict[int, ast.AST] = {}
         self._memo: dict[object, Any] = {}
         #: The oldest torch (major, minor) the file's project requires, from the nearest
@@ -195,6 +197,8 @@ class FileModel:
                     self.keywords.append(node)  # type: ignore[arg-type]
                 elif kind == _K_FSTRING:
                     self.fstrings.append(node)  # type: ignore[arg-type]
+                elif kind == _K_RETURN:
+                    self.returns.append(node)  # type: ignore[arg-type]
             fields = fields_of.get(cls)
             if fields is None:
                 fields = _child_fields(cls)
@@ -269,6 +273,11 @@ class FileModel:
 
     def scopes_of(self, node: ast.AST) -> list[ast.AST]:
         """Enclosing scopes, innermost first, ending with the module."""
+        return self._scope_chain(node).copy()
+
+    def _scope_chain(self, node: ast.AST) -> list[ast.AST]:
+        """``scopes_of`` without the copy, for the model's own read-only lookups: the
+        shared chain, which callers must not change."""
         first = self._scope_of.get(id(node), self.tree)
         chains = self._scope_chains
         chain = chains.get(id(first))
@@ -277,11 +286,11 @@ class FileModel:
             while chain[-1] is not self.tree:
                 chain.append(self.scope_of(chain[-1]))
             chains[id(first)] = chain
-        return chain.copy()
+        return chain
 
     def function_of(self, node: ast.AST) -> FunctionNode | None:
         """The innermost def enclosing ``node`` (lambdas and classes are skipped over)."""
-        for scope in self.scopes_of(node):
+        for scope in self._scope_chain(node):
             if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 return scope
             if isinstance(scope, ast.ClassDef):
@@ -320,7 +329,7 @@ class FileModel:
             cur = cur.value
         if not isinstance(cur, ast.Name):
             return None
-        base = self.imports.resolve_name(cur.id, self.scopes_of(cur))
+        base = self.imports.resolve_name(cur.id, self._scope_chain(cur))
         if base is None:
             return None
         if parts:
@@ -400,6 +409,39 @@ class FileModel:
         without walking it."""
         return self._assignments_by_scope.get(id(scope), [])
 
+    @cached_property
+    def _outermost_loops(self) -> dict[int, list[ast.For | ast.AsyncFor | ast.While]]:
+        out: dict[int, list[ast.For | ast.AsyncFor | ast.While]] = {}
+        for lp in self.loops:  # in source order
+            owner: ast.AST = self.tree
+            for anc in self.ancestors(lp):
+                if isinstance(anc, LOOP_NODES):
+                    break  # nested in a loop of its own scope
+                if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+                    owner = anc
+                    out.setdefault(id(owner), []).append(lp)
+                    break
+            else:
+                out.setdefault(id(owner), []).append(lp)
+        return out
+
+    def outermost_loops(self, scope: ast.AST) -> list[ast.For | ast.AsyncFor | ast.While]:
+        """The loops of ``scope`` (a def, lambda, class or the module) not inside another of
+        its loops, in source order: every loop ``walk_local(scope)`` meets is in one."""
+        return self._outermost_loops.get(id(scope), [])
+
+    @cached_property
+    def _returns_by_scope(self) -> dict[int, list[ast.Return]]:
+        out: dict[int, list[ast.Return]] = defaultdict(list)
+        for stmt in sorted(self.returns, key=_pos):
+            out[id(self.scope_of(stmt))].append(stmt)
+        return out
+
+    def returns_in(self, fn: ast.AST) -> list[ast.Return]:
+        """The ``return`` statements of def ``fn`` outside nested defs and classes, in
+        source order: those ``walk_local(fn)`` meets, without walking it."""
+        return self._returns_by_scope.get(id(fn), [])
+
     def methods(self, cls: ast.ClassDef) -> dict[str, FunctionNode]:
         return self._local_defs.get(id(cls), {})
 
@@ -413,7 +455,7 @@ class FileModel:
         """The same-file function a call invokes, when that is certain enough."""
         func = call.func
         if isinstance(func, ast.Name):
-            for scope in self.scopes_of(call):
+            for scope in self._scope_chain(call):
                 if isinstance(scope, ast.ClassDef):
                     continue
                 defs = self._local_defs.get(id(scope))
@@ -574,7 +616,7 @@ def _child_fields(cls: type) -> tuple[str, ...]:
 
 # What the indexing pass records for a node, by its class.
 (_K_SCOPE, _K_CALL, _K_ATTRIBUTE, _K_ASSIGN, _K_LOOP, _K_WITH, _K_IMPORT, _K_GLOBAL,
- _K_NAMED, _K_EXCEPT, _K_KEYWORD, _K_FSTRING) = range(1, 13)
+ _K_NAMED, _K_EXCEPT, _K_KEYWORD, _K_FSTRING, _K_RETURN) = range(1, 14)
 _KIND: dict[type, int] = {
     **dict.fromkeys(SCOPE_NODES, _K_SCOPE),
     ast.Call: _K_CALL,
@@ -591,6 +633,7 @@ _KIND: dict[type, int] = {
     ast.ExceptHandler: _K_EXCEPT,
     ast.keyword: _K_KEYWORD,
     ast.JoinedStr: _K_FSTRING,
+    ast.Return: _K_RETURN,
 }
 # Nodes with no children that the pass only records (parent, scope): handled where
 # they are found instead of going through the stack.
@@ -603,15 +646,34 @@ _WALK_STOP = _LEAVES | {*FUNCTION_NODES, ast.ClassDef}
 def _children(node: ast.AST) -> list[ast.AST]:
     """ast.iter_child_nodes without the generator: the indexing pass visits every node."""
     out: list[ast.AST] = []
-    for name in node._fields:
+    cls = node.__class__
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        fields = _child_fields(cls)  # the fields that may hold a child: no scalars
+    for name in fields:
         value = getattr(node, name, None)
-        if isinstance(value, list):
+        if value is None:
+            continue
+        if value.__class__ is list:
             for item in value:
                 if isinstance(item, _AST):
                     out.append(item)
         elif isinstance(value, _AST) and not isinstance(value, _LEAF_TYPES):
             out.append(value)
     return out
+
+
+def walk_tree(node: ast.AST) -> Iterator[ast.AST]:
+    """``ast.walk`` (breadth first, entering everything) in its order, without the
+    expression contexts and operators it also yields, at about twice its speed: for
+    scans that look for calls, names or statements, where those never matter."""
+    todo = deque((node,))
+    popleft = todo.popleft
+    extend = todo.extend
+    while todo:
+        cur = popleft()
+        extend(_children(cur))
+        yield cur
 
 
 def walk_local(node: ast.AST) -> Iterator[ast.AST]:

@@ -97,6 +97,10 @@ class Roles:
         self._module_classes: dict[int, Role | None] = {}
         self._not_torch: set[Key] = set()
         self._looked: list[tuple[ast.AST, Binding | None]] | None = None
+        self._keys: dict[int, Key | None] = {}
+        self._constructors: dict[str, Role | None] = {}
+        #: per function: the values its `return` statements give, in walk_local order
+        self._return_values: dict[int, list[ast.expr]] = {}
         # Bindings flow through names, attributes and factory returns in any order:
         # iterate to a fixpoint (a few passes suffice for real files).
         self._next: dict[Key, list[Binding]] = {}
@@ -118,20 +122,36 @@ class Roles:
                     if item.optional_vars is not None:
                         self._bind_target(item.optional_vars, item.context_expr, w)
             self._looked = None
+            before = self.bindings
             self.bindings = self._next
             self._bind_parameter_owners()
             summary = {k: tuple(b.role for b in v) for k, v in self.bindings.items()}
             if summary == previous:
                 break
             previous = summary
-            if n + 1 < passes and all(self.lookup(e) == found for e, found in looked):
+            if n + 1 < passes and all(
+                self._same_answer(e, before) or self.lookup(e) == found for e, found in looked
+            ):
                 break
 
     # -- keys ------------------------------------------------------------------------
     def key(self, expr: ast.AST) -> Key | None:
+        # A key depends on the file alone: memoized for the file's own nodes (each fixpoint
+        # pass asks again for every target and value), not for nodes an analysis built.
+        k = id(expr)
+        try:
+            return self._keys[k]
+        except KeyError:
+            pass
+        found = self._key(expr)
+        if k in self.model._scope_of:
+            self._keys[k] = found
+        return found
+
+    def _key(self, expr: ast.AST) -> Key | None:
         m = self.model
         if isinstance(expr, ast.Name):
-            for scope in m.scopes_of(expr):
+            for scope in m._scope_chain(expr):
                 if isinstance(scope, ast.ClassDef):
                     continue
                 b = m.imports._scopes.get(id(scope))
@@ -151,6 +171,16 @@ class Roles:
                 return ("dotted", name)
         return None
 
+
+    def _same_answer(self, expr: ast.AST, before: dict[Key, list[Binding]]) -> bool:
+        """Whether ``lookup(expr)`` answers now as it did with the ``before`` bindings
+        without asking it again: its key is in neither (then the answer never read them:
+        None, or a foreign binding, which does not depend on them), and it is not an
+        attribute that inherited lookups would search for in base classes."""
+        key = self.key(expr)
+        if key is None:
+            return True
+        return key[0] != "attr" and key not in before and key not in self.bindings
 
     # -- queries ---------------------------------------------------------------------
     def lookup(self, expr: ast.AST) -> Binding | None:
@@ -304,6 +334,13 @@ class Roles:
         return [None]
 
     def _role_of_constructor(self, qual: str) -> Role | None:
+        try:
+            return self._constructors[qual]
+        except KeyError:
+            found = self._constructors[qual] = self._constructor_role(qual)
+            return found
+
+    def _constructor_role(self, qual: str) -> Role | None:
         parts = qual.split(".")
         last = parts[-1]
         if qual.startswith("torch.optim.lr_scheduler.") and last[:1].isupper():
@@ -375,12 +412,18 @@ class Roles:
         if id(fn) in self._in_progress:
             return [None]
         self._in_progress.add(id(fn))
-        results: list[list[Binding | None]] = []
-        from trainlint.analysis.model import walk_local
+        values = self._return_values.get(id(fn))
+        if values is None:
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                returns = self.model.returns_in(fn)  # walk_local's, from the index
+            else:
+                from trainlint.analysis.model import walk_local
 
-        for node in walk_local(fn):
-            if isinstance(node, ast.Return) and node.value is not None:
-                results.append(self.classify(node.value))
+                returns = [node for node in walk_local(fn) if isinstance(node, ast.Return)]
+            values = self._return_values[id(fn)] = [
+                node.value for node in returns if node.value is not None
+            ]
+        results = [self.classify(value) for value in values]
         self._in_progress.discard(id(fn))
         # Only a single consistent return shape counts.
         shapes = {tuple(b.role if b else None for b in r) for r in results}

@@ -223,6 +223,11 @@ _EVENT_CALLS = {"backward", "manual_backward", "step", "optimizer_step", "zero_g
                 "clip_grad_norm", "clip_gradients", "clip_grads_with_norm_", "get_total_norm"}
 _CLIP_NAMES = {"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_gradients",
                "clip_grads_with_norm_"}
+#: the methods whose calls `classify` may make a BACKWARD or STEP event (a bare name may be
+#: an alias of torch's, so only attribute calls are screened by name)
+_OWN_STEP_METHODS = frozenset({"backward", "manual_backward", "step", "optimizer_step"})
+#: the nodes walk_local does not enter (that can hold a call)
+_LOCAL_STOPS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _READ_NAMES = {"get_total_norm", "get_grad_norm", "grad_norm"}
 _ZEROING_METHODS = {"zero_", "detach_", "requires_grad_", "fill_"}
 
@@ -415,6 +420,24 @@ class StepModel:
     def loop_paths(self, loop: Loop) -> tuple[list[Path], bool]:
         return self._loop_paths.get(id(loop)) or ([()], True)
 
+    @cached_property
+    def _may_train_owners(self) -> set[int]:
+        """The nodes (by id) whose walk_local meets something `_may_train` stops at: a
+        call named like an event, a call that may resolve to a same-file function, a
+        `.grad`. Found from the model's tables: for most loops and functions of a file
+        there is none, and `_may_train` need not walk them."""
+        m = self.model
+        names = _EVENT_CALLS | {fn.name for fn in m.functions}
+        found: list[ast.AST] = [c for n in names for c in m.calls.get(n, ())]
+        found.extend(m.attributes.get("grad", ()))
+        owners: set[int] = set()
+        for sub in found:
+            for anc in m.ancestors(sub):
+                owners.add(id(anc))
+                if isinstance(anc, _LOCAL_STOPS):
+                    break  # walk_local enters no further: its own walk starts here
+        return owners
+
     def _may_train(self, node: ast.AST, depth: int = 0) -> bool:
         """Cheap test before enumerating paths: does the loop (or a same-file function it
         calls) contain anything that can be a step event?"""
@@ -422,6 +445,10 @@ class StepModel:
         cached = self._may_train_cache.get(key)
         if cached is not None:
             return cached
+        if key not in self._may_train_owners:
+            # nothing the walk below can stop at: it would only find False
+            self._may_train_cache[key] = False
+            return False
         self._may_train_cache[key] = False  # recursion guard
         found = False
         for sub in walk_local(node):
@@ -461,9 +488,9 @@ class StepModel:
                     if target is not None:
                         called_in_loop.add(id(target))
         for fn in self.model.functions:
-            if id(fn) in called_in_loop or self.model.loop_contexts(fn.body[0] if fn.body else fn):
-                continue
             if not STEP_FUNCTION_NAMES.match(fn.name):
+                continue  # tested first: the name is cheap, the loop contexts are not
+            if id(fn) in called_in_loop or self.model.loop_contexts(fn.body[0] if fn.body else fn):
                 continue
             paths, precise = self.function_paths(fn)
             own = [e for p in paths for e in p if e.depth == 0]
@@ -569,9 +596,35 @@ class StepModel:
         ev = Event(Kind.READ, chain[0], chain=tuple(reversed(sites)))  # outermost first
         return self.anchor(ev)
 
+    @cached_property
+    def _own_step_scopes(self) -> set[int]:
+        """The defs, lambdas and classes (by id) whose own code, as walk_local meets it,
+        has a call that `classify` makes a backward or a step: found from the few calls
+        that can be one (by method name, or a bare name imported from torch under that
+        name), not by walking every function."""
+        m = self.model
+        names = set(_OWN_STEP_METHODS)
+        for b in m.imports._scopes.values():
+            for local, q in b.imports.items():
+                if q.startswith("torch.") and q.rsplit(".", 1)[-1] in _OWN_STEP_METHODS:
+                    names.add(local)
+        out: set[int] = set()
+        for name in names:
+            for call in m.calls.get(name, ()):
+                ev = self.classify(call)
+                if ev is None or ev.kind not in (Kind.BACKWARD, Kind.STEP):
+                    continue
+                for anc in m.ancestors(call):
+                    if isinstance(anc, _LOCAL_STOPS):
+                        out.add(id(anc))  # walk_local stops at the first of these
+                        break
+        return out
+
     def _has_own_step(self, fn: ast.AST | None) -> bool:
         if fn is None:
             return False
+        if isinstance(fn, _LOCAL_STOPS):
+            return id(fn) in self._own_step_scopes
         cached = self._own_step.get(id(fn))
         if cached is None:
             cached = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.model import FileModel, call_name, walk_local
+from trainlint.analysis.model import FileModel, call_name, walk_local, walk_tree
 from trainlint.analysis.roles import Role, nn_prefix
 from trainlint.rules.base import Invalid, Report, Rule
 
@@ -302,7 +302,8 @@ class Net(torch.nn.Module):
             for node in walk_local(cls):
                 if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     continue
-                for stmt in walk_local(node):
+                # the method's own assignments in source order, as walk_local meets them
+                for stmt in model.assignments_in(node):
                     if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
                         continue
                     target = stmt.targets[0]
@@ -350,14 +351,14 @@ class Net(torch.nn.Module):
         """Attributes registered some other way (passed to a call, add_module) or appended to."""
         registered: set[str] = set()
         appended: set[str] = set()
-        for node in ast.walk(cls):
+        for node in walk_tree(cls):  # ast.walk's order: the adds and discards interleave
             if isinstance(node, ast.Call):
                 name = call_name(node)
                 if name in ("add_module", "register_module", "setattr", "register_buffer"):
                     return None  # registration by hand: cannot tell which attributes
                 for arg in [*node.args, *(k.value for k in node.keywords)]:
                     inner = arg.value if isinstance(arg, ast.Starred) else arg
-                    for sub in ast.walk(inner):
+                    for sub in walk_tree(inner):
                         if (isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name)
                                 and sub.value.id == "self"):
                             registered.add(sub.attr)

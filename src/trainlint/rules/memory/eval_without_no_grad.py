@@ -329,8 +329,11 @@ def validate(model, val_loader):
             if _EVAL_FUNC.search(fn.name):
                 scopes[id(fn)] = fn
         # only calls inside evaluation candidates can be reported: skip the rest unseen
-        candidates = [sub for scope in scopes.values() for sub in walk_local(scope)
-                      if isinstance(sub, ast.Call) and (keep is None or keep(sub))]
+        # `keep` wants an enclosing loop of the call's own function: walk only the scopes'
+        # outermost loops (in source order, as the scope's walk would meet them)
+        candidates = [sub for scope in scopes.values() for top in (
+            model.outermost_loops(scope) if keep is not None else [scope])
+            for sub in walk_local(top) if isinstance(sub, ast.Call) and (keep is None or keep(sub))]
         for call in candidates:
             func = call.func
             name = dotted(func)

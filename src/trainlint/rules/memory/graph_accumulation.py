@@ -348,6 +348,8 @@ for x, y in loader:
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
+        if not model.steps.step_loops:
+            return  # every accumulation it reports is in a step loop or a step function
         for stmt, target, value, anchor in accumulations_across_steps(model):
             if not grad_enabled_at(model, stmt)[0]:
                 continue
