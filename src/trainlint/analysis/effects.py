@@ -1,0 +1,257 @@
+"""Step effects of functions, across files (issue 13, part 2).
+
+A function's *effects* are the step events its body runs, in order, one list per path
+(the step walker's paths through it, same-file helpers inlined), with each event's
+receiver said in the function's own terms: a parameter (``["p", "optimizer", ""]``),
+an attribute of ``self`` (``["s", "optimizer"]``), or something of its own that no
+caller can name (``["o", "engine.train_step:opt"]``). A call to a function of another
+file is kept as a placeholder (``["CALL", qualname, args, depth, flags]``): the
+project index, which sees every file, replaces it by that function's effects (bounded
+depth, cycles cut) when it gives a caller its view.
+
+At lint time the walker asks :func:`foreign_paths` at each call it cannot resolve in
+the file: a call the view names gets the callee's paths as synthetic events mapped onto
+the call's arguments, each with ``node`` the call and ``via`` the callee (SPEC §7: a
+helper's events are reported at its call in the loop).
+
+Everything here is plain data (JSON) in the summary and the view: the view's digest
+keys the caller's cache entry, so a callee whose effects change re-lints its callers.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING, Any
+
+from trainlint.analysis.model import dotted
+from trainlint.analysis.steps import (
+    FLAG_COUNTER,
+    FLAG_LOGGING,
+    Event,
+    Kind,
+    Path,
+    _is_logging_guard,
+    _Walker,
+    is_counter_guard,
+)
+
+if TYPE_CHECKING:
+    from trainlint.analysis.model import FileModel, FunctionNode
+
+#: distinct effect paths kept per function; more and the function is "imprecise"
+MAX_EFFECT_PATHS = 16
+FLAG_SCALED = 4
+Effect = list[Any]
+_KINDS = {k.name: k for k in Kind}
+
+
+# -- summary side -----------------------------------------------------------------------------
+
+
+def effects_of(model: FileModel, fn: FunctionNode, qualname: str, module: str,
+               is_pkg: bool) -> dict[str, Any] | None:
+    """``{"paths": [[effect, ...], ...]}`` (``"imprecise": True`` when cut) for ``fn``;
+    None when it has no step event and calls no other file's function."""
+    steps = model.steps
+    if not steps._may_train(fn) and not _calls_out(model, fn):
+        return None
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
+    method = model.class_of(fn) is not None and bool(params) and params[0] == "self"
+    if method:
+        params = params[1:]
+    here = f"{module}.{qualname}" if module else qualname
+
+    def encode(target: str | None, chain: tuple[ast.Call, ...]) -> list[Any] | None:
+        if target is None:
+            return None
+        from trainlint.analysis.modes import _resolve
+
+        resolved = _resolve(model, target, chain)
+        if resolved is None:
+            return ["o", f"{here}:?"]
+        root, _, rest = resolved.partition(".")
+        if root in params:
+            return ["p", root, rest]
+        if method and root == "self":
+            return ["s", rest]
+        return ["o", f"{here}:{resolved}"]
+
+    def placeholder(walker: _Walker, call: ast.Call, depth: int,
+                    guards: tuple[tuple[ast.If, bool], ...]) -> list[Path] | None:
+        from trainlint.analysis.project import _project_candidate, absolute
+
+        qual = model.qualname(call.func)
+        if qual is None or not _project_candidate(qual):
+            return None
+        return [(_Placeholder(Kind.CALL, call, absolute(qual, module, is_pkg), walker.chain,
+                              guards, depth),)]
+
+    walker = _Walker(steps, foreign=placeholder)
+    paths = walker.run(fn.body)
+    out: list[list[Effect]] = []
+    for path in paths:
+        effects: list[Effect] = []
+        for e in path:
+            flags = e.flags | (FLAG_SCALED if e.scaled else 0) | _guard_flags(e)
+            if isinstance(e, _Placeholder):
+                args: list[list[Any]] = []
+                call = e.node
+                assert isinstance(call, ast.Call)
+                for i, arg in enumerate(call.args):
+                    if isinstance(arg, ast.Starred):
+                        break
+                    args.append([i, encode(dotted(arg), e.chain) if dotted(arg) else None])
+                for kw in call.keywords:
+                    if kw.arg is not None:
+                        d = dotted(kw.value)
+                        args.append([kw.arg, encode(d, e.chain) if d else None])
+                effects.append(["CALL", e.target, args, e.depth, flags])
+            else:
+                effects.append([e.kind.name, encode(e.target, e.chain), e.depth, flags])
+        if effects not in out:
+            out.append(effects)
+    if not any(out):
+        return None
+    if not walker.precise or len(out) > MAX_EFFECT_PATHS:
+        return {"imprecise": True}
+    return {"paths": out}
+
+
+class _Placeholder(Event):
+    """A call to another file's function, in a summary walk (never seen by rules)."""
+
+
+def _guard_flags(e: Event) -> int:
+    flags = 0
+    for g, _ in e.guards:
+        if is_counter_guard(g.test):
+            flags |= FLAG_COUNTER
+        elif _is_logging_guard(g.test):
+            flags |= FLAG_LOGGING
+    return flags
+
+
+def _calls_out(model: FileModel, fn: FunctionNode) -> bool:
+    """Does ``fn`` call something imported (a candidate function of another file)?"""
+    from trainlint.analysis.model import walk_local
+    from trainlint.analysis.project import _project_candidate
+
+    for node in walk_local(fn):
+        if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
+            qual = model.qualname(node.func)
+            if qual is not None and _project_candidate(qual) and model.resolve_call(node) is None:
+                return True
+    return False
+
+
+# -- lint side ----------------------------------------------------------------------------------
+
+
+def resolve_foreign(model: FileModel, call: ast.Call) -> tuple[dict[str, Any], ast.expr | None] | None:
+    """The view's entry for the project function ``call`` runs, and the receiver its
+    ``self`` is (methods); None when the call is not one the view resolves."""
+    view = model.project
+    calls = view.get("calls") if view else None
+    if not calls:
+        return None
+    func = call.func
+    if not isinstance(func, (ast.Name, ast.Attribute)):
+        return None
+    qual = model.qualname(func)
+    if qual is not None:
+        entry = calls.get(qual)
+        if entry is not None and not entry.get("method"):
+            return entry, None
+        return None
+    # `helper.record(loss)` with `helper = Tracker(...)` assigned once in the scope
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        from trainlint.analysis.project import _single_assignments
+
+        values = _single_assignments(model).get((id(model.scope_of(func.value)),
+                                                 func.value.id))
+        if values is not None and len(values) == 1 and isinstance(values[0], ast.Call):
+            cls = model.qualname(values[0].func)
+            entry = calls.get(f"{cls}.{func.attr}") if cls is not None else None
+            if entry is not None and entry.get("method"):
+                return entry, func.value
+    return None
+
+
+def foreign_paths(walker: _Walker, call: ast.Call, depth: int,
+                  guards: tuple[tuple[ast.If, bool], ...]) -> list[Path] | None:
+    """Synthetic events of a call into another file's function (None: not one)."""
+    found = resolve_foreign(walker.steps.model, call)
+    if found is None:
+        return None
+    entry, receiver = found
+    if entry.get("imprecise"):
+        walker.precise = False
+        return [()]
+    via = entry["fn"]
+    out: list[Path] = []
+    for effects in entry["paths"]:
+        path: list[Event] = []
+        for kind, target, d, flags in effects:
+            path.append(Event(
+                _KINDS[kind], call, map_target(entry, call, receiver, target), walker.chain,
+                guards, depth + d, bool(flags & FLAG_SCALED), via,
+                flags & (FLAG_COUNTER | FLAG_LOGGING)))
+        out.append(tuple(path))
+    return out or [()]
+
+
+def map_target(entry: dict[str, Any], call: ast.Call, receiver: ast.expr | None,
+               target: list[Any] | None) -> str | None:
+    """An effect's receiver in the caller's terms: the argument the call passes for the
+    parameter, the receiver's attribute; ``<module.function:name>`` for what the caller
+    cannot name (never equal to one of its own names)."""
+    if target is None:
+        return None
+    if target[0] == "o":
+        return f"<{target[1]}>"
+    if target[0] == "s":
+        base = dotted(receiver) if receiver is not None else None
+        if base is None:
+            return f"<{entry['fn']}:self>"
+        return f"{base}.{target[1]}" if target[1] else base
+    name, rest = target[1], target[2]
+    arg = argument(entry, call, name)
+    base = dotted(arg) if arg is not None else None
+    if base is None:
+        return f"<{entry['fn']}:{name}>"
+    return f"{base}.{rest}" if rest else base
+
+
+def argument(entry: dict[str, Any], call: ast.Call, name: str) -> ast.expr | None:
+    """The expression ``call`` passes for the parameter ``name`` of the view's function."""
+    params = entry.get("params", [])
+    if name in params:
+        i = params.index(name)
+        if i < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: i + 1]):
+            return call.args[i]
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def describe_call(model: FileModel, call: ast.Call) -> list[str] | None:
+    """``trainlint debug model``: the callee and its synthetic events, one path a line."""
+    found = resolve_foreign(model, call)
+    if found is None:
+        return None
+    entry, receiver = found
+    if entry.get("imprecise"):
+        return [f"L{call.lineno} {dotted(call.func)}() -> {entry['fn']} (paths cut: not precise)"]
+    lines = [f"L{call.lineno} {dotted(call.func)}() -> {entry['fn']}"]
+    for i, effects in enumerate(entry["paths"], 1):
+        words = []
+        for kind, target, d, flags in effects:
+            text = _KINDS[kind].value
+            mapped = map_target(entry, call, receiver, target)
+            if mapped:
+                text += f" `{mapped}`"
+            if d:
+                text += f" nested-loops={d}"
+            if flags & (FLAG_COUNTER | FLAG_LOGGING):
+                text += " rate-limited"
+            words.append(text)
+        lines.append(f"  path {i}: " + (", ".join(words) if words else "(no events)"))
+    return lines
