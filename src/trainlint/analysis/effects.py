@@ -255,3 +255,62 @@ def describe_call(model: FileModel, call: ast.Call) -> list[str] | None:
             words.append(text)
         lines.append(f"  path {i}: " + (", ".join(words) if words else "(no events)"))
     return lines
+
+
+# -- one file's view without a run (``trainlint debug model``) ----------------------------------
+
+
+def view_of_file(path: str, tree: ast.Module) -> dict[str, Any] | None:
+    """The project view of ``path`` from the files it imports (transitively, within its
+    project root): enough for its cross-file calls. Call-site facts about its own
+    parameters need the whole project (a ``check`` run) and are not gathered here."""
+    from pathlib import Path as FsPath
+
+    from trainlint.analysis.model import FileModel
+    from trainlint.analysis.project import (
+        MAX_EFFECT_DEPTH,
+        SUMMARY_WORDS,
+        ProjectIndex,
+        module_of,
+        summarize,
+    )
+    from trainlint.source import Source, decode, parse
+
+    info = module_of(path)
+    root = info[0]
+    summaries: dict[str, dict[str, Any]] = {}
+    todo: list[tuple[FsPath, ast.Module | None, int]] = [(FsPath(path).absolute(), tree, 0)]
+    seen: set[str] = set()
+    while todo:
+        file, parsed, depth = todo.pop()
+        if str(file) in seen:
+            continue
+        seen.add(str(file))
+        try:
+            data = file.read_bytes()
+            text, _ = decode(data)
+            parsed = parsed if parsed is not None else parse(text, str(file))
+        except Exception:  # noqa: BLE001 - an unreadable neighbour says nothing
+            continue
+        mod_info = module_of(file)
+        model = FileModel(parsed, Source(text), str(file)) if any(
+            w in data for w in SUMMARY_WORDS) else None
+        summary = summarize(model, parsed, mod_info)
+        if model is not None:
+            model.release()
+        summaries[str(file)] = summary
+        if depth > MAX_EFFECT_DEPTH:
+            continue
+        for _, full in summary["imports"].values():
+            parts = full.split(".")
+            for i in range(len(parts), 0, -1):
+                base = FsPath(root, *parts[:i])
+                for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+                    if candidate.is_file():
+                        todo.append((candidate, None, depth + 1))
+                        break
+                else:
+                    continue
+                break
+    index = ProjectIndex(list(summaries.values()))
+    return index.view(root, info[1])
