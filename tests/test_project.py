@@ -162,3 +162,29 @@ def test_fix_runs_need_no_index(project):
     result = runner.run(sorted(project.glob("*.py")), ALL, Settings(), jobs=1,
                         fix=FixMode(diff=True))
     assert result.errors == []
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "projects"
+
+
+def test_fix_runs_see_the_findings_of_check(tmp_path):
+    """A finding that needs another file (TL202: the optimizer steps in engine.py) is
+    found, and fixed, by `--diff`/`--fix` as by `check`."""
+    import shutil
+
+    from trainlint.runner import FixMode
+
+    pkg = tmp_path / "xfile_sched_order_pos"
+    shutil.copytree(FIXTURES / "xfile_sched_order_pos", pkg)
+    files = sorted(pkg.glob("*.py"))
+    checked = runner.run(files, ALL, Settings(), jobs=1)
+    assert [(Path(f.path).name, f.code) for f in checked.findings] == [("main.py", "TL202")]
+    diffed = runner.run(files, ALL, Settings(), jobs=1, fix=FixMode(diff=True))
+    assert diffed.errors == [] and len(diffed.diffs) == 1
+    assert "+            train_step(model, optimizer, batch)" in diffed.diffs[0]
+    fixed = runner.run(files, ALL, Settings(), jobs=1, fix=FixMode(write=True))
+    assert fixed.fixed == 1
+    body = (pkg / "main.py").read_text().splitlines()
+    assert body[-2:] == ["            train_step(model, optimizer, batch)",
+                         "            scheduler.step()  # expect: TL202"]
+    assert runner.run(files, ALL, Settings(), jobs=1).findings == []
