@@ -188,3 +188,105 @@ def test_fix_runs_see_the_findings_of_check(tmp_path):
     assert body[-2:] == ["            train_step(model, optimizer, batch)",
                          "            scheduler.step()  # expect: TL202"]
     assert runner.run(files, ALL, Settings(), jobs=1).findings == []
+
+
+ENGINE = '''import torch
+
+from .util import clear
+
+
+def train_step(model, optimizer, batch):
+    model(batch).sum().backward()
+    optimizer.step()
+    clear(optimizer)
+'''
+UTIL_ZERO = "import torch\n\n\ndef clear(opt):\n    opt.zero_grad()\n"
+UTIL_NONE = "import torch\n\n\ndef clear(opt):\n    return opt\n"
+LOOP = '''import torch
+
+from .engine import train_step
+
+
+def main(model, loader):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for batch in loader:
+        train_step(model, optimizer, batch)
+        optimizer.step()
+'''
+
+
+def test_effects_follow_calls_across_files_transitively(tmp_path, monkeypatch):
+    """main -> engine.train_step -> util.clear: the zero_grad two files away reaches the
+    loop in main.py (TL105-style orders need it), with the argument mapped at each call;
+    editing util.py re-lints main.py, whose view holds util's effect."""
+    pkg = tmp_path / "chain"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engine.py").write_text(ENGINE)
+    (pkg / "util.py").write_text(UTIL_ZERO)
+    (pkg / "main.py").write_text(LOOP)
+    from trainlint.analysis.effects import view_of_file
+
+    entry = view_of_file(str(pkg / "main.py"), __import__("ast").parse(LOOP))["calls"][
+        ".engine.train_step"]
+    assert entry["fn"] == "chain.engine.train_step"
+    assert entry["paths"] == [[["BACKWARD", None, 0, 0], ["STEP", ["p", "optimizer", ""], 0, 0],
+                               ["ZERO", ["p", "optimizer", ""], 0, 0]]]
+    cache = Cache(tmp_path / "cache", "test")
+    _run(pkg, cache, monkeypatch)
+    (pkg / "util.py").write_text(UTIL_NONE)
+    _, linted = _run(pkg, cache, monkeypatch)
+    assert "main.py" in linted and "engine.py" in linted
+
+
+def test_cycles_across_files_are_cut(tmp_path):
+    pkg = tmp_path / "cyc"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("import torch\nfrom .b import g\n\n\ndef f(opt):\n"
+                              "    opt.zero_grad()\n    g(opt)\n")
+    (pkg / "b.py").write_text("import torch\nfrom .a import f\n\n\ndef g(opt):\n"
+                              "    opt.step()\n    f(opt)\n")
+    main = "import torch\nfrom .a import f\n\nfor x in loader:\n    x.backward()\n    f(o)\n"
+    (pkg / "main.py").write_text(main)
+    from trainlint.analysis.effects import view_of_file
+
+    entry = view_of_file(str(pkg / "main.py"), __import__("ast").parse(main))["calls"][".a.f"]
+    kinds = [[e[0] for e in p] for p in entry["paths"]]
+    assert kinds == [["ZERO", "STEP"]]  # a -> b -> (a again: cut)
+    result = runner.run(sorted(pkg.glob("*.py")), ALL, Settings(), jobs=1)
+    assert result.errors == []
+
+
+def test_ambiguous_or_dynamic_calls_stay_silent(tmp_path):
+    """A method called on something the file cannot tie to one class, a callee whose
+    paths were cut: no events, no findings."""
+    pkg = tmp_path / "amb"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helpers.py").write_text("import torch\n\n\nclass Stepper:\n"
+                                    "    def run(self, opt):\n        opt.step()\n")
+    main = ("import torch\nfrom .helpers import Stepper\n\n\ndef main(loader, opt, flag):\n"
+            "    s = Stepper() if flag else None\n    for x in loader:\n"
+            "        sched.step()\n        s.run(opt)\n")
+    (pkg / "main.py").write_text(main)
+    result = runner.run(sorted(pkg.glob("*.py")), ALL, Settings(), jobs=1)
+    assert result.findings == [] and result.errors == []
+
+
+def test_a_method_of_an_instance_built_once_is_followed(tmp_path):
+    pkg = tmp_path / "meth"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helpers.py").write_text("import torch\n\n\nclass Stepper:\n"
+                                    "    def run(self, loss, opt):\n        loss.backward()\n"
+                                    "        opt.step()\n        opt.zero_grad()\n")
+    main = ("import torch\nfrom torch.optim.lr_scheduler import OneCycleLR\n"
+            "from .helpers import Stepper\n\n\ndef main(model, loader, opt):\n"
+            "    sched = OneCycleLR(opt, max_lr=0.1, total_steps=len(loader))\n"
+            "    s = Stepper()\n    for x in loader:\n"
+            "        sched.step()\n        s.run(model(x).sum(), opt)\n")
+    (pkg / "main.py").write_text(main)
+    result = runner.run(sorted(pkg.glob("*.py")), ALL, Settings(), jobs=1)
+    assert [(Path(f.path).name, f.line, f.code) for f in result.findings] == [
+        ("main.py", 10, "TL202")]
