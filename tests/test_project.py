@@ -290,3 +290,78 @@ def test_a_method_of_an_instance_built_once_is_followed(tmp_path):
     result = runner.run(sorted(pkg.glob("*.py")), ALL, Settings(), jobs=1)
     assert [(Path(f.path).name, f.line, f.code) for f in result.findings] == [
         ("main.py", 10, "TL202")]
+
+
+KW_TRAINER = '''import torch
+
+
+class Trainer:
+    def __init__(self, model, optimizer, loader, **kwargs):
+        self.model, self.optimizer, self.loader = model, optimizer, loader
+        self.scheduler = kwargs["scheduler"]
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            for x, y in self.loader:
+                self.optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(self.model(x), y).backward()
+                self.optimizer.step()
+                self.scheduler.step()
+'''
+KW_MAIN = '''import torch
+from torch.optim.lr_scheduler import StepLR
+
+from .trainer import Trainer
+
+
+def main(model, loader):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    Trainer(model, optimizer, loader, scheduler=StepLR(optimizer, step_size=30)).fit(90)
+'''
+
+
+@pytest.fixture
+def kwargs_project(tmp_path):
+    pkg = tmp_path / "kw"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "trainer.py").write_text(KW_TRAINER)
+    (pkg / "main.py").write_text(KW_MAIN)
+    return pkg
+
+
+def test_keywords_into_kwargs_reach_the_constructor(kwargs_project):
+    """`Trainer(scheduler=StepLR(...))` into `**kwargs`: the index keeps the fact as
+    `kwargs["scheduler"]`, and `kwargs["scheduler"]` / `kwargs.get("scheduler")` in the
+    constructor read it (analysis.project.foreign_binding)."""
+    import ast
+
+    from trainlint.analysis.model import FileModel
+    from trainlint.analysis.project import apply_view, foreign_binding, summarize
+    from trainlint.source import Source
+
+    summaries = []
+    for name in ("trainer.py", "main.py"):
+        path = kwargs_project / name
+        text = path.read_text()
+        model = FileModel(ast.parse(text), Source(text), str(path))
+        summaries.append(summarize(model, model.tree, module_of(path)))
+    root, module, _ = module_of(kwargs_project / "trainer.py")
+    view = ProjectIndex(summaries).view(root, module)
+    assert view["params"]["Trainer.__init__"]['kwargs["scheduler"]'] == [
+        "scheduler", "StepLR", "epoch", False]
+    for spelling in ('kwargs["scheduler"]', 'kwargs.get("scheduler")'):
+        text = KW_TRAINER.replace('kwargs["scheduler"]', spelling)
+        model = FileModel(ast.parse(text), Source(text), "trainer.py")
+        apply_view(model, view)
+        value = next(n.value for n in ast.walk(model.tree) if isinstance(n, ast.Assign)
+                     and ast.unparse(n.targets[0]) == "self.scheduler")
+        binding = foreign_binding(model, value)
+        assert binding is not None and binding.cls == "StepLR", spelling
+
+
+@pytest.mark.xfail(strict=True, reason="roles.py (not to be edited in issue 13 part 2) does "
+                   "not ask foreign_binding about `kwargs[...]` when it binds `self.scheduler`")
+def test_a_scheduler_passed_through_kwargs_is_judged_by_its_unit(kwargs_project):
+    result = runner.run(sorted(kwargs_project.glob("*.py")), ALL, Settings(), jobs=1)
+    assert [(Path(f.path).name, f.code) for f in result.findings] == [("trainer.py", "TL201")]

@@ -204,6 +204,8 @@ def _function(model: FileModel | None, fn: ast.FunctionDef | ast.AsyncFunctionDe
     out: dict[str, Any] = {"params": [x.arg for x in (*a.posonlyargs, *a.args)]}
     if a.kwonlyargs:
         out["kwonly"] = [x.arg for x in a.kwonlyargs]
+    if a.kwarg is not None:
+        out["kwarg"] = a.kwarg.arg
     if model is not None:
         ret = _returned_fact(model, fn)
         if ret is not None:
@@ -461,9 +463,13 @@ class ProjectIndex:
         names = set(params) | set(fn.get("kwonly", ()))
         thread = skip == 1 and bool(mod["classes"][local].get("thread"))
         slot = self._params.setdefault((mod["root"], mod["module"], fn_name), {})
+        kwarg = fn.get("kwarg")
         for where, fact in args:
             name = params[where] if isinstance(where, int) and where < len(params) else where
-            if not isinstance(name, str) or name not in names:
+            if isinstance(name, str) and name not in names and kwarg and not isinstance(
+                    where, int):
+                name = f'{kwarg}["{name}"]'  # `Trainer(scheduler=...)` into `**kwargs`
+            elif not isinstance(name, str) or name not in names:
                 continue
             fact = self._settle(s["root"], fact if thread else fact[:4])
             if fact is not None:
@@ -752,10 +758,37 @@ def foreign_binding(model: FileModel, expr: ast.AST) -> Binding | None:
             return None
         q = model.qualname(expr.func)
         fact = view["refs"].get(q) if q is not None else None
-        return _binding(fact, expr, expr) if fact is not None else None
+        return _binding(fact, expr, expr) if fact is not None else _kwargs_binding(model, expr)
     if isinstance(expr, ast.Name):
         return _parameter_binding(model, expr)
+    if isinstance(expr, (ast.Subscript, ast.Call)):
+        return _kwargs_binding(model, expr)
     return None
+
+
+def _kwargs_binding(model: FileModel, expr: ast.Subscript | ast.Call) -> Binding | None:
+    """``kwargs["scheduler"]`` / ``kwargs.get("scheduler")`` in a function with
+    ``**kwargs``: the facts of the keyword at every call site."""
+    if isinstance(expr, ast.Subscript):
+        base, key = expr.value, expr.slice
+    elif isinstance(expr.func, ast.Attribute) and expr.func.attr == "get" and expr.args:
+        base, key = expr.func.value, expr.args[0]
+    else:
+        return None
+    if not isinstance(base, ast.Name) or not (isinstance(key, ast.Constant)
+                                              and isinstance(key.value, str)):
+        return None
+    fn = model.function_of(expr)
+    view = getattr(model, "project", None)
+    if fn is None or not view or fn.args.kwarg is None or fn.args.kwarg.arg != base.id:
+        return None
+    cls = model.class_of(fn)
+    if (cls if cls is not None else fn) is not None and model.scope_of(
+            cls if cls is not None else fn) is not model.tree:
+        return None
+    fn_key = f"{cls.name}.{fn.name}" if cls is not None else fn.name
+    fact = view["params"].get(fn_key, {}).get(f'{base.id}["{key.value}"]')
+    return _binding(fact, expr) if fact is not None else None
 
 
 _ANNOTATION_ROLES = {
