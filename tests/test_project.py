@@ -365,3 +365,35 @@ def test_keywords_into_kwargs_reach_the_constructor(kwargs_project):
 def test_a_scheduler_passed_through_kwargs_is_judged_by_its_unit(kwargs_project):
     result = runner.run(sorted(kwargs_project.glob("*.py")), ALL, Settings(), jobs=1)
     assert [(Path(f.path).name, f.code) for f in result.findings] == [("trainer.py", "TL201")]
+
+
+def test_a_method_of_an_attribute_built_once_in_the_class_is_followed(tmp_path):
+    pkg = tmp_path / "attr"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "evaluation.py").write_text("import torch\n\n\nclass Evaluator:\n"
+                                       "    def run(self, model):\n        model.eval()\n"
+                                       "        return 0.0\n")
+    main = '''import torch
+
+from .evaluation import Evaluator
+
+
+class Trainer:
+    def __init__(self, model, loader):
+        self.model, self.loader = model, loader
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        self.evaluator = Evaluator()
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            for x in self.loader:
+                self.optimizer.zero_grad()
+                self.model(x).sum().backward()
+                self.optimizer.step()
+            self.evaluator.run(self.model)
+'''
+    (pkg / "main.py").write_text(main)
+    result = runner.run(sorted(pkg.glob("*.py")), ALL, Settings(), jobs=1)
+    assert [(Path(f.path).name, f.line, f.code) for f in result.findings] == [
+        ("main.py", 18, "TL701")]

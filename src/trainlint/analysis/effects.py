@@ -163,18 +163,47 @@ def resolve_foreign(model: FileModel, call: ast.Call) -> tuple[dict[str, Any], a
         if entry is not None and not entry.get("method"):
             return entry, None
         return None
-    # `helper.record(loss)` with `helper = Tracker(...)` assigned once in the scope
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+    # `helper.record(loss)` with `helper = Tracker(...)` assigned once in the scope, or
+    # `self.helper.record(loss)` with `self.helper = Tracker(...)` once in the class
+    if not isinstance(func, ast.Attribute):
+        return None
+    values: list[ast.expr] | None = None
+    if isinstance(func.value, ast.Name) and func.value.id != "self":
         from trainlint.analysis.project import _single_assignments
 
         values = _single_assignments(model).get((id(model.scope_of(func.value)),
                                                  func.value.id))
-        if values is not None and len(values) == 1 and isinstance(values[0], ast.Call):
-            cls = model.qualname(values[0].func)
-            entry = calls.get(f"{cls}.{func.attr}") if cls is not None else None
-            if entry is not None and entry.get("method"):
-                return entry, func.value
+    elif isinstance(func.value, ast.Attribute) and isinstance(func.value.value, ast.Name) and (
+            func.value.value.id == "self"):
+        cls_node = model.enclosing_class(call)
+        if cls_node is not None:
+            values = _self_assignments(model).get((id(cls_node), func.value.attr))
+    if values is not None and len(values) == 1 and isinstance(values[0], ast.Call):
+        cls = model.qualname(values[0].func)
+        entry = calls.get(f"{cls}.{func.attr}") if cls is not None else None
+        if entry is not None and entry.get("method"):
+            return entry, func.value
     return None
+
+
+def _self_assignments(model: FileModel) -> dict[tuple[int, str], list[ast.expr]]:
+    """(class, attribute) -> the values ``self.attribute`` is assigned in its methods."""
+    def build(m: FileModel) -> dict[tuple[int, str], list[ast.expr]]:
+        out: dict[tuple[int, str], list[ast.expr]] = {}
+        for node in m.assignments:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and (
+                        t.value.id == "self"):
+                    cls = m.enclosing_class(node)
+                    if cls is None:
+                        continue
+                    value = node.value if isinstance(node, ast.Assign) else None
+                    out.setdefault((id(cls), t.attr), []).append(
+                        value if value is not None else t)
+        return out
+
+    return model.memo(_self_assignments, build)
 
 
 def foreign_paths(walker: _Walker, call: ast.Call, depth: int,

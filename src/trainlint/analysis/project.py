@@ -185,8 +185,8 @@ def _uses(tree: ast.Module, imports: dict[str, list[str]]) -> list[str]:
         head = func.id
         if head in imports:
             out.add(".".join([imports[head][0], *reversed(parts)]))
-        elif len(parts) == 1 and head != "self":
-            out.add("?." + parts[0])
+        elif len(parts) == 1 and head != "self" or len(parts) == 2 and head == "self":
+            out.add("?." + parts[0])  # `tracker.record(...)`, `self.tracker.record(...)`
     return sorted(out)
 
 
