@@ -21,6 +21,7 @@ keys the caller's cache entry, so a callee whose effects change re-lints its cal
 from __future__ import annotations
 
 import ast
+import sys
 from typing import TYPE_CHECKING, Any
 
 from trainlint.analysis.model import dotted
@@ -81,10 +82,14 @@ def effects_of(model: FileModel, fn: FunctionNode, qualname: str, module: str,
         from trainlint.analysis.project import _project_candidate, absolute
 
         qual = model.qualname(call.func)
-        if qual is None or not _project_candidate(qual):
-            return None
-        return [(_Placeholder(Kind.CALL, call, absolute(qual, module, is_pkg), walker.chain,
-                              guards, depth),)]
+        if qual is None or not _project_candidate(qual) or qual.rsplit(".", 1)[-1][:1].isupper():
+            return None  # (a class: its constructor is not followed)
+        full = absolute(qual, module, is_pkg)
+        if not_project(qual, full, own_top):
+            return None  # the standard library, a well-known third-party package
+        return [(_Placeholder(Kind.CALL, call, full, walker.chain, guards, depth),)]
+
+    own_top = module.split(".", 1)[0]
 
     walker = _Walker(steps, foreign=placeholder)
     paths = walker.run(fn.body)
@@ -97,14 +102,15 @@ def effects_of(model: FileModel, fn: FunctionNode, qualname: str, module: str,
                 args: list[list[Any]] = []
                 call = e.node
                 assert isinstance(call, ast.Call)
-                for i, arg in enumerate(call.args):
-                    if isinstance(arg, ast.Starred):
-                        break
-                    args.append([i, encode(dotted(arg), e.chain) if dotted(arg) else None])
-                for kw in call.keywords:
-                    if kw.arg is not None:
-                        d = dotted(kw.value)
-                        args.append([kw.arg, encode(d, e.chain) if d else None])
+                stop = next((i for i, a in enumerate(call.args) if isinstance(a, ast.Starred)),
+                            len(call.args))
+                given: list[tuple[int | str, ast.expr]] = [
+                    *enumerate(call.args[:stop]),
+                    *((k.arg, k.value) for k in call.keywords if k.arg)]
+                for where, arg in given:
+                    enc = encode(dotted(arg), e.chain) if dotted(arg) else None
+                    if enc is not None and enc[0] != "o":  # (the rest: nothing to map)
+                        args.append([where, enc])
                 effects.append(["CALL", e.target, args, e.depth, flags])
             else:
                 effects.append([e.kind.name, encode(e.target, e.chain), e.depth, flags])
@@ -113,8 +119,29 @@ def effects_of(model: FileModel, fn: FunctionNode, qualname: str, module: str,
     if not any(out):
         return None
     if not walker.precise or len(out) > MAX_EFFECT_PATHS:
-        return {"imprecise": True}
+        # cut: its callers' paths are not precise either, when it has events of its own
+        # (calls of other files only: followed no further, as an unresolved call)
+        own = any(e[0] != "CALL" for p in out for e in p)
+        return {"imprecise": True} if own else None
     return {"paths": out}
+
+
+#: Top-level packages a project call never goes to (unless the project is that package)
+_NOT_PROJECT = frozenset(sys.stdlib_module_names) | {
+    "torch", "torchvision", "torchaudio", "numpy", "np", "scipy", "pandas", "sklearn",
+    "pytest", "tqdm", "wandb", "PIL", "cv2", "einops", "transformers", "accelerate",
+    "lightning", "pytorch_lightning", "timm", "ray", "matplotlib", "yaml", "h5py",
+    "tensorboard", "tensorboardX", "omegaconf", "hydra", "deepspeed", "apex", "triton",
+    "safetensors", "huggingface_hub", "datasets", "requests", "packaging", "psutil",
+    "fairscale", "xformers", "mmcv", "mmengine", "jax", "tensorflow", "tf", "onnx",
+}
+
+
+def not_project(raw: str, full: str, own_top: str) -> bool:
+    """Does an import (``raw`` as written, ``full`` made absolute) lead out of the
+    project: the standard library or a well-known package that is not the file's own?"""
+    top = full.split(".", 1)[0]
+    return not raw.startswith(".") and top != own_top and top in _NOT_PROJECT
 
 
 class _Placeholder(Event):

@@ -159,21 +159,38 @@ def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, b
         "exported": exported, "defs": defs, "functions": functions, "classes": classes,
         "calls": _calls(model, module, is_pkg) if model is not None else [],
     }
-    uses = _uses(tree, imports)
+    uses = _uses(tree, imports, module)
     if uses:
         out["uses"] = uses
     return out
 
 
-def _uses(tree: ast.Module, imports: dict[str, list[str]]) -> list[str]:
+def _uses(tree: ast.Module, imports: dict[str, list[str]], module: str) -> list[str]:
     """What the file calls through its imports, spelled as its lint resolves it
-    (``.engine.train_step``), and ``?.m`` for a method ``m`` called on a local name: the
-    view carries the effects of these functions only."""
-    if not any(_project_candidate(full) for _, full in imports.values()):
+    (``.engine.train_step``), and ``?.m`` for a method ``m`` called on a name or ``self``
+    attribute assigned an imported class's instance somewhere in the file: the view
+    carries the effects of these functions only."""
+    from trainlint.analysis.effects import not_project
+
+    own = module.split(".", 1)[0]
+    imports = {k: v for k, v in imports.items()
+               if _project_candidate(v[1]) and not not_project(v[0], v[1], own)}
+    if not imports:
         return []
     out: set[str] = set()
+    built: set[str] = set()  # names and `self.x` assigned a call of an imported name
+    methods: list[tuple[str, str]] = []
     for node in ast.walk(tree):
-        if node.__class__ is not ast.Call:
+        cls = node.__class__
+        if cls is ast.Assign:
+            value = node.value  # type: ignore[attr-defined]
+            if value.__class__ is ast.Call and _head(value.func) in imports:
+                for t in node.targets:  # type: ignore[attr-defined]
+                    name = _receiver(t)
+                    if name is not None:
+                        built.add(name)
+            continue
+        if cls is not ast.Call:
             continue
         func = node.func  # type: ignore[attr-defined]
         parts: list[str] = []
@@ -185,9 +202,27 @@ def _uses(tree: ast.Module, imports: dict[str, list[str]]) -> list[str]:
         head = func.id
         if head in imports:
             out.add(".".join([imports[head][0], *reversed(parts)]))
-        elif len(parts) == 1 and head != "self" or len(parts) == 2 and head == "self":
-            out.add("?." + parts[0])  # `tracker.record(...)`, `self.tracker.record(...)`
+        elif len(parts) == 1 and head != "self":
+            methods.append((head, parts[0]))  # `tracker.record(...)`
+        elif len(parts) == 2 and head == "self":
+            methods.append((f"self.{parts[1]}", parts[0]))  # `self.tracker.record(...)`
+    out.update(f"?.{m}" for recv, m in methods if recv in built)
     return sorted(out)
+
+
+def _head(func: ast.expr) -> str | None:
+    while func.__class__ is ast.Attribute:
+        func = func.value  # type: ignore[attr-defined]
+    return func.id if func.__class__ is ast.Name else None  # type: ignore[attr-defined]
+
+
+def _receiver(target: ast.expr) -> str | None:
+    if isinstance(target, ast.Name):
+        return target.id
+    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and (
+            target.value.id == "self"):
+        return f"self.{target.attr}"
+    return None
 
 
 def _base(model: FileModel | None, node: ast.expr, module: str, is_pkg: bool) -> str | None:
@@ -210,7 +245,7 @@ def _function(model: FileModel | None, fn: ast.FunctionDef | ast.AsyncFunctionDe
         ret = _returned_fact(model, fn)
         if ret is not None:
             out["returns"] = ret
-        if model.imports_training_library:
+        if model.imports_training_library and fn.name != "__init__":  # (never followed)
             from trainlint.analysis.effects import effects_of
 
             effects = effects_of(model, fn, qualname, module, is_pkg)
