@@ -21,6 +21,7 @@ keys the caller's cache entry, so a callee whose effects change re-lints its cal
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -54,17 +55,27 @@ def effects_of(model: FileModel, fn: FunctionNode, qualname: str, module: str,
     """``{"paths": [[effect, ...], ...]}`` (``"imprecise": True`` when cut) for ``fn``;
     None when it has no step event and calls no other file's function."""
     steps = model.steps
-    if not steps._may_train(fn) and not _calls_out(model, fn):
-        return None
+    if not steps._may_train(fn) and not (_WRAPPER_NAMES.search(fn.name)
+                                         and _calls_out(model, fn)):
+        return None  # (a function without events of its own is followed when its name
+        # says it may run a step: `fit`, `run_epoch`, `evaluate`)
     params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
     method = model.class_of(fn) is not None and bool(params) and params[0] == "self"
     if method:
         params = params[1:]
     here = f"{module}.{qualname}" if module else qualname
 
+    encoded: dict[tuple[str, tuple[int, ...]], list[Any] | None] = {}
+
     def encode(target: str | None, chain: tuple[ast.Call, ...]) -> list[Any] | None:
         if target is None:
             return None
+        key = (target, tuple(id(c) for c in chain))
+        if key not in encoded:
+            encoded[key] = _encode(target, chain)
+        return encoded[key]
+
+    def _encode(target: str, chain: tuple[ast.Call, ...]) -> list[Any] | None:
         from trainlint.analysis.modes import _resolve
 
         resolved = _resolve(model, target, chain)
@@ -94,10 +105,12 @@ def effects_of(model: FileModel, fn: FunctionNode, qualname: str, module: str,
     walker = _Walker(steps, foreign=placeholder)
     paths = walker.run(fn.body)
     out: list[list[Effect]] = []
+    guard_flags: dict[int, int] = {}
+    seen: set[str] = set()
     for path in paths:
         effects: list[Effect] = []
         for e in path:
-            flags = e.flags | (FLAG_SCALED if e.scaled else 0) | _guard_flags(e)
+            flags = e.flags | (FLAG_SCALED if e.scaled else 0) | _guard_flags(e, guard_flags)
             if isinstance(e, _Placeholder):
                 args: list[list[Any]] = []
                 call = e.node
@@ -114,8 +127,12 @@ def effects_of(model: FileModel, fn: FunctionNode, qualname: str, module: str,
                 effects.append(["CALL", e.target, args, e.depth, flags])
             else:
                 effects.append([e.kind.name, encode(e.target, e.chain), e.depth, flags])
-        if effects not in out:
+        key = repr(effects)
+        if key not in seen:
+            seen.add(key)
             out.append(effects)
+            if len(out) > MAX_EFFECT_PATHS:
+                break
     if not any(out):
         return None
     if not walker.precise or len(out) > MAX_EFFECT_PATHS:
@@ -148,14 +165,19 @@ class _Placeholder(Event):
     """A call to another file's function, in a summary walk (never seen by rules)."""
 
 
-def _guard_flags(e: Event) -> int:
+def _guard_flags(e: Event, memo: dict[int, int]) -> int:
     flags = 0
     for g, _ in e.guards:
-        if is_counter_guard(g.test):
-            flags |= FLAG_COUNTER
-        elif _is_logging_guard(g.test):
-            flags |= FLAG_LOGGING
+        found = memo.get(id(g))
+        if found is None:
+            found = memo[id(g)] = FLAG_COUNTER if is_counter_guard(g.test) else (
+                FLAG_LOGGING if _is_logging_guard(g.test) else 0)
+        flags |= found
     return flags
+
+
+_WRAPPER_NAMES = re.compile(r"train|step|epoch|eval|valid|test|fit|update|optimi|backward|"
+                            r"loop|run|iter|batch|clip|sched", re.IGNORECASE)
 
 
 def _calls_out(model: FileModel, fn: FunctionNode) -> bool:

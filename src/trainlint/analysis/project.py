@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 #: Files without any of these bytes have nothing to say to other files beyond their
 #: imports: no model is built just for their summary.
 SUMMARY_WORDS = (b"schedul", b"optim.", b"softmax", b"Thread", b"Optimizer", b"import optim",
-                 b"backward", b"zero_grad", b".step(", b".eval(", b".train(", b"clip_grad",
+                 b"backward", b"zero_grad", b"step(", b"eval(", b"train(", b"clip_grad",
                  b".grad")
 #: Star imports pass on these libraries' names (``from common import *`` where
 #: ``common`` does ``import torch``).
@@ -159,13 +159,13 @@ def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, b
         "exported": exported, "defs": defs, "functions": functions, "classes": classes,
         "calls": _calls(model, module, is_pkg) if model is not None else [],
     }
-    uses = _uses(tree, imports, module)
+    uses = _uses(model, imports, module) if model is not None else []
     if uses:
         out["uses"] = uses
     return out
 
 
-def _uses(tree: ast.Module, imports: dict[str, list[str]], module: str) -> list[str]:
+def _uses(model: FileModel, imports: dict[str, list[str]], module: str) -> list[str]:
     """What the file calls through its imports, spelled as its lint resolves it
     (``.engine.train_step``), and ``?.m`` for a method ``m`` called on a name or ``self``
     attribute assigned an imported class's instance somewhere in the file: the view
@@ -180,19 +180,15 @@ def _uses(tree: ast.Module, imports: dict[str, list[str]], module: str) -> list[
     out: set[str] = set()
     built: set[str] = set()  # names and `self.x` assigned a call of an imported name
     methods: list[tuple[str, str]] = []
-    for node in ast.walk(tree):
-        cls = node.__class__
-        if cls is ast.Assign:
-            value = node.value  # type: ignore[attr-defined]
-            if value.__class__ is ast.Call and _head(value.func) in imports:
-                for t in node.targets:  # type: ignore[attr-defined]
-                    name = _receiver(t)
-                    if name is not None:
-                        built.add(name)
-            continue
-        if cls is not ast.Call:
-            continue
-        func = node.func  # type: ignore[attr-defined]
+    for assign in model.assignments:
+        if isinstance(assign, ast.Assign) and isinstance(assign.value, ast.Call) and _head(
+                assign.value.func) in imports:
+            for t in assign.targets:
+                name = _receiver(t)
+                if name is not None:
+                    built.add(name)
+    for node in (c for calls in model.calls.values() for c in calls):
+        func = node.func
         parts: list[str] = []
         while func.__class__ is ast.Attribute:
             parts.append(func.attr)
