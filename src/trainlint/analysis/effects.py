@@ -55,10 +55,10 @@ def effects_of(model: FileModel, fn: FunctionNode, qualname: str, module: str,
     """``{"paths": [[effect, ...], ...]}`` (``"imprecise": True`` when cut) for ``fn``;
     None when it has no step event and calls no other file's function."""
     steps = model.steps
-    if not steps._may_train(fn) and not (_WRAPPER_NAMES.search(fn.name)
-                                         and _calls_out(model, fn)):
-        return None  # (a function without events of its own is followed when its name
-        # says it may run a step: `fit`, `run_epoch`, `evaluate`)
+    if id(fn) not in _event_functions(model) and not (_WRAPPER_NAMES.search(fn.name) and (
+            steps._may_train(fn) or _calls_out(model, fn))):
+        return None  # (a function whose events are in same-file helpers or other files is
+        # followed when its name says it may run a step: `fit`, `run_epoch`, `evaluate`)
     params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
     method = model.class_of(fn) is not None and bool(params) and params[0] == "self"
     if method:
@@ -178,6 +178,35 @@ def _guard_flags(e: Event, memo: dict[int, int]) -> int:
 
 _WRAPPER_NAMES = re.compile(r"train|step|epoch|eval|valid|test|fit|update|optimi|backward|"
                             r"loop|run|iter|batch|clip|sched", re.IGNORECASE)
+
+
+#: calls that can be step events (StepModel.classify); `update` is left out: a scaler's
+#: update alone is no effect a caller can use, and `dict.update` is everywhere
+_EFFECT_CALLS = ("backward", "manual_backward", "step", "optimizer_step", "zero_grad", "eval",
+                 "train", "unscale_", "clip_grad_norm_", "clip_grad_value_", "clip_grad_norm",
+                 "clip_gradients", "clip_grads_with_norm_", "get_total_norm", "zero_")
+
+
+def _event_functions(model: FileModel) -> set[int]:
+    """Ids of the functions (innermost) that make a call that may be a step event, or
+    read ``.grad``: one pass over the file's call table, not a walk per function."""
+    def build(m: FileModel) -> set[int]:
+        out: set[int] = set()
+        for name in _EFFECT_CALLS:
+            for call in m.calls.get(name, ()):
+                fn = m.function_of(call)
+                while fn is not None and id(fn) not in out:
+                    out.add(id(fn))  # (and the functions around it)
+                    fn = m.function_of(fn)
+        if ".grad" in m.source.text:  # functions spanning a line that spells `.grad`
+            lines = [i for i, text in enumerate(m.source.lines, 1) if ".grad" in text]
+            for fn in m.functions:
+                end = getattr(fn, "end_lineno", None) or fn.lineno
+                if any(fn.lineno <= i <= end for i in lines):
+                    out.add(id(fn))
+        return out
+
+    return model.memo(_event_functions, build)
 
 
 def _calls_out(model: FileModel, fn: FunctionNode) -> bool:
@@ -346,6 +375,7 @@ def view_of_file(path: str, tree: ast.Module) -> dict[str, Any] | None:
 
     from trainlint.analysis.model import FileModel
     from trainlint.analysis.project import (
+        EFFECT_WORDS,
         MAX_EFFECT_DEPTH,
         SUMMARY_WORDS,
         ProjectIndex,
@@ -371,9 +401,10 @@ def view_of_file(path: str, tree: ast.Module) -> dict[str, Any] | None:
         except Exception:  # noqa: BLE001 - an unreadable neighbour says nothing
             continue
         mod_info = module_of(file)
-        model = FileModel(parsed, Source(text), str(file)) if any(
-            w in data for w in SUMMARY_WORDS) else None
-        summary = summarize(model, parsed, mod_info)
+        facts = any(w in data for w in SUMMARY_WORDS)
+        model = FileModel(parsed, Source(text), str(file)) if facts or any(
+            w in data for w in EFFECT_WORDS) else None
+        summary = summarize(model, parsed, mod_info, facts)
         if model is not None:
             model.release()
         summaries[str(file)] = summary

@@ -38,9 +38,11 @@ if TYPE_CHECKING:
 
 #: Files without any of these bytes have nothing to say to other files beyond their
 #: imports: no model is built just for their summary.
-SUMMARY_WORDS = (b"schedul", b"optim.", b"softmax", b"Thread", b"Optimizer", b"import optim",
-                 b"backward", b"zero_grad", b"step(", b"eval(", b"train(", b"clip_grad",
-                 b".grad")
+SUMMARY_WORDS = (b"schedul", b"optim.", b"softmax", b"Thread", b"Optimizer", b"import optim")
+#: Files with any of these (and none of the above) get a model for their step effects
+#: only (analysis.effects).
+EFFECT_WORDS = (b"backward", b"zero_grad", b"step(", b"eval(", b"train(", b"clip_grad",
+                b".grad")
 #: Star imports pass on these libraries' names (``from common import *`` where
 #: ``common`` does ``import torch``).
 _EXPORTED_LIBRARIES = ("torch", "torchvision", "transformers", "accelerate", "lightning",
@@ -106,9 +108,13 @@ def absolute(raw: str, module: str, is_pkg: bool) -> str:
 # -- summaries --------------------------------------------------------------------------------
 
 
-def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, bool]) -> dict:
-    """The summary of one file (``model`` None: only what the tree's top level says)."""
+def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, bool],
+              facts: bool = True) -> dict:
+    """The summary of one file (``model`` None: only what the tree's top level says;
+    ``facts`` False: the model is there for the step effects only, the file has none of
+    the words the role facts need)."""
     root, module, is_pkg = info
+    fm = model if facts else None
     imports: dict[str, list[str]] = {}
     stars: list[str] = []
     exported: dict[str, str] = {}
@@ -139,25 +145,25 @@ def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, b
     classes: dict[str, dict] = {}
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            functions[stmt.name] = _function(model, stmt, module, is_pkg, stmt.name)
+            functions[stmt.name] = _function(model, fm, stmt, module, is_pkg, stmt.name)
         elif isinstance(stmt, ast.ClassDef):
             cls: dict[str, Any] = {"bases": [b for b in (_base(model, x, module, is_pkg)
                                                          for x in stmt.bases) if b]}
             for item in stmt.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     functions[f"{stmt.name}.{item.name}"] = _function(
-                        model, item, module, is_pkg, f"{stmt.name}.{item.name}")
-                    if item.name == "forward" and model is not None and _returns_softmax(
-                        model, item
+                        model, fm, item, module, is_pkg, f"{stmt.name}.{item.name}")
+                    if item.name == "forward" and fm is not None and _returns_softmax(
+                        fm, item
                     ):
                         cls["softmax"] = True
-            if model is not None and any(b in _THREAD_BASES for b in cls["bases"]):
+            if fm is not None and any(b in _THREAD_BASES for b in cls["bases"]):
                 cls["thread"] = True
             classes[stmt.name] = cls
     out = {
         "root": root, "module": module, "pkg": is_pkg, "imports": imports, "stars": stars,
         "exported": exported, "defs": defs, "functions": functions, "classes": classes,
-        "calls": _calls(model, module, is_pkg) if model is not None else [],
+        "calls": _calls(fm, module, is_pkg) if fm is not None else [],
     }
     uses = _uses(model, imports, module) if model is not None else []
     if uses:
@@ -229,18 +235,22 @@ def _base(model: FileModel | None, node: ast.expr, module: str, is_pkg: bool) ->
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _function(model: FileModel | None, fn: ast.FunctionDef | ast.AsyncFunctionDef,
-              module: str, is_pkg: bool, qualname: str) -> dict:
+def _function(model: FileModel | None, full: FileModel | None,
+              fn: ast.FunctionDef | ast.AsyncFunctionDef, module: str, is_pkg: bool,
+              qualname: str) -> dict:
     a = fn.args
     out: dict[str, Any] = {"params": [x.arg for x in (*a.posonlyargs, *a.args)]}
     if a.kwonlyargs:
         out["kwonly"] = [x.arg for x in a.kwonlyargs]
-    if a.kwarg is not None:
-        out["kwarg"] = a.kwarg.arg
-    if model is not None:
-        ret = _returned_fact(model, fn)
+    if a.kwarg is not None and full is not None:
+        keys = _kwargs_keys(fn, a.kwarg.arg)
+        if keys:  # `kwargs["scheduler"]` / `kwargs.get("scheduler")`: call sites say what
+            out["kwarg"] = [a.kwarg.arg, keys]
+    if full is not None:
+        ret = _returned_fact(full, fn)
         if ret is not None:
             out["returns"] = ret
+    if model is not None:
         if model.imports_training_library and fn.name != "__init__":  # (never followed)
             from trainlint.analysis.effects import effects_of
 
@@ -248,6 +258,25 @@ def _function(model: FileModel | None, fn: ast.FunctionDef | ast.AsyncFunctionDe
             if effects is not None:
                 out["effects"] = effects
     return out
+
+
+def _kwargs_keys(fn: ast.AST, kwarg: str) -> list[str]:
+    """The constant keys ``fn`` reads from its ``**kwarg``."""
+    from trainlint.analysis.model import walk_local
+
+    keys: set[str] = set()
+    for node in walk_local(fn):
+        key: ast.AST | None = None
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and (
+                node.value.id == kwarg):
+            key = node.slice
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                node.func.attr in ("get", "pop") and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == kwarg and node.args):
+            key = node.args[0]
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            keys.add(key.value)
+    return sorted(keys)
 
 
 def fact_of(model: FileModel, binding: Binding | None) -> Fact | None:
@@ -497,9 +526,8 @@ class ProjectIndex:
         kwarg = fn.get("kwarg")
         for where, fact in args:
             name = params[where] if isinstance(where, int) and where < len(params) else where
-            if isinstance(name, str) and name not in names and kwarg and not isinstance(
-                    where, int):
-                name = f'{kwarg}["{name}"]'  # `Trainer(scheduler=...)` into `**kwargs`
+            if isinstance(name, str) and name not in names and kwarg and name in kwarg[1]:
+                name = f'{kwarg[0]}["{name}"]'  # `Trainer(scheduler=...)` into `**kwargs`
             elif not isinstance(name, str) or name not in names:
                 continue
             fact = self._settle(s["root"], fact if thread else fact[:4])
@@ -802,7 +830,7 @@ def _kwargs_binding(model: FileModel, expr: ast.Subscript | ast.Call) -> Binding
     ``**kwargs``: the facts of the keyword at every call site."""
     if isinstance(expr, ast.Subscript):
         base, key = expr.value, expr.slice
-    elif isinstance(expr.func, ast.Attribute) and expr.func.attr == "get" and expr.args:
+    elif isinstance(expr.func, ast.Attribute) and expr.func.attr in ("get", "pop") and expr.args:
         base, key = expr.func.value, expr.args[0]
     else:
         return None
