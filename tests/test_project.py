@@ -397,3 +397,20 @@ class Trainer:
     result = runner.run(sorted(pkg.glob("*.py")), ALL, Settings(), jobs=1)
     assert [(Path(f.path).name, f.line, f.code) for f in result.findings] == [
         ("main.py", 18, "TL701")]
+
+
+def test_an_order_inside_another_files_step_function_is_reported_there_only(tmp_path):
+    pkg = tmp_path / "dup"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engine.py").write_text(
+        "import torch\n\n\ndef train_step(model, optimizer, scheduler, batch):\n"
+        "    optimizer.zero_grad()\n    model(batch).sum().backward()\n"
+        "    scheduler.step()\n    optimizer.step()\n")
+    (pkg / "main.py").write_text(
+        "import torch\n\nfrom .engine import train_step\n\n\n"
+        "def main(model, loader, optimizer, scheduler):\n    for batch in loader:\n"
+        "        train_step(model, optimizer, scheduler, batch)\n")
+    result = runner.run(sorted(pkg.glob("*.py")), ALL, Settings(), jobs=1)
+    assert [(Path(f.path).name, f.line, f.code) for f in result.findings] == [
+        ("engine.py", 7, "TL202")]
