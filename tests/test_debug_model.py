@@ -33,6 +33,9 @@ FIXTURES = [
     "schedules/tl204_trainer_scheduler_only_checkpointed.py",
     "memory/tl303_validate_after_eval_without_no_grad.py",
     "gradients/clean_no_torch_micrograd.py",
+    # a loop whose step runs in another module's function (issue 13): the cross-file call
+    # resolved through the files the linted one imports, its events at the call
+    "projects/xfile_sched_order_pos/main.py",
 ]
 
 

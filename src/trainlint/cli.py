@@ -121,7 +121,13 @@ def cmd_debug_model(path: str) -> int:
         print(f"trainlint: error: {path}:{exc.line}:{exc.column}: {exc.message}",
               file=sys.stderr)
         return 1
-    sys.stdout.write(describe(FileModel(tree, Source(text), path), Path(path).as_posix()))
+    from trainlint.analysis.effects import view_of_file
+    from trainlint.analysis.project import apply_view
+
+    model = FileModel(tree, Source(text), path)
+    if path.endswith(".py"):
+        apply_view(model, view_of_file(path, tree))  # what the files it imports do
+    sys.stdout.write(describe(model, Path(path).as_posix()))
     return 0
 
 

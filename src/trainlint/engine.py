@@ -16,7 +16,7 @@ from typing import Any
 
 from trainlint.analysis.context import is_test_file
 from trainlint.analysis.model import FileModel
-from trainlint.analysis.project import SUMMARY_WORDS, apply_view, view_words
+from trainlint.analysis.project import EFFECT_WORDS, SUMMARY_WORDS, apply_view, view_words
 from trainlint.analysis.project import summarize as project_summary
 from trainlint.config import TARGET_TORCH, RuleSelection, TorchPins
 from trainlint.findings import Finding, InternalError, Related
@@ -136,7 +136,8 @@ class Linter:
             active, check_noqa = [], False
         elif file_noqa:
             active = [r for r in active if not any(r.code.startswith(c) for c in file_noqa)]
-        summarize = module is not None and any(w in data for w in SUMMARY_WORDS)
+        facts = module is not None and any(w in data for w in SUMMARY_WORDS)
+        summarize = facts or module is not None and any(w in data for w in EFFECT_WORDS)
         if not active and not check_noqa and not summarize:
             if module is not None:
                 result.summary = project_summary(None, tree, module)
@@ -168,7 +169,8 @@ class Linter:
                     raw.append(self._finding(rule, report, source, path))
             if module is not None:
                 try:
-                    result.summary = project_summary(model if summarize else None, tree, module)
+                    result.summary = project_summary(model if summarize else None, tree, module,
+                                                     facts)
                 except Exception as exc:  # pragma: no cover - a bug in the summary
                     result.errors.append(InternalError(path, "project summary", _describe(exc)))
         finally:

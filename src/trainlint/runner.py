@@ -94,12 +94,12 @@ def lint_file(
         f.fix is not None and (f.fix.applicability == "safe" or fix.unsafe)
         for f in result.findings
     ):
-        result = _fix_python(linter, data, shown, ignored, path, fix)
+        result = _fix_python(linter, data, shown, ignored, path, fix, view)
     return result
 
 
 def _fix_python(linter: Linter, data: bytes, shown: str, ignored: set[str], path: Path,
-                fix: FixMode) -> FileResult:
+                fix: FixMode, view: dict[str, Any] | None = None) -> FileResult:
     from trainlint.fix import encode_like, fix_text, unified_diff, write_atomic
     from trainlint.source import decode
 
@@ -107,7 +107,7 @@ def _fix_python(linter: Linter, data: bytes, shown: str, ignored: set[str], path
     last: list[FileResult] = []
 
     def lint(t: str) -> list[Finding]:
-        r = linter.lint_bytes(t.encode("utf-8"), shown, ignored=ignored, text=t)
+        r = linter.lint_bytes(t.encode("utf-8"), shown, ignored=ignored, text=t, view=view)
         last.append(r)
         return r.findings
 
@@ -207,6 +207,12 @@ def _lint_all(items: list[WorkItem], selection: RuleSelection, settings: Setting
     return _run_pool(items, selection, settings, timings, fix, jobs)
 
 
+def _fixable(result: FileResult, fix: FixMode | None) -> bool:
+    return fix is not None and result.parsed and any(
+        f.fix is not None and (f.fix.applicability == "safe" or fix.unsafe)
+        for f in result.findings)
+
+
 def run(
     paths: Sequence[Path],
     selection: RuleSelection,
@@ -225,7 +231,7 @@ def run(
     n = len(paths)
     checking = fix is None or not fix.active
     modules: list[tuple[str, str, bool] | None] = [
-        module_of(p) if checking and p.suffix == ".py" else None for p in paths
+        module_of(p) if p.suffix == ".py" else None for p in paths
     ]
     use_cache = cache is not None and checking
     hashes: dict[int, str] = {}
@@ -242,12 +248,13 @@ def run(
                 found = cache.get_summary(hashes[i], mod)
                 if found is not None:
                     summaries[i] = found
-    # phase 1: files not summarised yet (every file on a cold run), linted without a view
+    # phase 1: files not summarised yet (every file on a cold run), linted without a view;
+    # a fix run fixes nothing yet: its fixes wait for the views (phase 2)
     first = [i for i in range(n) if i not in summaries]
     fresh: dict[int, FileResult] = {}
     if first:
         done = _lint_all([(paths[i], None, modules[i]) for i in first], selection, settings,
-                         timings, fix, jobs)
+                         timings, fix if checking else None, jobs)
         for i, r in zip(first, done, strict=True):
             fresh[i] = r
             if r.summary is not None:
@@ -280,7 +287,8 @@ def run(
                 results[i] = hit
                 continue
             keys[i] = key
-        if i in fresh and not view:
+        if i in fresh and not view and (checking or (
+                p.suffix != ".ipynb" and not _fixable(fresh[i], fix))):
             results[i] = fresh[i]
         else:
             second.append(i)

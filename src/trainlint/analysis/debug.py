@@ -94,6 +94,8 @@ def _event(model: FileModel, e: Event) -> str:
         parts.append("scaled")
     if e.depth:
         parts.append(f"nested-loops={e.depth}")
+    if e.via:
+        parts.append(f"in {e.via}")
     if e.chain:
         parts.append("via " + " > ".join(
             f"L{c.lineno} {dotted(c.func) or _short(c.func, 30)}()" for c in e.chain
@@ -138,6 +140,17 @@ def _roles(model: FileModel) -> list[str]:
 
 
 def _cross_file_calls(model: FileModel) -> list[str]:
-    # The project index (issue 13, items 1-2) resolves calls into other files of the
-    # project; its resolutions belong here, one line per call site, once it exists.
-    return ["cross-file calls: (not resolved: no project index)"]
+    """Calls the step walker follows into other files of the project: the callee and
+    the events each of its paths adds at the call, in the caller's names."""
+    from trainlint.analysis.effects import describe_call
+
+    rows: list[tuple[tuple[int, int], list[str]]] = []
+    for calls in model.calls.values():
+        for call in calls:
+            lines = describe_call(model, call)
+            if lines is not None:
+                rows.append(((call.lineno, call.col_offset), lines))
+    out = [f"cross-file calls: {len(rows)}"]
+    for _, lines in sorted(rows, key=lambda r: r[0]):
+        out += [f"  {line}" for line in lines]
+    return out

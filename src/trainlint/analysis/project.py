@@ -39,12 +39,18 @@ if TYPE_CHECKING:
 #: Files without any of these bytes have nothing to say to other files beyond their
 #: imports: no model is built just for their summary.
 SUMMARY_WORDS = (b"schedul", b"optim.", b"softmax", b"Thread", b"Optimizer", b"import optim")
+#: Files with any of these (and none of the above) get a model for their step effects
+#: only (analysis.effects).
+EFFECT_WORDS = (b"backward", b"zero_grad", b"step(", b"eval(", b"train(", b"clip_grad",
+                b".grad")
 #: Star imports pass on these libraries' names (``from common import *`` where
 #: ``common`` does ``import torch``).
 _EXPORTED_LIBRARIES = ("torch", "torchvision", "transformers", "accelerate", "lightning",
                        "pytorch_lightning", "timm", "ray", "threading", "multiprocessing")
 #: Resolution hops through re-exports and star imports.
 MAX_HOPS = 6
+#: Calls across files followed from one function (a -> b -> c -> d).
+MAX_EFFECT_DEPTH = 4
 _THREAD_BASES = ("threading.Thread",)
 
 Fact = list[Any]  # [kind, cls/qualname, unit, extra] (a list: it round-trips through JSON)
@@ -102,9 +108,13 @@ def absolute(raw: str, module: str, is_pkg: bool) -> str:
 # -- summaries --------------------------------------------------------------------------------
 
 
-def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, bool]) -> dict:
-    """The summary of one file (``model`` None: only what the tree's top level says)."""
+def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, bool],
+              facts: bool = True) -> dict:
+    """The summary of one file (``model`` None: only what the tree's top level says;
+    ``facts`` False: the model is there for the step effects only, the file has none of
+    the words the role facts need)."""
     root, module, is_pkg = info
+    fm = model if facts else None
     imports: dict[str, list[str]] = {}
     stars: list[str] = []
     exported: dict[str, str] = {}
@@ -135,25 +145,86 @@ def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, b
     classes: dict[str, dict] = {}
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            functions[stmt.name] = _function(model, stmt, module, is_pkg)
+            functions[stmt.name] = _function(model, fm, stmt, module, is_pkg, stmt.name)
         elif isinstance(stmt, ast.ClassDef):
             cls: dict[str, Any] = {"bases": [b for b in (_base(model, x, module, is_pkg)
                                                          for x in stmt.bases) if b]}
             for item in stmt.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    functions[f"{stmt.name}.{item.name}"] = _function(model, item, module, is_pkg)
-                    if item.name == "forward" and model is not None and _returns_softmax(
-                        model, item
+                    functions[f"{stmt.name}.{item.name}"] = _function(
+                        model, fm, item, module, is_pkg, f"{stmt.name}.{item.name}")
+                    if item.name == "forward" and fm is not None and _returns_softmax(
+                        fm, item
                     ):
                         cls["softmax"] = True
-            if model is not None and any(b in _THREAD_BASES for b in cls["bases"]):
+            if fm is not None and any(b in _THREAD_BASES for b in cls["bases"]):
                 cls["thread"] = True
             classes[stmt.name] = cls
-    return {
+    out = {
         "root": root, "module": module, "pkg": is_pkg, "imports": imports, "stars": stars,
         "exported": exported, "defs": defs, "functions": functions, "classes": classes,
-        "calls": _calls(model, module, is_pkg) if model is not None else [],
+        "calls": _calls(fm, module, is_pkg) if fm is not None else [],
     }
+    uses = _uses(model, imports, module) if model is not None else []
+    if uses:
+        out["uses"] = uses
+    return out
+
+
+def _uses(model: FileModel, imports: dict[str, list[str]], module: str) -> list[str]:
+    """What the file calls through its imports, spelled as its lint resolves it
+    (``.engine.train_step``), and ``?.m`` for a method ``m`` called on a name or ``self``
+    attribute assigned an imported class's instance somewhere in the file: the view
+    carries the effects of these functions only."""
+    from trainlint.analysis.effects import not_project
+
+    own = module.split(".", 1)[0]
+    imports = {k: v for k, v in imports.items()
+               if _project_candidate(v[1]) and not not_project(v[0], v[1], own)}
+    if not imports:
+        return []
+    out: set[str] = set()
+    built: set[str] = set()  # names and `self.x` assigned a call of an imported name
+    methods: list[tuple[str, str]] = []
+    for assign in model.assignments:
+        if isinstance(assign, ast.Assign) and isinstance(assign.value, ast.Call) and _head(
+                assign.value.func) in imports:
+            for t in assign.targets:
+                name = _receiver(t)
+                if name is not None:
+                    built.add(name)
+    for node in (c for calls in model.calls.values() for c in calls):
+        func = node.func
+        parts: list[str] = []
+        while func.__class__ is ast.Attribute:
+            parts.append(func.attr)
+            func = func.value
+        if func.__class__ is not ast.Name:
+            continue
+        head = func.id
+        if head in imports:
+            out.add(".".join([imports[head][0], *reversed(parts)]))
+        elif len(parts) == 1 and head != "self":
+            methods.append((head, parts[0]))  # `tracker.record(...)`
+        elif len(parts) == 2 and head == "self":
+            methods.append((f"self.{parts[1]}", parts[0]))  # `self.tracker.record(...)`
+    out.update(f"?.{m}" for recv, m in methods if recv in built)
+    return sorted(out)
+
+
+def _head(func: ast.expr) -> str | None:
+    while func.__class__ is ast.Attribute:
+        func = func.value  # type: ignore[attr-defined]
+    return func.id if func.__class__ is ast.Name else None  # type: ignore[attr-defined]
+
+
+def _receiver(target: ast.expr) -> str | None:
+    if isinstance(target, ast.Name):
+        return target.id
+    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and (
+            target.value.id == "self"):
+        return f"self.{target.attr}"
+    return None
 
 
 def _base(model: FileModel | None, node: ast.expr, module: str, is_pkg: bool) -> str | None:
@@ -164,17 +235,48 @@ def _base(model: FileModel | None, node: ast.expr, module: str, is_pkg: bool) ->
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _function(model: FileModel | None, fn: ast.FunctionDef | ast.AsyncFunctionDef,
-              module: str, is_pkg: bool) -> dict:
+def _function(model: FileModel | None, full: FileModel | None,
+              fn: ast.FunctionDef | ast.AsyncFunctionDef, module: str, is_pkg: bool,
+              qualname: str) -> dict:
     a = fn.args
     out: dict[str, Any] = {"params": [x.arg for x in (*a.posonlyargs, *a.args)]}
     if a.kwonlyargs:
         out["kwonly"] = [x.arg for x in a.kwonlyargs]
-    if model is not None:
-        ret = _returned_fact(model, fn)
+    if a.kwarg is not None and full is not None:
+        keys = _kwargs_keys(fn, a.kwarg.arg)
+        if keys:  # `kwargs["scheduler"]` / `kwargs.get("scheduler")`: call sites say what
+            out["kwarg"] = [a.kwarg.arg, keys]
+    if full is not None:
+        ret = _returned_fact(full, fn)
         if ret is not None:
             out["returns"] = ret
+    if model is not None:
+        if model.imports_training_library and fn.name != "__init__":  # (never followed)
+            from trainlint.analysis.effects import effects_of
+
+            effects = effects_of(model, fn, qualname, module, is_pkg)
+            if effects is not None:
+                out["effects"] = effects
     return out
+
+
+def _kwargs_keys(fn: ast.AST, kwarg: str) -> list[str]:
+    """The constant keys ``fn`` reads from its ``**kwarg``."""
+    from trainlint.analysis.model import walk_local
+
+    keys: set[str] = set()
+    for node in walk_local(fn):
+        key: ast.AST | None = None
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and (
+                node.value.id == kwarg):
+            key = node.slice
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                node.func.attr in ("get", "pop") and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == kwarg and node.args):
+            key = node.args[0]
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            keys.add(key.value)
+    return sorted(keys)
 
 
 def fact_of(model: FileModel, binding: Binding | None) -> Fact | None:
@@ -371,6 +473,7 @@ class ProjectIndex:
             self.modules.setdefault((s["root"], s["module"]), s)
         # (root, module, function) -> param -> facts from every call site
         self._params: dict[tuple[str, str, str], dict[str, list[Fact]]] = {}
+        self._effect_memo: dict[str, tuple[list[list[Any]], bool]] = {}
         for s in self.modules.values():
             for callee, args in s["calls"]:
                 self._add_call(s, callee, args)
@@ -420,9 +523,12 @@ class ProjectIndex:
         names = set(params) | set(fn.get("kwonly", ()))
         thread = skip == 1 and self.is_thread_class(mod["root"], mod, local)
         slot = self._params.setdefault((mod["root"], mod["module"], fn_name), {})
+        kwarg = fn.get("kwarg")
         for where, fact in args:
             name = params[where] if isinstance(where, int) and where < len(params) else where
-            if not isinstance(name, str) or name not in names:
+            if isinstance(name, str) and name not in names and kwarg and name in kwarg[1]:
+                name = f'{kwarg[0]}["{name}"]'  # `Trainer(scheduler=...)` into `**kwargs`
+            elif not isinstance(name, str) or name not in names:
                 continue
             fact = self._settle(s["root"], fact if thread else fact[:4])
             if fact is not None:
@@ -507,9 +613,135 @@ class ProjectIndex:
                 merged = _merge(facts)
                 if merged is not None:
                     params.setdefault(fn_name, {})[name] = merged
-        if not refs and not stars and not params:
+        calls = self._calls_of(root, s)
+        if not refs and not stars and not params and not calls:
             return None
-        return {"refs": refs, "stars": stars, "params": params}
+        out: dict[str, Any] = {"refs": refs, "stars": stars, "params": params}
+        if calls:
+            out["calls"] = calls
+        return out
+
+    # -- effects across files (analysis.effects) ------------------------------------------
+    def _calls_of(self, root: str, s: dict) -> dict[str, dict]:
+        """The project functions and methods the file's imports name, with their effects:
+        ``raw qualname -> entry`` (``.engine.train_step``, ``.helpers.Tracker.record``)."""
+        out: dict[str, dict] = {}
+        uses = set(s.get("uses", ()))
+        if not uses:
+            return out
+        for raw, full in s["imports"].values():
+            found = self.resolve(root, full)
+            if found is not None:
+                mod, local = found
+                if local in mod["functions"] and raw in uses:
+                    self._add_entry(out, raw, root, mod, local)
+                elif local in mod["classes"]:
+                    for name in mod["functions"]:
+                        method = name[len(local) + 1:]
+                        if name.startswith(local + ".") and f"?.{method}" in uses and (
+                                method != "__init__"):
+                            self._add_entry(out, f"{raw}.{method}", root, mod, name)
+                continue
+            whole = self.modules.get((root, full))
+            if whole is not None:  # `from . import engine` / `import engine`
+                for name in whole["functions"]:
+                    if f"{raw}.{name}" in uses:
+                        self._add_entry(out, f"{raw}.{name}", root, whole, name)
+        return out
+
+    def _add_entry(self, out: dict[str, dict], key: str, root: str, mod: dict,
+                   name: str) -> None:
+        fn = mod["functions"][name]
+        if "effects" not in fn:
+            return
+        paths, precise = self._effects(root, mod, name, 0, ())
+        if precise and not any(paths):
+            return
+        method = "." in name and fn["params"][:1] == ["self"]
+        entry: dict[str, Any] = {
+            "fn": f"{mod['module']}.{name}" if mod["module"] else name,
+            "params": fn["params"][1:] if method else fn["params"],
+        }
+        if fn.get("kwonly"):
+            entry["kwonly"] = fn["kwonly"]
+        if method:
+            entry["method"] = True
+        if precise:
+            entry["paths"] = paths
+        else:
+            entry["imprecise"] = True
+        out[key] = entry
+
+    def _effects(self, root: str, mod: dict, name: str, depth: int,
+                 stack: tuple[str, ...]) -> tuple[list[list[Any]], bool]:
+        """A function's effect paths with other files' calls replaced by their callees'
+        (bounded by MAX_EFFECT_DEPTH, a cycle cut); (paths, precise)."""
+        from trainlint.analysis.effects import MAX_EFFECT_PATHS
+
+        key = f"{mod['module']}.{name}"
+        cached = self._effect_memo.get(f"{root}:{key}") if depth == 0 else None
+        if cached is not None:
+            return cached
+        eff = mod["functions"][name].get("effects") or {}
+        if eff.get("imprecise"):
+            return [], False
+        precise = True
+        out: list[list[Any]] = []
+        for path in eff.get("paths", ()):
+            expanded: list[list[Any]] = [[]]
+            for effect in path:
+                if effect[0] != "CALL":
+                    expanded = [p + [effect] for p in expanded]
+                    continue
+                alts, ok = self._call_effects(root, effect, depth, (*stack, key))
+                precise = precise and ok
+                expanded = [p + a for p in expanded for a in alts]
+                if len(expanded) > MAX_EFFECT_PATHS:
+                    return [], False
+            for p in expanded:
+                if p not in out:
+                    out.append(p)
+        if len(out) > MAX_EFFECT_PATHS:
+            return [], False
+        if depth == 0:
+            self._effect_memo[f"{root}:{key}"] = (out, precise)
+        return out, precise
+
+    def _call_effects(self, root: str, call: list[Any], depth: int,
+                      stack: tuple[str, ...]) -> tuple[list[list[Any]], bool]:
+        """The effect paths of a placeholder ``["CALL", qualname, args, depth, flags]`` in
+        the calling function's terms; [[]] when it is no project function with effects,
+        too deep, or a cycle."""
+        _, qual, args, d, flags = call
+        found = self.resolve(root, qual)
+        if found is None or depth + 1 >= MAX_EFFECT_DEPTH:
+            return [[]], True
+        mod, local = found
+        fn = mod["functions"].get(local)
+        if fn is None or "effects" not in fn or f"{mod['module']}.{local}" in stack:
+            return [[]], True
+        paths, precise = self._effects(root, mod, local, depth + 1, stack)
+        if not precise:
+            return [[]], False
+        params = fn["params"]
+        given = {(params[w] if isinstance(w, int) and w < len(params) else w): enc
+                 for w, enc in args}
+
+        def remap(target: list[Any] | None) -> list[Any] | None:
+            if target is None or target[0] != "p":
+                return target if target is None or target[0] == "o" else ["o", qual + ":self"]
+            enc = given.get(target[1])
+            if enc is None:
+                return ["o", f"{qual}:{target[1]}"]
+            if enc[0] == "p":
+                rest = ".".join(x for x in (enc[2], target[2]) if x)
+                return ["p", enc[1], rest]
+            if enc[0] == "s":
+                return ["s", ".".join(x for x in (enc[1], target[2]) if x)]
+            return enc
+
+        return [[[k, remap(t), dd + d, ff | flags] for k, t, dd, ff in p] for p in paths] or [
+            []], True
 
     def _star_names(self, root: str, s: dict, stars: dict[str, str], refs: dict[str, Fact],
                     depth: int, seen: set[str]) -> None:
@@ -576,6 +808,8 @@ def view_words(view: dict) -> bytes:
     """Trigger words the view's facts stand for: a file that steps a scheduler made in
     another file never spells `lr_scheduler`, one fed a softmax never spells `softmax`."""
     words = b" torch" if view["stars"] else b""
+    if view.get("calls"):  # another file's function runs step events here
+        words += b" backward step( zero_grad .grad eval( train( torch"
     for fact in (*view["refs"].values(), *(f for p in view["params"].values()
                                            for f in p.values())):
         words += _FACT_WORDS.get(fact[0], b"")
@@ -602,10 +836,37 @@ def foreign_binding(model: FileModel, expr: ast.AST) -> Binding | None:
             return None
         q = model.qualname(expr.func)
         fact = view["refs"].get(q) if q is not None else None
-        return _binding(fact, expr, expr) if fact is not None else None
+        return _binding(fact, expr, expr) if fact is not None else _kwargs_binding(model, expr)
     if isinstance(expr, ast.Name):
         return _parameter_binding(model, expr)
+    if isinstance(expr, (ast.Subscript, ast.Call)):
+        return _kwargs_binding(model, expr)
     return None
+
+
+def _kwargs_binding(model: FileModel, expr: ast.Subscript | ast.Call) -> Binding | None:
+    """``kwargs["scheduler"]`` / ``kwargs.get("scheduler")`` in a function with
+    ``**kwargs``: the facts of the keyword at every call site."""
+    if isinstance(expr, ast.Subscript):
+        base, key = expr.value, expr.slice
+    elif isinstance(expr.func, ast.Attribute) and expr.func.attr in ("get", "pop") and expr.args:
+        base, key = expr.func.value, expr.args[0]
+    else:
+        return None
+    if not isinstance(base, ast.Name) or not (isinstance(key, ast.Constant)
+                                              and isinstance(key.value, str)):
+        return None
+    fn = model.function_of(expr)
+    view = getattr(model, "project", None)
+    if fn is None or not view or fn.args.kwarg is None or fn.args.kwarg.arg != base.id:
+        return None
+    cls = model.class_of(fn)
+    if (cls if cls is not None else fn) is not None and model.scope_of(
+            cls if cls is not None else fn) is not model.tree:
+        return None
+    fn_key = f"{cls.name}.{fn.name}" if cls is not None else fn.name
+    fact = view["params"].get(fn_key, {}).get(f'{base.id}["{key.value}"]')
+    return _binding(fact, expr) if fact is not None else None
 
 
 _ANNOTATION_ROLES = {

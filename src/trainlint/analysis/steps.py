@@ -58,6 +58,8 @@ class Kind(Enum):
     UPDATE = "scaler update"
     EVAL = "model.eval()"
     TRAIN = "model.train()"
+    #: a call to another file's function, in a summary's walk only (analysis.effects)
+    CALL = "project call"
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,15 +76,30 @@ class Event:
     depth: int = 0
     #: for STEP: made through a GradScaler (``scaler.step(opt)``)
     scaled: bool = False
+    #: a project function of another file the event happens in (``engine.train_step``);
+    #: ``node`` is then the call to it in this file (SPEC §7)
+    via: str | None = None
+    #: guards inside that function: FLAG_COUNTER / FLAG_LOGGING
+    flags: int = 0
 
     def under_counter_guard(self) -> bool:
-        return any(is_counter_guard(g.test) for g, _ in self.guards)
+        return bool(self.flags & FLAG_COUNTER) or any(
+            is_counter_guard(g.test) for g, _ in self.guards)
 
     def rate_limited(self) -> bool:
-        return any(is_counter_guard(g.test) or _is_logging_guard(g.test) for g, _ in self.guards)
+        return bool(self.flags & (FLAG_COUNTER | FLAG_LOGGING)) or any(
+            is_counter_guard(g.test) or _is_logging_guard(g.test) for g, _ in self.guards)
+
+
+#: Event.flags: the event sits, inside another file's function, under a counter guard
+#: (``if step % n == 0``) / a logging guard.
+FLAG_COUNTER, FLAG_LOGGING = 1, 2
 
 
 Path = tuple[Event, ...]
+#: the walker's question at a call it cannot resolve in the file: its paths, or None
+Foreign = Callable[["_Walker", ast.Call, int, tuple[tuple[ast.If, bool], ...]],
+                   "list[Path] | None"]
 #: a node the step walker acts on: (node, its event, the same-file helper a call runs)
 _NodeEvent = tuple[ast.AST, "Event | None", "FunctionNode | None"]
 
@@ -384,15 +401,28 @@ class StepModel:
                     continue
                 ev = self.classify(sub)
                 fn = resolve(sub) if ev is None and isinstance(sub, ast.Call) else None
-                if ev is not None or fn is not None:
+                if ev is not None or fn is not None or (
+                        sub.__class__ is ast.Call and sub.func.__class__ in _CALLEES):  # type: ignore[attr-defined]
+                    # (a call of neither: maybe another file's function, see _Walker)
                     found.append((sub, ev, fn))
             self._node_events_cache[key] = found
         return found
 
     # -- paths -----------------------------------------------------------------------------
+    @cached_property
+    def _foreign(self) -> Foreign | None:
+        """How the walker follows calls into other files: when the project view names
+        some (analysis.effects)."""
+        view = self.model.project
+        if not view or not view.get("calls"):
+            return None
+        from trainlint.analysis.effects import foreign_paths
+
+        return foreign_paths
+
     def body_paths(self, stmts: list[ast.stmt], depth: int = 0) -> tuple[list[Path], bool]:
         """Paths through a statement list. Returns (paths, precise)."""
-        walker = _Walker(self, depth)
+        walker = _Walker(self, depth, foreign=self._foreign)
         paths = walker.run(stmts)
         return paths, walker.precise
 
@@ -462,6 +492,12 @@ class StepModel:
                     if target is not None and self._may_train(target, depth + 1):
                         found = True
                         break
+                if self._foreign is not None:
+                    from trainlint.analysis.effects import resolve_foreign
+
+                    if resolve_foreign(self.model, sub) is not None:
+                        found = True
+                        break
             elif isinstance(sub, ast.Attribute) and sub.attr == "grad":
                 found = True
                 break
@@ -524,6 +560,17 @@ class StepModel:
                 if id(e) not in ids and id(e) not in self.step_loop_ids:
                     ids.add(id(e))
                     out.append(e)
+        if self._foreign is not None and self.model.imports_training_library:
+            # a loop around a call of another file's function that has a step loop
+            # (`train_one_epoch(...)` in engine.py)
+            for loop in self.model.loops:
+                if id(loop) in ids or id(loop) in self.step_loop_ids:
+                    continue
+                paths, _ = self.loop_paths(loop)
+                if any(e.via is not None and e.depth > 0 and e.kind in (Kind.BACKWARD, Kind.STEP)
+                       for p in paths for e in p):
+                    ids.add(id(loop))
+                    out.append(loop)
         return sorted(out, key=_pos)  # type: ignore[arg-type]
 
     def anchor(self, event: Event) -> ast.AST:
@@ -676,16 +723,19 @@ def _pos(node: ast.AST) -> tuple[int, int]:
 
 
 class _Walker:
-    """Enumerates event paths through statements; inlines same-file helpers."""
+    """Enumerates event paths through statements; inlines same-file helpers; asks
+    ``foreign`` (analysis.effects) about calls into other files."""
 
     def __init__(self, steps: StepModel, depth: int = 0, chain: tuple[ast.Call, ...] = (),
-                 guards: tuple[tuple[ast.If, bool], ...] = (), inline_depth: int = 0) -> None:
+                 guards: tuple[tuple[ast.If, bool], ...] = (), inline_depth: int = 0,
+                 foreign: Foreign | None = None) -> None:
         self.steps = steps
         self.depth = depth
         self.chain = chain
         self.guards = guards
         self.inline_depth = inline_depth
         self.precise = True
+        self.foreign = foreign
 
     def run(self, stmts: list[ast.stmt]) -> list[Path]:
         open_paths, closed = self._block(stmts, [()], self.depth, self.guards)
@@ -766,6 +816,12 @@ class _Walker:
             if fn is not None:  # a call of a same-file helper that is no event itself
                 seq.append(self._inline(fn, sub, depth, guards))  # type: ignore[arg-type]
                 continue
+            if ev is None:  # maybe a function of another file
+                if self.foreign is not None and self.inline_depth < MAX_INLINE_DEPTH:
+                    alternatives = self.foreign(self, sub, depth, guards)  # type: ignore[arg-type]
+                    if alternatives is not None:
+                        seq.append(alternatives)
+                continue
             if ev is not None and ev.kind is Kind.STEP and isinstance(sub, ast.Call):
                 # opt.step(closure): the closure runs inside the step, before the update
                 for arg in sub.args:
@@ -790,7 +846,8 @@ class _Walker:
             return [()]
         if any(self.steps.model.resolve_call(c) is fn for c in self.chain):
             return [()]  # recursion
-        sub = _Walker(self.steps, depth, (*self.chain, site), guards, self.inline_depth + 1)
+        sub = _Walker(self.steps, depth, (*self.chain, site), guards, self.inline_depth + 1,
+                      self.foreign)
         paths = sub.run(fn.body)
         if not sub.precise:
             self.precise = False
@@ -853,6 +910,7 @@ def _postorder(node: ast.AST) -> list[ast.AST]:
 _POSTORDER_STOP = frozenset({*FUNCTION_NODES, ast.ClassDef})
 #: the only nodes ``StepModel.classify`` makes an event of, or the walker inlines
 _EVENT_NODES = frozenset({ast.Call, ast.Attribute, ast.Assign, ast.AnnAssign, ast.Delete})
+_CALLEES = frozenset({ast.Name, ast.Attribute})
 
 
 def _extend(paths: list[Path], seq: list[list[Path]]) -> list[Path]:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from trainlint.analysis.model import FileModel, dotted
 from trainlint.analysis.ordering import runs_before
 from trainlint.analysis.paths import Reported, precise_step_loops
-from trainlint.analysis.steps import Kind
+from trainlint.analysis.steps import STEP_FUNCTION_NAMES, Event, Kind
 from trainlint.edits import move_after_last
 from trainlint.rules.base import Invalid, Report, Rule
 
@@ -28,6 +28,15 @@ def _rewound(model: FileModel) -> set[str]:
                     if name is not None:
                         out.add(name)
     return out
+
+
+def _inside_step_function(paths: list, sched: Event) -> bool:
+    """Both steps in one call of another file's step function (``train_step``): that
+    file reports the order, at its own lines."""
+    if sched.via is None or not STEP_FUNCTION_NAMES.match(sched.via.rsplit(".", 1)[-1]):
+        return False
+    return all(e.node is sched.node for p in paths if sched in p
+               for e in p[p.index(sched) + 1:] if e.kind is Kind.STEP)
 
 
 class SchedulerBeforeOptimizer(Rule):
@@ -188,7 +197,8 @@ for epoch in range(90):
             for sched in scheds.values():
                 if sched.target in rewound:
                     continue  # the position is set by hand: stepping first is deliberate
-                if runs_before(paths, sched, Kind.STEP):
+                if runs_before(paths, sched, Kind.STEP) and not _inside_step_function(
+                        paths, sched):
                     node = model.steps.anchor(sched)
                     if seen.first(node):
                         later = [e.chain[0] if e.chain else e.node for p in paths if sched in p

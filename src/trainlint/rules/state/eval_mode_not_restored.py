@@ -379,13 +379,13 @@ for step, (x, y) in enumerate(loader):
                         edit = append_to_block(model, model.statement_of(at), f"{left[0]}.train()")
                         fix = self.fix(edit, message=f"call `{left[0]}.train()` after evaluating"
                                        ) if edit is not None else None
-                    if anchor is e.node:
+                    if anchor is e.node and e.via is None:
                         yield self.report(e.node, fix=fix)
-                    else:
+                    else:  # in a helper (of another file: `via`, the anchor is its call)
                         what = f"`{left[0]}`" if len(left) == 1 and left[0] else "the model"
                         yield self.report(anchor, _HELPER_MESSAGE.format(what=what), related=(
                             (e.node, "`eval()` here, with no `train()` after it"),
-                        ), fix=fix)
+                        ) if e.via is None else (), fix=fix)
 
 
 _HELPER_MESSAGE = (
