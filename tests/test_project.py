@@ -360,11 +360,19 @@ def test_keywords_into_kwargs_reach_the_constructor(kwargs_project):
         assert binding is not None and binding.cls == "StepLR", spelling
 
 
-@pytest.mark.xfail(strict=True, reason="roles.py (not to be edited in issue 13 part 2) does "
-                   "not ask foreign_binding about `kwargs[...]` when it binds `self.scheduler`")
-def test_a_scheduler_passed_through_kwargs_is_judged_by_its_unit(kwargs_project):
+@pytest.mark.parametrize("spelling", ['kwargs["scheduler"]', 'kwargs.get("scheduler")'])
+def test_a_scheduler_passed_through_kwargs_is_judged_by_its_unit(kwargs_project, spelling):
+    trainer = kwargs_project / "trainer.py"
+    trainer.write_text(KW_TRAINER.replace('kwargs["scheduler"]', spelling))
     result = runner.run(sorted(kwargs_project.glob("*.py")), ALL, Settings(), jobs=1)
     assert [(Path(f.path).name, f.code) for f in result.findings] == [("trainer.py", "TL201")]
+    # the same trainer handed a per-iteration schedule is right
+    main = kwargs_project / "main.py"
+    main.write_text(KW_MAIN.replace("StepLR(optimizer, step_size=30)",
+                                    "OneCycleLR(optimizer, max_lr=0.1, total_steps=9000)")
+                    .replace("import StepLR", "import OneCycleLR"))
+    result = runner.run(sorted(kwargs_project.glob("*.py")), ALL, Settings(), jobs=1)
+    assert result.findings == []
 
 
 def test_a_method_of_an_attribute_built_once_in_the_class_is_followed(tmp_path):

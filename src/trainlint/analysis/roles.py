@@ -249,6 +249,14 @@ class Roles:
             self._bind_target(node.target, node.value, node)
 
     def _bind_target(self, target: ast.AST, value: ast.AST, stmt: ast.AST) -> None:
+        if isinstance(value, ast.Subscript) and self.model.project:
+            # `self.scheduler = kwargs["scheduler"]`: the keyword's facts at the call sites
+            from trainlint.analysis.project import foreign_binding
+
+            b = foreign_binding(self.model, value)
+            if b is not None and isinstance(target, (ast.Name, ast.Attribute)):
+                self._add(target, b, stmt)
+            return
         if not isinstance(value, _ROLE_VALUES):
             return  # constants, arithmetic, comprehensions: never an optimizer or a model
         if isinstance(target, (ast.Tuple, ast.List)):
@@ -326,6 +334,13 @@ class Roles:
         target = m.resolve_call(call)
         if target is not None:
             return self._returned(target)
+        if m.project and qual is None and name in ("get", "pop") and isinstance(
+            func, ast.Attribute
+        ):
+            # `kwargs.get("scheduler")`: the keyword's facts at the call sites
+            from trainlint.analysis.project import foreign_binding
+
+            return [foreign_binding(m, call)]
         if qual is not None and m.project is not None:
             # a factory or class of another project file (the project index's view)
             from trainlint.analysis.project import foreign_binding
