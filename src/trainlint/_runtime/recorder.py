@@ -36,37 +36,54 @@ class NonFiniteGradient(BaseException):
         self.value = value
 
 
-def max_abs(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def small_dense(t: torch.Tensor) -> bool:
+    """Whether max |t| is best taken by foreach ops: a small, non-empty, dense real tensor."""
+    return t.layout is torch.strided and t.dtype.is_floating_point and 0 < t.numel() < _LARGE
+
+
+def max_abs(tensors: list[torch.Tensor], *, small: bool = False) -> list[torch.Tensor]:
     """max |t| of each tensor as a 0-d tensor (NaN if any element is NaN), no host sync:
     small dense floating tensors with two foreach ops per dtype/device group, others one
-    by one (``aminmax``, one read pass, where an ``abs`` would write a copy)."""
+    by one (``aminmax``, one read pass, where an ``abs`` would write a copy). ``small``:
+    the caller knows every tensor is :func:`small_dense` (told once per check from the
+    parameters, whose gradients and copies share their size), which skips the sorting."""
+    if small:
+        try:
+            with torch.no_grad():
+                return list(torch._foreach_max(torch._foreach_abs(tensors)))
+        except RuntimeError:  # a gradient of another kind than its parameter (sparse)
+            pass
     out: list[Any] = [None] * len(tensors)
     groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
     strided = torch.strided
-    for i, t in enumerate(tensors):
-        dtype = t.dtype
-        if (t.layout is strided and dtype.is_floating_point and 0 < t.numel() < _LARGE):
-            groups.setdefault((t.device, dtype), []).append(i)
-        else:
-            low, high = extrema(t)
-            out[i] = high if low is high else torch.maximum(high, low.neg())
-    for indices in groups.values():
-        picked = [tensors[i].detach() for i in indices]
-        for i, value in zip(indices, torch._foreach_max(torch._foreach_abs(picked)),
-                            strict=True):
-            out[i] = value
+    with torch.no_grad():
+        for i, t in enumerate(tensors):
+            dtype = t.dtype
+            if t.layout is strided and dtype.is_floating_point and 0 < t.numel() < _LARGE:
+                key = (t.device, dtype)
+                group = groups.get(key)
+                if group is None:
+                    groups[key] = [i]
+                else:
+                    group.append(i)
+            else:
+                low, high = extrema(t)
+                out[i] = high if low is high else torch.maximum(high, low.neg())
+        if len(groups) == 1 and len(next(iter(groups.values()))) == len(tensors):
+            return list(torch._foreach_max(torch._foreach_abs(tensors)))  # the common case
+        for indices in groups.values():
+            picked = [tensors[i] for i in indices]
+            for i, value in zip(indices, torch._foreach_max(torch._foreach_abs(picked)),
+                                strict=True):
+                out[i] = value
     return out
 
 
 def to_floats(values: Sequence[torch.Tensor]) -> list[float]:
-    """Python floats from 0-d tensors: one ``stack().tolist()`` (one host transfer) per
-    dtype/device group."""
-    if not values:
-        return []
-    first = values[0]
-    key = (first.device, first.dtype)
-    if all((v.device, v.dtype) == key for v in values):
-        return [float(x) for x in torch.stack(list(values)).tolist()]
+    """Python floats from 0-d tensors: on the CPU ``float()`` each (no transfer to save;
+    a stack costs more), elsewhere one ``stack().tolist()`` per dtype/device group."""
+    if all(v.is_cpu for v in values):
+        return [float(v) for v in values]
     groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
     for i, v in enumerate(values):
         groups.setdefault((v.device, v.dtype), []).append(i)
@@ -108,6 +125,7 @@ class GradRecorder:
         self._queued = False
         self._numbers: list[float] | None = None
         self._removers: list[Callable[[], None]] = []
+        self._small = [small_dense(p) for p in self.params] if measure else []
         # weak: holding last step's grads would keep them alive while the step allocates
         # new ones, doubling gradient memory for the duration of the check
         self._grads_before: list[Any] = []
@@ -163,7 +181,11 @@ class GradRecorder:
         if not indices:
             return
         params = self.params
-        values = max_abs([params[i].grad for i in indices])  # type: ignore[misc]
+        small = self._small
+        values = max_abs(
+            [params[i].grad for i in indices],  # type: ignore[misc]
+            small=all(small[i] for i in indices),
+        )
         step = self.step
         self.events += [(step, i, v) for i, v in zip(indices, values, strict=True)]
         if self.stop_on_nonfinite:
