@@ -46,36 +46,35 @@ def max_abs(tensors: list[torch.Tensor], *, small: bool = False) -> list[torch.T
     small dense floating tensors with two foreach ops per dtype/device group, others one
     by one (``aminmax``, one read pass, where an ``abs`` would write a copy). ``small``:
     the caller knows every tensor is :func:`small_dense` (told once per check from the
-    parameters, whose gradients and copies share their size), which skips the sorting."""
+    parameters, whose gradients and copies share their size), which skips the sorting.
+    Called in backward or under ``no_grad`` (a ``no_grad()`` here cost more than the ops)."""
     if small:
         try:
-            with torch.no_grad():
-                return list(torch._foreach_max(torch._foreach_abs(tensors)))
+            return list(torch._foreach_max(torch._foreach_abs(tensors)))
         except RuntimeError:  # a gradient of another kind than its parameter (sparse)
             pass
     out: list[Any] = [None] * len(tensors)
     groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
     strided = torch.strided
-    with torch.no_grad():
-        for i, t in enumerate(tensors):
-            dtype = t.dtype
-            if t.layout is strided and dtype.is_floating_point and 0 < t.numel() < _LARGE:
-                key = (t.device, dtype)
-                group = groups.get(key)
-                if group is None:
-                    groups[key] = [i]
-                else:
-                    group.append(i)
+    for i, t in enumerate(tensors):
+        dtype = t.dtype
+        if t.layout is strided and dtype.is_floating_point and 0 < t.numel() < _LARGE:
+            key = (t.device, dtype)
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [i]
             else:
-                low, high = extrema(t)
-                out[i] = high if low is high else torch.maximum(high, low.neg())
-        if len(groups) == 1 and len(next(iter(groups.values()))) == len(tensors):
-            return list(torch._foreach_max(torch._foreach_abs(tensors)))  # the common case
-        for indices in groups.values():
-            picked = [tensors[i] for i in indices]
-            for i, value in zip(indices, torch._foreach_max(torch._foreach_abs(picked)),
-                                strict=True):
-                out[i] = value
+                group.append(i)
+        else:
+            low, high = extrema(t)
+            out[i] = high if low is high else torch.maximum(high, low.neg())
+    if len(groups) == 1 and len(next(iter(groups.values()))) == len(tensors):
+        return list(torch._foreach_max(torch._foreach_abs(tensors)))  # the common case
+    for indices in groups.values():
+        picked = [tensors[i] for i in indices]
+        for i, value in zip(indices, torch._foreach_max(torch._foreach_abs(picked)),
+                            strict=True):
+            out[i] = value
     return out
 
 
@@ -182,10 +181,12 @@ class GradRecorder:
             return
         params = self.params
         small = self._small
-        values = max_abs(
-            [params[i].grad for i in indices],  # type: ignore[misc]
-            small=all(small[i] for i in indices),
-        )
+        grads: list[torch.Tensor] = [params[i].grad for i in indices]  # type: ignore[misc]
+        if torch.is_grad_enabled():  # a backward with create_graph=True
+            with torch.no_grad():
+                values = max_abs(grads, small=all(small[i] for i in indices))
+        else:
+            values = max_abs(grads, small=all(small[i] for i in indices))
         step = self.step
         self.events += [(step, i, v) for i, v in zip(indices, values, strict=True)]
         if self.stop_on_nonfinite:
@@ -216,7 +217,10 @@ class GradRecorder:
             if grad is not None and grad is not self._grads_before[index]():
                 self.assigned.add((self.step, index))
                 self._ever.add(index)
-                value = max_abs([grad])[0] if self.measure else None
+                value = None
+                if self.measure:
+                    with torch.no_grad():
+                        value = max_abs([grad])[0]
                 self.events.append((self.step, index, value))
         self._grads_before = []
 

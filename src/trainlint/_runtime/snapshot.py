@@ -38,7 +38,8 @@ class Snapshot:
 
         strided = torch.strided
         self._dense = all(b.layout is strided and b.is_floating_point() for b in self.before)
-        self._small = self._dense and all(map(small_dense, self.before))
+        # small_dense implies dense; the foreach path is the whole of changes() then
+        self._small = all(map(small_dense, self.before))
 
     def _copy_off_heap(self) -> list[torch.Tensor] | None:
         """Large CPU parameters copied into one anonymous mmap, outside malloc: a
@@ -47,14 +48,14 @@ class Snapshot:
         import mmap
 
         params = self.params
+        sizes = [p.numel() * p.element_size() for p in params]
+        total = sum((n + 63) // 64 * 64 for n in sizes)
+        if total < _OFF_HEAP:  # first: most models a check runs on in tests are small
+            return None
         if not all(
             p.device.type == "cpu" and p.layout is torch.strided and p.dtype.is_floating_point
             and not p.dtype.is_complex for p in params
         ):
-            return None
-        sizes = [p.numel() * p.element_size() for p in params]
-        total = sum((n + 63) // 64 * 64 for n in sizes)
-        if total < _OFF_HEAP:
             return None
         global _spare
         with _spare_lock:  # checks in two threads must not share one mapping
