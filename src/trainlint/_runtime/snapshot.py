@@ -8,10 +8,9 @@ from typing import Any
 
 import torch
 
-from trainlint._runtime.steps import _to_floats, extrema, max_abs_values
+from trainlint._runtime.steps import extrema, max_abs_values
 
 _FOREACH_MAX = hasattr(torch, "_foreach_max")  # torch >= 2.4
-_LARGE = 1 << 16  # elements: past this a pass over the data costs more than a dispatch
 _OFF_HEAP = 1 << 20  # bytes
 _SPARE_MAX = 64 << 20  # bytes kept between checks, at most
 _spare: Any = None  # a mapping a finished snapshot left for the next
@@ -35,8 +34,12 @@ class Snapshot:
         self._mapped: Any = None
         with torch.no_grad():
             self.before = self._copy_off_heap() or [p.clone() for p in self.params]
+        from trainlint._runtime.recorder import small_dense
+
         strided = torch.strided
         self._dense = all(b.layout is strided and b.is_floating_point() for b in self.before)
+        # small_dense implies dense; the foreach path is the whole of changes() then
+        self._small = all(map(small_dense, self.before))
 
     def _copy_off_heap(self) -> list[torch.Tensor] | None:
         """Large CPU parameters copied into one anonymous mmap, outside malloc: a
@@ -45,14 +48,14 @@ class Snapshot:
         import mmap
 
         params = self.params
+        sizes = [p.numel() * p.element_size() for p in params]
+        total = sum((n + 63) // 64 * 64 for n in sizes)
+        if total < _OFF_HEAP:  # first: most models a check runs on in tests are small
+            return None
         if not all(
             p.device.type == "cpu" and p.layout is torch.strided and p.dtype.is_floating_point
             and not p.dtype.is_complex for p in params
         ):
-            return None
-        sizes = [p.numel() * p.element_size() for p in params]
-        total = sum((n + 63) // 64 * 64 for n in sizes)
-        if total < _OFF_HEAP:
             return None
         global _spare
         with _spare_lock:  # checks in two threads must not share one mapping
@@ -74,6 +77,8 @@ class Snapshot:
 
     def changes(self) -> list[float]:
         """max |now - then| per parameter (NaN when a value became NaN); uses the copy up."""
+        from trainlint._runtime.recorder import max_abs, to_floats
+
         before, self.before = self.before, []
         now = self.params
         with torch.no_grad():
@@ -87,21 +92,10 @@ class Snapshot:
             except RuntimeError:  # a dtype or device changed under us: one by one
                 for b, n in zip(before, now, strict=True):
                     b.sub_(n)
-            # small tensors: abs_ and one foreach max (dispatch is their cost); large ones:
-            # aminmax, one read pass where abs_ would add a write pass over the copy
-            small = [i for i, b in enumerate(before) if b.numel() < _LARGE]
-            large = [i for i, b in enumerate(before) if b.numel() >= _LARGE]
-            out = [0.0] * len(before)
-            if small:
-                picked = [before[i] for i in small]
-                torch._foreach_abs_(picked)
-                for i, value in zip(small, _to_floats(list(torch._foreach_max(picked))),
-                                    strict=True):
-                    out[i] = value
-            if large:
-                pairs = [torch.aminmax(before[i]) for i in large]
-                for i, value in zip(large, max_abs_values(pairs), strict=True):
-                    out[i] = value
+            # one foreach abs and max per dtype/device group for the small copies (dispatch
+            # is their cost), aminmax for large ones (one read pass, no write); one host
+            # transfer for all
+            out = to_floats(max_abs(before, small=self._small))
         del before
         self._keep_spare()
         return out

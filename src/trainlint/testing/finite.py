@@ -18,7 +18,8 @@ from trainlint.testing._common import Step, loss_value, trainable
 if TYPE_CHECKING:
     import torch
 
-    from trainlint._runtime.steps import GradRecorder, StepRunner
+    from trainlint._runtime.recorder import GradRecorder
+    from trainlint._runtime.steps import StepRunner
 
 CHECK = "assert_finite_grads"
 
@@ -99,7 +100,8 @@ def _measure(
     __tracebackhide__ = True
     import torch
 
-    from trainlint._runtime.steps import GradRecorder, NonFiniteGradient, model_device
+    from trainlint._runtime.recorder import GradRecorder, NonFiniteGradient
+    from trainlint._runtime.steps import model_device
 
     device = model_device(model)
     recorder = GradRecorder([p for _, p in named], stop_on_nonfinite=locate)
@@ -143,13 +145,11 @@ def _diagnose(
     measured: _Measured, named: list[tuple[str, torch.Tensor]]
 ) -> tuple[int, str] | None:
     """(step, parameter) of the first non-finite gradient, in the order backward made them."""
-    from trainlint._runtime.steps import max_abs_values
-
     isfinite = math.isfinite
     if all(v is None or isfinite(v) for vs in measured.result.max_abs.values() for v in vs):
         return None  # each step's entry is its largest |grad|, NaN winning: nothing to find
     events = measured.recorder.events
-    numbers = max_abs_values([v for _, _, v in events if v is not None])
+    numbers = measured.recorder.numbers()
     seen = [(s, j) for s, j, v in events if v is not None]
     for (step_i, index), number in zip(seen, numbers, strict=True):
         if not math.isfinite(number):

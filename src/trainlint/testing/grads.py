@@ -100,7 +100,7 @@ def _measure(
 ) -> GradsResult:
     """Run the steps, recording each parameter's largest |gradient| as it accumulates."""
     __tracebackhide__ = True
-    from trainlint._runtime.steps import GradRecorder
+    from trainlint._runtime.recorder import GradRecorder
 
     recorder = GradRecorder([p for _, p in named])
     with recorder:

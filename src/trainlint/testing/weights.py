@@ -120,8 +120,8 @@ def _measure(
 ) -> WeightsResult:
     """Run the steps; the largest |change| of each watched parameter, and who got a grad."""
     __tracebackhide__ = True
+    from trainlint._runtime.recorder import GradRecorder
     from trainlint._runtime.snapshot import Snapshot
-    from trainlint._runtime.steps import GradRecorder
 
     watched = trainable + frozen_list
     snapshot = Snapshot([p for _, p in watched])

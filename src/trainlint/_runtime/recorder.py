@@ -1,0 +1,280 @@
+"""Seeing each parameter's gradient as autograd accumulates it, at a fixed cost per backward.
+
+A check's step may be a fraction of a millisecond, so what runs inside it is kept to one
+Python hook call per parameter that only notes the parameter, and one measurement per
+``backward()``: a callback queued on the autograd engine runs when that backward has
+accumulated every gradient (before the rest of the step, so a ``zero_grad()`` later in the
+step hides nothing) and takes max |grad| of all of them with foreach ops, one per dtype and
+device group. The hooks are registered once per check, not per step.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from trainlint._runtime.steps import extrema
+
+_LARGE = 1 << 16  # elements: past this aminmax (one read pass) beats foreach abs + max
+_queue_callback = torch.autograd.Variable._execution_engine.queue_callback
+
+
+class NonFiniteGradient(BaseException):
+    """Raised at the end of a backward to stop a step before the optimizer spreads a NaN.
+
+    A BaseException so that a step's own ``except Exception`` does not swallow it.
+    """
+
+    def __init__(self, index: int, value: float) -> None:
+        super().__init__(index, value)
+        self.index = index
+        self.value = value
+
+
+def small_dense(t: torch.Tensor) -> bool:
+    """Whether max |t| is best taken by foreach ops: a small, non-empty, dense real tensor."""
+    return t.layout is torch.strided and t.dtype.is_floating_point and 0 < t.numel() < _LARGE
+
+
+def max_abs(tensors: list[torch.Tensor], *, small: bool = False) -> list[torch.Tensor]:
+    """max |t| of each tensor as a 0-d tensor (NaN if any element is NaN), no host sync:
+    small dense floating tensors with two foreach ops per dtype/device group, others one
+    by one (``aminmax``, one read pass, where an ``abs`` would write a copy). ``small``:
+    the caller knows every tensor is :func:`small_dense` (told once per check from the
+    parameters, whose gradients and copies share their size), which skips the sorting.
+    Called in backward or under ``no_grad`` (a ``no_grad()`` here cost more than the ops)."""
+    if small:
+        try:
+            return list(torch._foreach_max(torch._foreach_abs(tensors)))
+        except RuntimeError:  # a gradient of another kind than its parameter (sparse)
+            pass
+    out: list[Any] = [None] * len(tensors)
+    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    strided = torch.strided
+    for i, t in enumerate(tensors):
+        dtype = t.dtype
+        if t.layout is strided and dtype.is_floating_point and 0 < t.numel() < _LARGE:
+            key = (t.device, dtype)
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [i]
+            else:
+                group.append(i)
+        else:
+            low, high = extrema(t)
+            out[i] = high if low is high else torch.maximum(high, low.neg())
+    if len(groups) == 1 and len(next(iter(groups.values()))) == len(tensors):
+        return list(torch._foreach_max(torch._foreach_abs(tensors)))  # the common case
+    for indices in groups.values():
+        picked = [tensors[i] for i in indices]
+        for i, value in zip(indices, torch._foreach_max(torch._foreach_abs(picked)),
+                            strict=True):
+            out[i] = value
+    return out
+
+
+def to_floats(values: Sequence[torch.Tensor]) -> list[float]:
+    """Python floats from 0-d tensors: on the CPU ``float()`` each (no transfer to save;
+    a stack costs more), elsewhere one ``stack().tolist()`` per dtype/device group."""
+    if all(v.is_cpu for v in values):
+        return [float(v) for v in values]
+    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    for i, v in enumerate(values):
+        groups.setdefault((v.device, v.dtype), []).append(i)
+    out = [0.0] * len(values)
+    for indices in groups.values():
+        numbers = torch.stack([values[i] for i in indices]).tolist()
+        for i, number in zip(indices, numbers, strict=True):
+            out[i] = float(number)
+    return out
+
+
+class GradRecorder:
+    """Sees each parameter's ``.grad`` as autograd accumulates into it.
+
+    Post-accumulate-grad hooks fire inside ``backward()``, so a ``zero_grad()`` later in the
+    same step cannot hide what backward produced. A ``.grad`` assigned directly (gradients
+    computed elsewhere and copied in) fires no hook; it is picked up at the end of the step
+    when the grad object changed identity.
+    """
+
+    def __init__(
+        self,
+        params: Sequence[torch.Tensor],
+        *,
+        measure: bool = True,
+        stop_on_nonfinite: bool = False,
+    ) -> None:
+        self.params = list(params)
+        self.measure = measure
+        self.stop_on_nonfinite = stop_on_nonfinite
+        self.step = 0
+        # (step, parameter index, max |grad| as a 0-d tensor, or None when not measured),
+        # in the order backward accumulated them
+        self.events: list[tuple[int, int, torch.Tensor | None]] = []
+        self.assigned: set[tuple[int, int]] = set()
+        self._fired: set[int] = set()  # hooks that fired this step
+        self._ever: set[int] = set()  # got a gradient, when not measured
+        self._pending: list[int] = []  # accumulated in the running backward, not measured
+        self._queued = False
+        self._numbers: list[float] | None = None
+        self._removers: list[Callable[[], None]] = []
+        self._small = [small_dense(p) for p in self.params] if measure else []
+        # weak: holding last step's grads would keep them alive while the step allocates
+        # new ones, doubling gradient memory for the duration of the check
+        self._grads_before: list[Any] = []
+
+    # ------------------------------------------------------------------ hooks
+
+    def __enter__(self) -> GradRecorder:
+        index = {id(p): i for i, p in enumerate(self.params)}
+        hook = self._make_hook(index)
+        for param in self.params:
+            self._removers.append(_add_hook(param, hook))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for remove in self._removers:
+            remove()
+        self._removers.clear()
+        self._pending.clear()
+
+    def _make_hook(self, index: dict[int, int]) -> Callable[[torch.Tensor], None]:
+        fired = self._fired
+        pending = self._pending
+        flush = self._flush
+
+        if not self.measure:
+            ever = self._ever
+
+            def note(param: torch.Tensor) -> None:
+                i = index[id(param)]
+                fired.add(i)
+                if param.grad is not None:
+                    ever.add(i)
+
+            return note
+
+        def hook(param: torch.Tensor) -> None:
+            i = index[id(param)]
+            fired.add(i)
+            pending.append(i)
+            if not self._queued:
+                self._queued = True
+                _queue_callback(flush)
+
+        return hook
+
+    def _flush(self) -> None:
+        """Measure what the backward that just ended accumulated (an engine callback)."""
+        self._queued = False
+        if not self._pending:
+            return
+        indices = [i for i in self._pending if self.params[i].grad is not None]
+        self._pending.clear()
+        if not indices:
+            return
+        params = self.params
+        small = self._small
+        grads: list[torch.Tensor] = [params[i].grad for i in indices]  # type: ignore[misc]
+        if torch.is_grad_enabled():  # a backward with create_graph=True
+            with torch.no_grad():
+                values = max_abs(grads, small=all(small[i] for i in indices))
+        else:
+            values = max_abs(grads, small=all(small[i] for i in indices))
+        step = self.step
+        self.events += [(step, i, v) for i, v in zip(indices, values, strict=True)]
+        if self.stop_on_nonfinite:
+            for i, number in zip(indices, to_floats(values), strict=True):
+                if not math.isfinite(number):
+                    raise NonFiniteGradient(i, number)
+
+    # ------------------------------------------------------------------ steps
+
+    def begin_step(self, step: int) -> None:
+        self.step = step
+        self._fired.clear()
+        self._queued = False
+        self._grads_before = [_NONE if p.grad is None else weakref.ref(p.grad) for p in self.params]
+
+    def end_step(self) -> None:
+        if self._pending:  # a backward that raised, or ran outside the engine's callbacks
+            self._flush()
+        self._queued = False
+        fired = self._fired
+        if len(fired) == len(self.params):
+            self._grads_before = []
+            return  # every gradient came through a hook: nothing was assigned directly
+        for index, param in enumerate(self.params):
+            if index in fired:
+                continue
+            grad = param.grad
+            if grad is not None and grad is not self._grads_before[index]():
+                self.assigned.add((self.step, index))
+                self._ever.add(index)
+                value = None
+                if self.measure:
+                    with torch.no_grad():
+                        value = max_abs([grad])[0]
+                self.events.append((self.step, index, value))
+        self._grads_before = []
+
+    def numbers(self) -> list[float]:
+        """max |grad| of each measured event, in the order of ``events``."""
+        if self._numbers is None:
+            self._numbers = to_floats([v for _, _, v in self.events if v is not None])
+        return self._numbers
+
+    def table(self, steps: int) -> list[list[float | None]]:
+        """``[step][param]``: the largest max |grad| recorded in that step, None if none."""
+        out: list[list[float | None]] = [[None] * len(self.params) for _ in range(steps)]
+        it = iter(self.numbers())
+        for step, index, value in self.events:
+            if step >= steps:
+                continue
+            number = next(it) if value is not None else 0.0
+            row = out[step]
+            old = row[index]
+            if old is None or _greater(number, old):
+                row[index] = number
+        return out
+
+    def fired(self) -> set[int]:
+        return self._ever | {index for _, index, _ in self.events}
+
+
+def _add_hook(param: torch.Tensor, hook: Callable[[torch.Tensor], None]) -> Callable[[], None]:
+    """``param.register_post_accumulate_grad_hook(hook)``; returns its remover. For a plain
+    leaf parameter, the same entry put in the same dict directly: the public call's checks
+    and handle object were a third of a small model's per-check hook cost."""
+    if type(param) is not torch.nn.Parameter and type(param) is not torch.Tensor:
+        return param.register_post_accumulate_grad_hook(hook).remove  # subclasses: their way
+    if not param.requires_grad or param.grad_fn is not None:
+        return param.register_post_accumulate_grad_hook(hook).remove  # its error message
+    hooks = param._post_accumulate_grad_hooks
+    if hooks is None:
+        hooks = param._post_accumulate_grad_hooks = OrderedDict()  # the C++ side hooks it
+    key = object()
+    hooks[key] = hook
+
+    def remove() -> None:
+        hooks.pop(key, None)
+
+    return remove
+
+
+def _none() -> None:
+    return None
+
+
+_NONE = _none
+
+
+def _greater(a: float, b: float) -> bool:
+    # NaN wins, so a non-finite accumulation is never hidden by a later finite one
+    return a != a or (b == b and a > b)
