@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.model import FileModel, dotted, walk_local
+from trainlint.analysis.model import FileModel, FunctionNode, dotted, walk_local
 
 
 def _container_root(node: ast.AST) -> ast.AST | None:
@@ -136,3 +136,88 @@ def accumulations_across_steps(
                 continue
             anchor = step_anchor
         yield stmt, target, value, anchor
+
+
+def kept_parameters(model: FileModel, fn: FunctionNode) -> dict[str, str]:
+    """The parameters ``fn`` accumulates into something that outlives the call (an
+    attribute, a global, a container it was handed), with that accumulator as written:
+    ``def update(self, loss): self.history.append(loss)`` -> ``{"loss": "self.history"}``.
+    A dict entry overwritten under one key does not grow and is not counted."""
+    def build(m: FileModel) -> dict[int, dict[str, str]]:
+        out: dict[int, dict[str, str]] = {}
+        for stmt, target, value in accumulations(m):
+            owner = m.function_of(stmt)
+            if owner is None or m.enclosing_loops(stmt):
+                continue
+            if isinstance(value, ast.BinOp) and isinstance(value.left, ast.Name):
+                value = value.left  # `self.sum += val * n`: the product keeps val's graph
+            if not isinstance(value, ast.Name):
+                continue
+            params = {a.arg for a in (*owner.args.posonlyargs, *owner.args.args,
+                                      *owner.args.kwonlyargs)} - {"self", "cls"}
+            name = dotted(target)
+            found = m.flow.definition(value.id, value)
+            if value.id not in params or name is None or (
+                    found is not None and found[0] is not owner):
+                continue  # not the parameter as passed (rebound before)
+            if isinstance(stmt, ast.Assign) and _bounded_key(m, stmt):
+                continue
+            found = m.flow.definition(name.split(".", 1)[0], stmt)
+            if found is not None and found[0] is not owner and m.function_of(
+                    found[0]) is owner:
+                continue  # a container made in the call: gone after it
+            out.setdefault(id(owner), {})[value.id] = name
+        return out
+
+    return model.memo(kept_parameters, build).get(id(fn), {})
+
+
+def kept_by_calls(model: FileModel) -> Iterator[tuple[ast.Call, ast.expr, str, str]]:
+    """(call, argument, accumulator, callee) for each call that hands a value to a
+    function keeping it past the call: a same-file function or method, or one of another
+    project file (the project index's view): `meter.update(loss)` where `update` does
+    `self.history.append(loss)`."""
+    from trainlint.analysis.effects import argument, resolve_foreign
+
+    view_calls = model.project.get("calls") if model.project else None
+    for calls in model.calls.values():
+        for call in calls:
+            fn = model.resolve_call(call) or _method_of_instance(model, call)
+            if fn is not None:
+                kept = kept_parameters(model, fn)
+                if not kept:
+                    continue
+                a = fn.args
+                params = [x.arg for x in (*a.posonlyargs, *a.args)]
+                if isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"]):
+                    params = params[1:]
+                entry: dict = {"params": params, "fn": fn.name}
+            elif view_calls:
+                found = resolve_foreign(model, call)
+                if found is None or not found[0].get("keeps"):
+                    continue
+                entry = found[0]
+                kept = entry["keeps"]
+            else:
+                continue
+            for name, accumulator in kept.items():
+                arg = argument(entry, call, name)
+                if arg is not None:
+                    yield call, arg, accumulator, entry["fn"]
+
+
+def _method_of_instance(model: FileModel, call: ast.Call) -> FunctionNode | None:
+    """`meter.update(x)` with `meter = Meter()` assigned once, `Meter` a class of this file."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name):
+        return None
+    from trainlint.analysis.project import single_assignments
+
+    values = single_assignments(model).get((id(model.scope_of(func.value)), func.value.id))
+    if not values or len(values) != 1 or not isinstance(values[0], ast.Call):
+        return None
+    ctor = values[0].func
+    if not isinstance(ctor, ast.Name) or model.qualname(ctor) is not None:
+        return None
+    cls = model.class_named(ctor.id)
+    return model.method_of(cls, func.attr) if cls is not None else None

@@ -247,9 +247,9 @@ def resolve_foreign(model: FileModel, call: ast.Call) -> tuple[dict[str, Any], a
         return None
     values: list[ast.expr] | None = None
     if isinstance(func.value, ast.Name) and func.value.id != "self":
-        from trainlint.analysis.project import _single_assignments
+        from trainlint.analysis.project import single_assignments
 
-        values = _single_assignments(model).get((id(model.scope_of(func.value)),
+        values = single_assignments(model).get((id(model.scope_of(func.value)),
                                                  func.value.id))
     elif isinstance(func.value, ast.Attribute) and isinstance(func.value.value, ast.Name) and (
             func.value.value.id == "self"):

@@ -42,7 +42,7 @@ SUMMARY_WORDS = (b"schedul", b"optim.", b"softmax", b"Thread", b"Optimizer", b"i
 #: Files with any of these (and none of the above) get a model for their step effects
 #: only (analysis.effects).
 EFFECT_WORDS = (b"backward", b"zero_grad", b"step(", b"eval(", b"train(", b"clip_grad",
-                b".grad")
+                b".grad", b".append(", b"+=")
 #: Star imports pass on these libraries' names (``from common import *`` where
 #: ``common`` does ``import torch``).
 _EXPORTED_LIBRARIES = ("torch", "torchvision", "transformers", "accelerate", "lightning",
@@ -251,6 +251,11 @@ def _function(model: FileModel | None, full: FileModel | None,
         if ret is not None:
             out["returns"] = ret
     if model is not None:
+        from trainlint.analysis.accumulation import kept_parameters
+
+        kept = kept_parameters(model, fn)
+        if kept:  # `self.history.append(loss)`: what a caller passes there is kept
+            out["keeps"] = kept
         if model.imports_training_library and fn.name != "__init__":  # (never followed)
             from trainlint.analysis.effects import effects_of
 
@@ -433,7 +438,7 @@ def _arg_fact(model: FileModel, arg: ast.expr, module: str, is_pkg: bool) -> Fac
     # says what the class is.
     value: ast.AST | None = arg
     if isinstance(arg, ast.Name):
-        values = _single_assignments(model).get((id(model.scope_of(arg)), arg.id))
+        values = single_assignments(model).get((id(model.scope_of(arg)), arg.id))
         value = values[0] if values is not None and len(values) == 1 else None
     if isinstance(value, ast.Call):
         q = model.qualname(value.func)
@@ -445,7 +450,7 @@ def _arg_fact(model: FileModel, arg: ast.expr, module: str, is_pkg: bool) -> Fac
     return None
 
 
-def _single_assignments(model: FileModel) -> dict[tuple[int, str], list[ast.expr]]:
+def single_assignments(model: FileModel) -> dict[tuple[int, str], list[ast.expr]]:
     """(scope, name) -> the values assigned to the plain name there (cheap, no flow)."""
     def build(m: FileModel) -> dict[tuple[int, str], list[ast.expr]]:
         out: dict[tuple[int, str], list[ast.expr]] = {}
@@ -458,7 +463,7 @@ def _single_assignments(model: FileModel) -> dict[tuple[int, str], list[ast.expr
                         value if value is not None else t)
         return out
 
-    return model.memo(_single_assignments, build)
+    return model.memo(single_assignments, build)
 
 
 # -- the index --------------------------------------------------------------------------------
@@ -652,10 +657,15 @@ class ProjectIndex:
     def _add_entry(self, out: dict[str, dict], key: str, root: str, mod: dict,
                    name: str) -> None:
         fn = mod["functions"][name]
+        keeps = fn.get("keeps")
         if "effects" not in fn:
-            return
-        paths, precise = self._effects(root, mod, name, 0, ())
-        if precise and not any(paths):
+            paths: list[Any] = [[]]
+            precise = True
+            if not keeps:
+                return
+        else:
+            paths, precise = self._effects(root, mod, name, 0, ())
+        if precise and not any(paths) and not keeps:
             return
         method = "." in name and fn["params"][:1] == ["self"]
         entry: dict[str, Any] = {
@@ -670,6 +680,8 @@ class ProjectIndex:
             entry["paths"] = paths
         else:
             entry["imprecise"] = True
+        if keeps:
+            entry["keeps"] = keeps
         out[key] = entry
 
     def _effects(self, root: str, mod: dict, name: str, depth: int,
@@ -810,6 +822,8 @@ def view_words(view: dict) -> bytes:
     words = b" torch" if view["stars"] else b""
     if view.get("calls"):  # another file's function runs step events here
         words += b" backward step( zero_grad .grad eval( train( torch"
+        if any("keeps" in e for e in view["calls"].values()):
+            words += b" append +="  # and keeps what the file passes it (TL302)
     for fact in (*view["refs"].values(), *(f for p in view["params"].values()
                                            for f in p.values())):
         words += _FACT_WORDS.get(fact[0], b"")

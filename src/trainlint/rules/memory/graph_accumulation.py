@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.accumulation import accumulations_across_steps
+from trainlint.analysis.accumulation import accumulations_across_steps, kept_by_calls
 from trainlint.analysis.flow import Taint, grad_enabled_at
 from trainlint.analysis.model import FileModel, dotted
 from trainlint.analysis.steps import backward_calls, backward_value
@@ -33,7 +33,9 @@ class GraphAccumulation(Rule):
     iterations of a training loop count (one that backpropagates or steps an optimizer,
     or an epoch loop around one): a loop over blocks, time steps or sampler steps inside
     one forward pass builds that pass's graph, and an entry overwritten under the same
-    key does not grow.
+    key does not grow. A helper that keeps what the step hands it (`meter.update(loss)`
+    whose method appends or sums its argument on `self`), in this file or another, is
+    reported at the call.
 
     ## Why is this bad?
     The accumulator keeps a reference to every batch's graph. After `backward()` the
@@ -362,6 +364,16 @@ for x, y in loader:
             if name is not None and _backpropagated_later(model, name, stmt):
                 continue
             yield self.report(anchor, fix=self._fix(model, value) if anchor is stmt else None)
+        for call, arg, kept_in, callee in kept_by_calls(model):
+            # a helper (this file's or another's) keeps what the step hands it
+            if (model.steps.per_step(call) is None or not grad_enabled_at(model, call)[0]
+                    or model.flow.value(arg).taint is not Taint.GRAD
+                    or self._defined_without_grad(model, arg)):
+                continue
+            what = model.source.segment(arg)
+            yield self.report(call, f"`{callee.rsplit('.', 1)[-1]}()` keeps `{what}`, with its "
+                              f"autograd history, in `{kept_in}` on every step: every batch's "
+                              f"graph stays alive; pass `{what}.detach()` (or `.item()`)")
 
     @staticmethod
     def _defined_without_grad(model: FileModel, value: ast.AST) -> bool:
