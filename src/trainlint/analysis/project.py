@@ -541,7 +541,8 @@ class ProjectIndex:
 
     def _settle(self, root: str, fact: Fact) -> Fact | None:
         """An ``instance`` fact becomes what its class is: a model (softmax or not), a
-        thread; anything else says nothing."""
+        thread; a call of a project factory, what the factory returns; anything else
+        says nothing."""
         if fact[0] != "instance":
             return fact
         found = self.resolve(root, fact[1])
@@ -550,7 +551,11 @@ class ProjectIndex:
         mod, local = found
         cls = mod["classes"].get(local)
         if cls is None:
-            return None
+            # a project factory's product passed straight on:
+            # `Trainer(model, opt, make_scheduler(opt, epochs))`
+            fn = mod["functions"].get(local)
+            ret = fn.get("returns") if fn is not None else None
+            return ret if ret is not None and ret[0] != "instance" else None
         if cls.get("softmax"):
             return [Role.MODEL.value, local, None, True]
         return None
