@@ -422,3 +422,41 @@ def test_an_order_inside_another_files_step_function_is_reported_there_only(tmp_
     result = runner.run(sorted(pkg.glob("*.py")), ALL, Settings(), jobs=1)
     assert [(Path(f.path).name, f.line, f.code) for f in result.findings] == [
         ("engine.py", 7, "TL202")]
+
+
+@pytest.mark.parametrize("spelling", ["t = ctx.training", "direct"])
+def test_a_scheduler_reached_through_an_attribute_chain_is_judged_by_its_unit(
+        tmp_path, spelling):
+    """`Context(Training(net, opt, StepLR(...)))` built in main.py, stepped in engine.py
+    as `t.scheduler` (`t = ctx.training`) or `ctx.training.scheduler`: the view carries
+    the attribute facts of the classes `ctx` is an instance of (analysis.project)."""
+    import shutil
+
+    pkg = tmp_path / "chain"
+    shutil.copytree(FIXTURES / "ctx_chain_sched_pos", pkg)
+    engine = pkg / "engine.py"
+    if spelling == "direct":
+        engine.write_text(engine.read_text().replace("    t = ctx.training\n", "")
+                          .replace("t.", "ctx.training."))
+    files = sorted(pkg.glob("*.py"))
+    found = runner.run(files, ALL, Settings(), jobs=1).findings
+    assert [(Path(f.path).name, f.code, f.line) for f in found] == [
+        ("engine.py", "TL201", 9 if spelling == "direct" else 10)]
+    main = pkg / "main.py"
+    text = main.read_text()
+    # a second call site handing the same constructor another schedule: facts conflict
+    main.write_text(text + "\n\ndef other(loader):\n    net = nn.Linear(8, 1)\n"
+                    "    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+                    "    ctx = Context(Training(net, opt, torch.optim.lr_scheduler.OneCycleLR(\n"
+                    "        opt, max_lr=0.1, total_steps=len(loader))))\n"
+                    "    train_one_epoch(ctx, loader)\n")
+    assert runner.run(files, ALL, Settings(), jobs=1).findings == []
+    # the link rebound in engine.py: nothing is known of it any more
+    main.write_text(text)
+    engine.write_text(engine.read_text().replace(
+        "    for x, y", "    ctx.training = ctx.fresh()\n    for x, y", 1))
+    assert runner.run(files, ALL, Settings(), jobs=1).findings == []
+    # the neg twin: a per-iteration schedule stepped per batch is right
+    shutil.rmtree(pkg)
+    shutil.copytree(FIXTURES / "ctx_chain_sched_neg", pkg)
+    assert runner.run(sorted(pkg.glob("*.py")), ALL, Settings(), jobs=1).findings == []

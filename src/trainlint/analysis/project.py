@@ -159,6 +159,9 @@ def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, b
                         cls["softmax"] = True
             if fm is not None and any(b in _THREAD_BASES for b in cls["bases"]):
                 cls["thread"] = True
+            attrs = _init_attributes(stmt)
+            if attrs:
+                cls["attrs"] = attrs
             classes[stmt.name] = cls
     out = {
         "root": root, "module": module, "pkg": is_pkg, "imports": imports, "stars": stars,
@@ -210,6 +213,45 @@ def _uses(model: FileModel, imports: dict[str, list[str]], module: str) -> list[
             methods.append((f"self.{parts[1]}", parts[0]))  # `self.tracker.record(...)`
     out.update(f"?.{m}" for recv, m in methods if recv in built)
     return sorted(out)
+
+
+def _init_attributes(cls: ast.ClassDef) -> dict[str, str]:
+    """``self.x = x`` in the class's ``__init__``: attribute -> the constructor parameter
+    it keeps (only an attribute assigned nowhere else in the class, from a parameter
+    the constructor never rebinds)."""
+    init = next((s for s in cls.body if isinstance(s, ast.FunctionDef)
+                 and s.name == "__init__"), None)
+    if init is None:
+        return {}
+    a = init.args
+    params = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
+    counts: dict[str, int] = {}
+    kept: dict[str, str] = {}
+    rebound: set[str] = set()
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith,
+                               ast.NamedExpr)):
+            targets = ([node.target] if not isinstance(node, (ast.With, ast.AsyncWith))
+                       else [i.optional_vars for i in node.items if i.optional_vars])
+        else:
+            continue
+        for target in targets:
+            for t in ast.walk(target):
+                if isinstance(t, ast.Name) and t.id in params:
+                    rebound.add(t.id)
+                elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and (
+                        t.value.id == "self"):
+                    counts[t.attr] = counts.get(t.attr, 0) + 1
+    for stmt in init.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
+                stmt.value, ast.Name) and stmt.value.id in params:
+            t = stmt.targets[0]
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and (
+                    t.value.id == "self"):
+                kept[t.attr] = stmt.value.id
+    return {k: v for k, v in sorted(kept.items()) if counts.get(k) == 1 and v not in rebound}
 
 
 def _head(func: ast.expr) -> str | None:
@@ -478,6 +520,9 @@ class ProjectIndex:
             self.modules.setdefault((s["root"], s["module"]), s)
         # (root, module, function) -> param -> facts from every call site
         self._params: dict[tuple[str, str, str], dict[str, list[Fact]]] = {}
+        # (root, module, function) -> param -> the project classes whose instances the
+        # call sites pass there (canonical ``module.Class``), when they say nothing else
+        self._instances: dict[tuple[str, str, str], dict[str, list[str]]] = {}
         self._effect_memo: dict[str, tuple[list[list[Any]], bool]] = {}
         for s in self.modules.values():
             for callee, args in s["calls"]:
@@ -535,9 +580,14 @@ class ProjectIndex:
                 name = f'{kwarg[0]}["{name}"]'  # `Trainer(scheduler=...)` into `**kwargs`
             elif not isinstance(name, str) or name not in names:
                 continue
-            fact = self._settle(s["root"], fact if thread else fact[:4])
-            if fact is not None:
-                slot.setdefault(name, []).append(fact)
+            settled = self._settle(s["root"], fact if thread else fact[:4])
+            if settled is not None:
+                slot.setdefault(name, []).append(settled)
+            elif fact[0] == "instance":
+                cls = self._class_qual(s["root"], fact[1])
+                if cls is not None:
+                    self._instances.setdefault((mod["root"], mod["module"], fn_name),
+                                               {}).setdefault(name, []).append(cls)
 
     def _settle(self, root: str, fact: Fact) -> Fact | None:
         """An ``instance`` fact becomes what its class is: a model (softmax or not), a
@@ -559,6 +609,73 @@ class ProjectIndex:
         if cls.get("softmax"):
             return [Role.MODEL.value, local, None, True]
         return None
+
+    def _class_qual(self, root: str, qual: str) -> str | None:
+        """The one spelling (``pkg.state.Training``) of a project class, however the
+        caller imported it; None for anything else."""
+        found = self.resolve(root, qual)
+        if found is None or found[1] not in found[0]["classes"]:
+            return None
+        mod, local = found
+        return f"{mod['module']}.{local}" if mod["module"] else local
+
+    def _attribute_facts(self, root: str, qual: str) -> dict[str, Fact]:
+        """``self.x = x`` in ``qual``'s constructor: attribute -> what every call site
+        passes for ``x`` (a role, or an instance of one project class); a parameter
+        given a role at one site and an instance at another says nothing."""
+        found = self.resolve(root, qual)
+        if found is None:
+            return {}
+        mod, local = found
+        attrs = mod["classes"].get(local, {}).get("attrs") or {}
+        key = (mod["root"], mod["module"], f"{local}.__init__")
+        roles, instances = self._params.get(key, {}), self._instances.get(key, {})
+        out: dict[str, Fact] = {}
+        for attr, param in attrs.items():
+            facts, classes = roles.get(param, []), set(instances.get(param, ()))
+            if facts and not classes:
+                merged = _merge([f[:4] for f in facts])
+                if merged is not None:
+                    out[attr] = merged
+            elif len(classes) == 1 and not facts:
+                out[attr] = ["instance", classes.pop(), None, False]
+        return out
+
+    def _chains(self, root: str, module: str) -> tuple[dict[str, dict[str, str]],
+                                                          dict[str, dict[str, Fact]]]:
+        """The file's parameters every call site fills with an instance of one project
+        class (function -> parameter -> class), and the attribute facts of those
+        classes and of the instances they hold in turn (class -> attribute -> fact),
+        bounded by MAX_HOPS, a cycle cut; only classes that lead to a role."""
+        given: dict[str, dict[str, str]] = {}
+        for (r, m, fn_name), slots in self._instances.items():
+            if r != root or m != module:
+                continue
+            for name, classes in slots.items():
+                if len(set(classes)) == 1 and not self._params.get((r, m, fn_name), {}).get(
+                        name):
+                    given.setdefault(fn_name, {})[name] = classes[0]
+        attrs: dict[str, dict[str, Fact]] = {}
+        todo = sorted({c for p in given.values() for c in p.values()})
+        depth = 0
+        while todo and depth <= MAX_HOPS:
+            nxt: list[str] = []
+            for qual in todo:
+                if qual in attrs:
+                    continue
+                attrs[qual] = facts = self._attribute_facts(root, qual)
+                nxt.extend(f[1] for f in facts.values() if f[0] == "instance")
+            todo, depth = nxt, depth + 1
+
+        def leads(qual: str, seen: frozenset[str]) -> bool:
+            return qual not in seen and any(
+                f[0] != "instance" or leads(f[1], seen | {qual})
+                for f in attrs.get(qual, {}).values())
+
+        useful = {q for q in attrs if leads(q, frozenset())}
+        given = {fn: kept for fn, p in given.items()
+                 if (kept := {n: c for n, c in p.items() if c in useful})}
+        return given, {q: attrs[q] for q in sorted(useful)}
 
     def is_thread_class(self, root: str, mod: dict, local: str,
                         seen: frozenset[tuple[str, str]] = frozenset()) -> bool:
@@ -624,11 +741,15 @@ class ProjectIndex:
                 if merged is not None:
                     params.setdefault(fn_name, {})[name] = merged
         calls = self._calls_of(root, s)
-        if not refs and not stars and not params and not calls:
+        instances, attrs = self._chains(root, module)
+        if not refs and not stars and not params and not calls and not instances:
             return None
         out: dict[str, Any] = {"refs": refs, "stars": stars, "params": params}
         if calls:
             out["calls"] = calls
+        if instances:  # `ctx.training.scheduler` (foreign_binding follows the chain)
+            out["instances"] = instances
+            out["attrs"] = attrs
         return out
 
     # -- effects across files (analysis.effects) ------------------------------------------
@@ -830,7 +951,8 @@ def view_words(view: dict) -> bytes:
         if any("keeps" in e for e in view["calls"].values()):
             words += b" append +="  # and keeps what the file passes it (TL302)
     for fact in (*view["refs"].values(), *(f for p in view["params"].values()
-                                           for f in p.values())):
+                                           for f in p.values()),
+                 *(f for a in view.get("attrs", {}).values() for f in a.values())):
         words += _FACT_WORDS.get(fact[0], b"")
         if fact[3]:
             words += b" softmax"
@@ -858,6 +980,9 @@ def foreign_binding(model: FileModel, expr: ast.AST) -> Binding | None:
         return _binding(fact, expr, expr) if fact is not None else _kwargs_binding(model, expr)
     if isinstance(expr, ast.Name):
         return _parameter_binding(model, expr)
+    if isinstance(expr, ast.Attribute):
+        fact = _chain_fact(model, expr, 0)
+        return _binding(fact, expr) if fact is not None and fact[0] != "instance" else None
     if isinstance(expr, (ast.Subscript, ast.Call)):
         return _kwargs_binding(model, expr)
     return None
@@ -886,6 +1011,106 @@ def _kwargs_binding(model: FileModel, expr: ast.Subscript | ast.Call) -> Binding
     fn_key = f"{cls.name}.{fn.name}" if cls is not None else fn.name
     fact = view["params"].get(fn_key, {}).get(f'{base.id}["{key.value}"]')
     return _binding(fact, expr) if fact is not None else None
+
+
+#: Names followed back through single assignments (``t = ctx.training``).
+_MAX_CHAIN_NAMES = 4
+
+
+def _chain_fact(model: FileModel, expr: ast.Attribute, depth: int) -> Fact | None:
+    """``ctx.training.scheduler``, ``ctx`` a parameter every call site fills with an
+    instance of one project class (or a name assigned once from such a chain): the
+    fact the view's attribute facts give the chain's end; None when a link of the
+    chain is assigned in this file or says nothing."""
+    view = getattr(model, "project", None)
+    if not view or not view.get("attrs"):
+        return None
+    attrs: list[str] = []
+    node: ast.expr = expr
+    while isinstance(node, ast.Attribute):
+        attrs.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    attrs.reverse()
+    assigned = _assigned_chains(model)
+    if any(".".join([node.id, *attrs[: i + 1]]) in assigned for i in range(len(attrs))):
+        return None
+    fact = _root_fact(model, node, view, depth)
+    for attr in attrs:
+        if fact is None or fact[0] != "instance":
+            return None
+        fact = view["attrs"].get(fact[1], {}).get(attr)
+    return fact
+
+
+def _root_fact(model: FileModel, name: ast.Name, view: dict, depth: int) -> Fact | None:
+    fn = model.function_of(name)
+    if fn is None:
+        return None
+    stores = _stores(model, fn).get(name.id, [])
+    a = fn.args
+    if any(x.arg == name.id for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)):
+        if stores:
+            return None  # rebound in the function
+        cls = model.class_of(fn)
+        if (cls if cls is not None else fn) is None or model.scope_of(
+                cls if cls is not None else fn) is not model.tree:
+            return None
+        key = f"{cls.name}.{fn.name}" if cls is not None else fn.name
+        qual = view["instances"].get(key, {}).get(name.id)
+        return ["instance", qual, None, False] if qual is not None else None
+    if len(stores) != 1 or depth >= _MAX_CHAIN_NAMES:
+        return None
+    value = stores[0]
+    if isinstance(value, ast.Attribute):
+        return _chain_fact(model, value, depth + 1)
+    if isinstance(value, ast.Name):
+        return _root_fact(model, value, view, depth + 1)
+    return None
+
+
+def _stores(model: FileModel, fn: ast.AST) -> dict[str, list[ast.expr | None]]:
+    """name -> the values the function assigns it (None: not a plain ``name = value``:
+    a loop or ``with`` target, an unpacking, an augmented assignment, a walrus)."""
+    from trainlint.analysis.model import walk_local
+
+    def build(m: FileModel) -> dict[int, dict[str, list[ast.expr | None]]]:
+        return {}
+
+    memo = model.memo(_stores, build)
+    found = memo.get(id(fn))
+    if found is not None:
+        return found
+    out: dict[str, list[ast.expr | None]] = {}
+    plain: set[int] = set()
+    for node in walk_local(fn):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
+                node.targets[0], ast.Name):
+            out.setdefault(node.targets[0].id, []).append(node.value)
+            plain.add(id(node.targets[0]))
+    for node in walk_local(fn):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) and (
+                id(node) not in plain):
+            out.setdefault(node.id, []).append(None)
+    memo[id(fn)] = out
+    return out
+
+
+def _assigned_chains(model: FileModel) -> set[str]:
+    """Every dotted name the file assigns or deletes (``t.scheduler = ...``)."""
+    from trainlint.analysis.model import dotted
+
+    def build(m: FileModel) -> set[str]:
+        out: set[str] = set()
+        for node in ast.walk(m.tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                name = dotted(node)
+                if name is not None:
+                    out.add(name)
+        return out
+
+    return model.memo(_assigned_chains, build)
 
 
 _ANNOTATION_ROLES = {

@@ -208,6 +208,12 @@ class Roles:
                 from trainlint.analysis.project import foreign_binding
 
                 return foreign_binding(self.model, expr)
+            if isinstance(expr, ast.Attribute) and key is not None and key[0] == "dotted" and (
+                    key not in self.bindings and self.model.project):
+                # `ctx.training.scheduler`: a chain of project objects built elsewhere
+                from trainlint.analysis.project import foreign_binding
+
+                return foreign_binding(self.model, expr)
             return None
         roles = {b.role for b in found}
         if len(roles) != 1:
