@@ -460,3 +460,16 @@ def test_a_scheduler_reached_through_an_attribute_chain_is_judged_by_its_unit(
     shutil.rmtree(pkg)
     shutil.copytree(FIXTURES / "ctx_chain_sched_neg", pkg)
     assert runner.run(sorted(pkg.glob("*.py")), ALL, Settings(), jobs=1).findings == []
+
+
+def test_a_summary_written_by_another_build_is_not_served(tmp_path):
+    # what a summary holds grows with the analysis (effects, kept parameters, class
+    # attributes); one cached by an older checkout of the same version would hide them
+    module = (str(tmp_path), "pkg.engine", False)
+    old = Cache(tmp_path / "cache", "config", code="build-1")
+    old.put_summary("abc", module, {"functions": {}})
+    assert old.get_summary("abc", module) == {"functions": {}}
+    assert Cache(tmp_path / "cache", "config", code="build-2").get_summary("abc", module) is None
+    # the configuration is no part of a summary's key
+    assert Cache(tmp_path / "cache", "other", code="build-1").get_summary("abc", module) == {
+        "functions": {}}

@@ -27,9 +27,12 @@ def content_hash(data: bytes) -> str:
 
 
 class Cache:
-    def __init__(self, directory: Path, fingerprint: str) -> None:
+    def __init__(self, directory: Path, fingerprint: str, code: str = "") -> None:
         self.directory = directory / f"v{SCHEMA}-{__version__}"
         self.fingerprint = fingerprint
+        # the build that wrote a summary: what a summary holds changes with the analysis
+        # (a checkout of the same version), and a stale one silently hides facts
+        self.code = code
         self._ready = False
 
     @staticmethod
@@ -54,9 +57,8 @@ class Cache:
 
     # -- project summaries: keyed on the bytes and the module name only (never on the
     # configuration: a summary does not depend on which rules are selected)
-    @staticmethod
-    def _summary_key(content: str, module: tuple[str, str, bool]) -> str:
-        h = hashlib.sha256(b"summary\0")
+    def _summary_key(self, content: str, module: tuple[str, str, bool]) -> str:
+        h = hashlib.sha256(b"summary\0" + self.code.encode() + b"\0")
         h.update(json.dumps(list(module)).encode())
         h.update(content.encode())
         return "s" + h.hexdigest()

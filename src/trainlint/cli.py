@@ -325,15 +325,16 @@ def _make_cache(settings: Settings, selection: RuleSelection, rules: Sequence[ty
     directory = Path(settings.cache_dir) if settings.cache_dir else Path(".trainlint_cache")
     if not directory.is_absolute():
         directory = (settings.root if settings.config_path else Path.cwd()) / directory
+    code = code_fingerprint(Path(__file__).parent)
     fingerprint = Cache.fingerprint_of([
         sys.version_info[:2],  # what the parser accepts depends on the interpreter
-        code_fingerprint(Path(__file__).parent),
+        code,
         sorted(r.code for r in selection.rules),
         selection.options,
         sorted(f"{r.code}:{r.__module__}:{r.origin}" for r in rules),
         settings.plugins,
     ])
-    return Cache(directory, fingerprint)
+    return Cache(directory, fingerprint, code)
 
 
 @functools.cache
