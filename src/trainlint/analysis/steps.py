@@ -181,6 +181,26 @@ def backward_value(model: FileModel, call: ast.Call) -> ast.expr | None:
     return None
 
 
+def backpropagated(model: FileModel, expr: ast.AST) -> bool:
+    """``expr`` names a value that the same function backpropagates (``loss.backward()``
+    on the same definition): it carries a graph whatever computed it, a loss function
+    of another module included."""
+    if not isinstance(expr, ast.Name):
+        return False
+    here = model.flow.definition(expr.id, expr)
+    if here is None:
+        return False
+    fn = model.function_of(expr)
+    for call in backward_calls(model):
+        value = backward_value(model, call)
+        if isinstance(value, ast.Name) and value.id == expr.id and (
+                model.function_of(call) is fn):
+            there = model.flow.definition(value.id, value)
+            if there is not None and there[0] is here[0]:
+                return True
+    return False
+
+
 def _looks_like_tensor_receiver(node: ast.expr) -> bool:
     from trainlint.analysis.model import dotted
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from trainlint.analysis.flow import Taint
 from trainlint.analysis.model import FileModel, dotted, walk_local
 from trainlint.analysis.roles import Role
-from trainlint.analysis.steps import Kind, backward_calls, backward_value
+from trainlint.analysis.steps import Kind, backpropagated, backward_calls, backward_value
 from trainlint.rules.base import Invalid, Report, Rule
 from trainlint.rules.memory._shared import value_names
 
@@ -208,7 +208,8 @@ class Trainer:
             anchor = self._in_training_step(model, node)
             if anchor is None:
                 continue
-            if model.flow.value(node.value).taint is not Taint.GRAD:
+            if model.flow.value(node.value).taint is not Taint.GRAD and not backpropagated(
+                    model, node.value):
                 continue
             if _only_logging_values(model, node.value):
                 continue
