@@ -525,6 +525,11 @@ class StepModel:
         return found
 
     @cached_property
+    def statement_loops(self) -> list[ast.For | ast.AsyncFor | ast.While]:
+        """The step loops that are loop statements (not step functions), in order."""
+        return [sl.node for sl in self.step_loops if isinstance(sl.node, LOOP_NODES)]
+
+    @cached_property
     def step_loops(self) -> list[StepLoop]:
         """Loops whose own iteration (not a nested loop's) backpropagates or steps, plus
         step functions (``train_step`` & co.) that no loop in this file calls."""

@@ -11,7 +11,7 @@ from trainlint.analysis.loaders import (
     loader_of_loop,
     reads_from_disk_or_transforms,
 )
-from trainlint.analysis.model import LOOP_NODES, FileModel, has_star_kwargs, is_false, keyword
+from trainlint.analysis.model import FileModel, has_star_kwargs, is_false, keyword
 from trainlint.analysis.paths import Reported
 from trainlint.rules.base import Invalid, Report, Rule
 
@@ -241,10 +241,7 @@ for batch in loader:
         if not model.imports_module("torch"):
             return
         seen = Reported()
-        for sl in model.steps.step_loops:
-            loop = sl.node
-            if not isinstance(loop, LOOP_NODES):
-                continue
+        for loop in model.steps.statement_loops:
             binding = loader_of_loop(model, loop)
             if binding is None or binding.call is None or has_star_kwargs(binding.call):
                 continue

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from trainlint.analysis.devices import device_copy
 from trainlint.analysis.invariants import invariant_in
-from trainlint.analysis.model import LOOP_NODES, FileModel, walk_tree
+from trainlint.analysis.model import FileModel, walk_tree
 from trainlint.analysis.paths import Reported
 from trainlint.analysis.steps import STEP_LOOP_TRIGGERS
 from trainlint.rules.base import Invalid, Report, Rule
@@ -198,10 +198,7 @@ def fit(model, features, targets, device, steps=1000):
         if not model.imports_module("torch"):
             return
         seen = Reported()
-        for sl in model.steps.step_loops:
-            loop = sl.node
-            if not isinstance(loop, LOOP_NODES):
-                continue
+        for loop in model.steps.statement_loops:
             for stmt in loop.body:
                 for node in walk_tree(stmt):
                     if not isinstance(node, ast.Call):
