@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.model import FileModel, FunctionNode, dotted, walk_local
+from trainlint.analysis.model import LOOP_NODES, FileModel, FunctionNode, dotted, walk_local
 
 
 def _container_root(node: ast.AST) -> ast.AST | None:
@@ -202,8 +202,20 @@ def kept_by_calls(model: FileModel) -> Iterator[tuple[ast.Call, ast.expr, str, s
                 continue
             for name, accumulator in kept.items():
                 arg = argument(entry, call, name)
-                if arg is not None:
-                    yield call, arg, accumulator, entry["fn"]
+                if arg is None:
+                    continue
+                root, dot, rest = accumulator.partition(".")
+                if root in entry["params"] or root in entry.get("kwonly", ()):
+                    # `add(buf, x)`: the caller's container is the accumulator; one made
+                    # afresh in each iteration is gone with it
+                    holder = argument(entry, call, root)
+                    step = model.steps.per_step(call)
+                    loop = step[0].node if step is not None else None
+                    if holder is None or not isinstance(loop, LOOP_NODES) or not (
+                            _persists_across(model, holder, loop)):
+                        continue
+                    accumulator = f"{dotted(holder) or root}{dot}{rest}"
+                yield call, arg, accumulator, entry["fn"]
 
 
 def _method_of_instance(model: FileModel, call: ast.Call) -> FunctionNode | None:
