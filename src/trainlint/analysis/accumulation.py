@@ -174,7 +174,8 @@ def kept_parameters(model: FileModel, fn: FunctionNode) -> dict[str, str]:
 
 def kept_by_calls(model: FileModel) -> Iterator[tuple[ast.Call, ast.expr, str, str]]:
     """(call, argument, accumulator, callee) for each call that hands a value to a
-    function keeping it past the call: a same-file function or method, or one of another
+    function keeping it past the call (the accumulator in the caller's terms where it
+    can be named: `meter.history` for `self.history`): a same-file function or method, or one of another
     project file (the project index's view): `meter.update(loss)` where `update` does
     `self.history.append(loss)`."""
     from trainlint.analysis.effects import argument, resolve_foreign
@@ -189,14 +190,16 @@ def kept_by_calls(model: FileModel) -> Iterator[tuple[ast.Call, ast.expr, str, s
                     continue
                 a = fn.args
                 params = [x.arg for x in (*a.posonlyargs, *a.args)]
+                receiver: ast.expr | None = None
                 if isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"]):
                     params = params[1:]
+                    receiver = call.func.value
                 entry: dict = {"params": params, "fn": fn.name}
             elif view_calls:
                 found = resolve_foreign(model, call)
                 if found is None or not found[0].get("keeps"):
                     continue
-                entry = found[0]
+                entry, receiver = found
                 kept = entry["keeps"]
             else:
                 continue
@@ -215,6 +218,8 @@ def kept_by_calls(model: FileModel) -> Iterator[tuple[ast.Call, ast.expr, str, s
                             _persists_across(model, holder, loop)):
                         continue
                     accumulator = f"{dotted(holder) or root}{dot}{rest}"
+                elif root == "self" and receiver is not None and dotted(receiver):
+                    accumulator = f"{dotted(receiver)}{dot}{rest}"  # in the caller's terms
                 yield call, arg, accumulator, entry["fn"]
 
 
@@ -233,3 +238,51 @@ def _method_of_instance(model: FileModel, call: ast.Call) -> FunctionNode | None
         return None
     cls = model.class_named(ctor.id)
     return model.method_of(cls, func.attr) if cls is not None else None
+
+
+def value_names(expr: ast.AST) -> tuple[set[str], bool]:
+    """Dotted names read by an expression, and whether it calls anything."""
+
+    names: set[str] = set()
+    has_call = False
+    stack = [expr]
+    while stack:
+        sub = stack.pop()
+        if isinstance(sub, ast.Call):
+            has_call = True
+        if isinstance(sub, (ast.Name, ast.Attribute)):
+            name = dotted(sub)
+            if name:
+                parts = name.split(".")
+                names.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+                continue
+        if isinstance(sub, ast.Subscript):
+            stack.append(sub.value)  # `y[i]` reads y's graph; the index carries none
+            continue
+        stack.extend(ast.iter_child_nodes(sub))
+    return names, has_call
+
+
+def backpropagated_later(model: FileModel, name: str, after: ast.AST) -> bool:
+    """``total.backward()`` after the loop, or a loss built from the accumulator
+    (``loss = (torch.stack(buf.log_probs) * adv).mean(); loss.backward()``):
+    accumulating the graph was the point."""
+    from trainlint.analysis.steps import backward_calls, backward_value
+
+    fn = model.function_of(after) or model.tree
+    for call in backward_calls(model):
+        if model.function_of(call) is not (fn if fn is not model.tree else None):
+            continue
+        value = backward_value(model, call)
+        seen: set[str] = set()
+        todo = [value] if value is not None else []
+        while todo and len(seen) < 16:  # the loss and the names it is built from
+            names = value_names(todo.pop())[0]
+            if name in names:
+                return True
+            for n in names - seen:
+                seen.add(n)
+                found = model.flow.definition(n, call) if "." not in n else None
+                if found is not None and isinstance(found[1], ast.expr):
+                    todo.append(found[1])
+    return False

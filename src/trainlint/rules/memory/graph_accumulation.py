@@ -5,24 +5,14 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.accumulation import accumulations_across_steps, kept_by_calls
+from trainlint.analysis.accumulation import (
+    accumulations_across_steps,
+    backpropagated_later,
+    kept_by_calls,
+)
 from trainlint.analysis.flow import Taint, grad_enabled_at
 from trainlint.analysis.model import FileModel, dotted
-from trainlint.analysis.steps import backward_calls, backward_value
 from trainlint.rules.base import Invalid, Report, Rule, Valid
-from trainlint.rules.memory._shared import value_names
-
-
-def _backpropagated_later(model: FileModel, name: str, after: ast.AST) -> bool:
-    """``total.backward()`` after the loop: accumulating the graph was the point."""
-    fn = model.function_of(after) or model.tree
-    for call in backward_calls(model):
-        if model.function_of(call) is not (fn if fn is not model.tree else None):
-            continue
-        value = backward_value(model, call)
-        if value is not None and name in value_names(value)[0]:
-            return True
-    return False
 
 
 class GraphAccumulation(Rule):
@@ -361,14 +351,15 @@ for x, y in loader:
             if self._defined_without_grad(model, value):
                 continue
             name = dotted(target)
-            if name is not None and _backpropagated_later(model, name, stmt):
+            if name is not None and backpropagated_later(model, name, stmt):
                 continue
             yield self.report(anchor, fix=self._fix(model, value) if anchor is stmt else None)
         for call, arg, kept_in, callee in kept_by_calls(model):
             # a helper (this file's or another's) keeps what the step hands it
             if (model.steps.per_step(call) is None or not grad_enabled_at(model, call)[0]
                     or model.flow.value(arg).taint is not Taint.GRAD
-                    or self._defined_without_grad(model, arg)):
+                    or self._defined_without_grad(model, arg)
+                    or backpropagated_later(model, kept_in, call)):
                 continue
             what = model.source.segment(arg)
             yield self.report(call, f"`{callee.rsplit('.', 1)[-1]}()` keeps `{what}`, with its "

@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from trainlint.analysis.accumulation import value_names
 from trainlint.analysis.model import FileModel, dotted, is_true, keyword, walk_local
 from trainlint.analysis.steps import backward_value, graph_uses
 from trainlint.rules.base import Invalid, Report, Rule
-from trainlint.rules.memory._shared import value_names
 
 
 def _bound_names(region: ast.AST) -> set[str]:

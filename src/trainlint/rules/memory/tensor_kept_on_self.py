@@ -6,12 +6,12 @@ import ast
 import re
 from collections.abc import Iterator
 
+from trainlint.analysis.accumulation import value_names
 from trainlint.analysis.flow import Taint
 from trainlint.analysis.model import FileModel, dotted, walk_local
 from trainlint.analysis.roles import Role
 from trainlint.analysis.steps import Kind, backpropagated, backward_calls, backward_value
 from trainlint.rules.base import Invalid, Report, Rule
-from trainlint.rules.memory._shared import value_names
 
 #: Values unpacked next to the loss for logging (`loss, loss_items = model(batch)`,
 #: `loss, log_vars = parse_losses(out)`): by convention they are detached already.
