@@ -138,29 +138,12 @@ def extrema(tensor: torch.Tensor) -> Extrema:
 
 def max_abs_values(pairs: Sequence[Extrema]) -> list[float]:
     """max |x| for each (min, max) pair, with one host transfer per device and dtype."""
-    flat = _to_floats([t for pair in pairs for t in pair])
+    from trainlint._runtime.recorder import to_floats
+
+    flat = to_floats([t for pair in pairs for t in pair])
     nan = math.nan
     return [
         nan if low != low or high != high else (high if high >= -low else -low)
         for low, high in zip(flat[::2], flat[1::2], strict=True)
     ]
 
-
-def _to_floats(values: list[torch.Tensor]) -> list[float]:
-    """One host transfer per (device, dtype) instead of one per value; on the CPU, where
-    there is no transfer, ``float()`` each (a stack and ``tolist()`` cost 5x more)."""
-    cpu = _CPU
-    if all(v.device == cpu for v in values):
-        return [float(v) for v in values]
-    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
-    for i, v in enumerate(values):
-        groups.setdefault((v.device, v.dtype), []).append(i)
-    out = [0.0] * len(values)
-    for indices in groups.values():
-        stacked = torch.stack([values[i] for i in indices]).tolist()
-        for i, number in zip(indices, stacked, strict=True):
-            out[i] = float(number)
-    return out
-
-
-_CPU = torch.device("cpu")
