@@ -228,12 +228,12 @@ def _method_of_instance(model: FileModel, call: ast.Call) -> FunctionNode | None
     func = call.func
     if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name):
         return None
-    from trainlint.analysis.project import single_assignments
+    from trainlint.analysis.project import single_value
 
-    values = single_assignments(model).get((id(model.scope_of(func.value)), func.value.id))
-    if not values or len(values) != 1 or not isinstance(values[0], ast.Call):
+    value = single_value(model, func.value)
+    if not isinstance(value, ast.Call):
         return None
-    ctor = values[0].func
+    ctor = value.func
     if not isinstance(ctor, ast.Name) or model.qualname(ctor) is not None:
         return None
     cls = model.class_named(ctor.id)

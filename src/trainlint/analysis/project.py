@@ -311,19 +311,24 @@ def _kwargs_keys(fn: ast.AST, kwarg: str) -> list[str]:
     """The constant keys ``fn`` reads from its ``**kwarg``."""
     from trainlint.analysis.model import walk_local
 
-    keys: set[str] = set()
-    for node in walk_local(fn):
-        key: ast.AST | None = None
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and (
-                node.value.id == kwarg):
-            key = node.slice
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
-                node.func.attr in ("get", "pop") and isinstance(node.func.value, ast.Name)
-                and node.func.value.id == kwarg and node.args):
-            key = node.args[0]
-        if isinstance(key, ast.Constant) and isinstance(key.value, str):
-            keys.add(key.value)
-    return sorted(keys)
+    return sorted({read[1] for node in walk_local(fn)
+                   if (read := _keyword_read(node)) is not None and read[0] == kwarg})
+
+
+def _keyword_read(node: ast.AST) -> tuple[str, str] | None:
+    """``kwargs["scheduler"]``, ``kwargs.get("scheduler")`` or ``kwargs.pop(...)``:
+    (the mapping's name, the constant key); None for anything else."""
+    if isinstance(node, ast.Subscript):
+        base, key = node.value, node.slice
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+            node.func.attr in ("get", "pop") and node.args):
+        base, key = node.func.value, node.args[0]
+    else:
+        return None
+    if isinstance(base, ast.Name) and isinstance(key, ast.Constant) and isinstance(
+            key.value, str):
+        return base.id, key.value
+    return None
 
 
 def fact_of(model: FileModel, binding: Binding | None) -> Fact | None:
@@ -480,8 +485,7 @@ def _arg_fact(model: FileModel, arg: ast.expr, module: str, is_pkg: bool) -> Fac
     # says what the class is.
     value: ast.AST | None = arg
     if isinstance(arg, ast.Name):
-        values = single_assignments(model).get((id(model.scope_of(arg)), arg.id))
-        value = values[0] if values is not None and len(values) == 1 else None
+        value = single_value(model, arg)
     if isinstance(value, ast.Call):
         q = model.qualname(value.func)
         if q is not None and _project_candidate(q):
@@ -506,6 +510,13 @@ def single_assignments(model: FileModel) -> dict[tuple[int, str], list[ast.expr]
         return out
 
     return model.memo(single_assignments, build)
+
+
+def single_value(model: FileModel, name: ast.Name) -> ast.expr | None:
+    """The one value ``name`` is assigned in its scope; None when it is assigned more
+    than once or never (a parameter, a global)."""
+    values = single_assignments(model).get((id(model.scope_of(name)), name.id))
+    return values[0] if values is not None and len(values) == 1 else None
 
 
 # -- the index --------------------------------------------------------------------------------
@@ -991,25 +1002,20 @@ def foreign_binding(model: FileModel, expr: ast.AST) -> Binding | None:
 def _kwargs_binding(model: FileModel, expr: ast.Subscript | ast.Call) -> Binding | None:
     """``kwargs["scheduler"]`` / ``kwargs.get("scheduler")`` in a function with
     ``**kwargs``: the facts of the keyword at every call site."""
-    if isinstance(expr, ast.Subscript):
-        base, key = expr.value, expr.slice
-    elif isinstance(expr.func, ast.Attribute) and expr.func.attr in ("get", "pop") and expr.args:
-        base, key = expr.func.value, expr.args[0]
-    else:
+    read = _keyword_read(expr)
+    if read is None:
         return None
-    if not isinstance(base, ast.Name) or not (isinstance(key, ast.Constant)
-                                              and isinstance(key.value, str)):
-        return None
+    base, key = read
     fn = model.function_of(expr)
     view = getattr(model, "project", None)
-    if fn is None or not view or fn.args.kwarg is None or fn.args.kwarg.arg != base.id:
+    if fn is None or not view or fn.args.kwarg is None or fn.args.kwarg.arg != base:
         return None
     cls = model.class_of(fn)
     if (cls if cls is not None else fn) is not None and model.scope_of(
             cls if cls is not None else fn) is not model.tree:
         return None
     fn_key = f"{cls.name}.{fn.name}" if cls is not None else fn.name
-    fact = view["params"].get(fn_key, {}).get(f'{base.id}["{key.value}"]')
+    fact = view["params"].get(fn_key, {}).get(f'{base}["{key}"]')
     return _binding(fact, expr) if fact is not None else None
 
 

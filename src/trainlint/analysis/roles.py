@@ -203,14 +203,11 @@ class Roles:
                 if cls is not None:
                     found = self.bindings.get(("attr", id(cls), expr.attr))
         if not found:
-            if isinstance(expr, ast.Name) and key is not None and key not in self.bindings:
-                # never assigned in this file: a parameter's annotation or call sites
-                from trainlint.analysis.project import foreign_binding
-
-                return foreign_binding(self.model, expr)
-            if isinstance(expr, ast.Attribute) and key is not None and key[0] == "dotted" and (
-                    key not in self.bindings and self.model.project):
-                # `ctx.training.scheduler`: a chain of project objects built elsewhere
+            # never assigned in this file: a parameter (its annotation or call sites), or
+            # `ctx.training.scheduler`, a chain of project objects built elsewhere
+            if key is not None and key not in self.bindings and (
+                    isinstance(expr, ast.Name) or (isinstance(expr, ast.Attribute)
+                                                   and key[0] == "dotted" and self.model.project)):
                 from trainlint.analysis.project import foreign_binding
 
                 return foreign_binding(self.model, expr)
