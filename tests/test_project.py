@@ -473,3 +473,53 @@ def test_a_summary_written_by_another_build_is_not_served(tmp_path):
     # the configuration is no part of a summary's key
     assert Cache(tmp_path / "cache", "other", code="build-1").get_summary("abc", module) == {
         "functions": {}}
+
+
+ONE_FILE = '''import torch
+from torch.optim.lr_scheduler import StepLR
+
+
+def train_one_epoch(model, loader, optimizer, scheduler):
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+
+
+def main(model, loader, epochs=90):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = StepLR(optimizer, step_size=30)
+    for epoch in range(epochs):
+        train_one_epoch(model, loader, optimizer, scheduler)
+'''
+OTHER_CALLER = '''import torch
+from torch.optim.lr_scheduler import OneCycleLR
+
+from .script import train_one_epoch
+
+
+def finetune(model, loader):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train_one_epoch(model, loader, optimizer, OneCycleLR(optimizer, 0.1, total_steps=9))
+'''
+
+
+def test_a_view_the_file_gives_itself_needs_no_second_lint(tmp_path, monkeypatch):
+    # The scheduler's unit reaches the helper's parameter from the file's own call site:
+    # the first lint already has it, and the run keeps that lint.
+    pkg = tmp_path / "proj"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "script.py").write_text(ONE_FILE)
+    found, linted = _run(pkg, None, monkeypatch)
+    assert found == [("script.py", 11, "TL201")]
+    assert linted == ["__init__.py", "script.py"]
+    # Another file passes an iteration-unit scheduler: the call sites disagree, the
+    # whole view differs from the file's own, the file is linted again and is silent
+    # (the caller too: the helper's step effects are its view).
+    (pkg / "other.py").write_text(OTHER_CALLER)
+    found, linted = _run(pkg, None, monkeypatch)
+    assert found == []
+    assert linted == ["__init__.py", "other.py", "other.py", "script.py", "script.py"]

@@ -16,7 +16,14 @@ from typing import Any
 
 from trainlint.analysis.context import is_test_file
 from trainlint.analysis.model import FileModel
-from trainlint.analysis.project import EFFECT_WORDS, SUMMARY_WORDS, apply_view, view_words
+from trainlint.analysis.project import (
+    EFFECT_WORDS,
+    SUMMARY_WORDS,
+    apply_view,
+    digest,
+    own_view,
+    view_words,
+)
 from trainlint.analysis.project import summarize as project_summary
 from trainlint.config import TARGET_TORCH, RuleSelection, TorchPins
 from trainlint.findings import Finding, InternalError, Related
@@ -44,7 +51,15 @@ class FileResult:
     diff: str = ""
     #: the file's project summary (analysis.project), when the run asked for it
     summary: dict[str, Any] | None = None
+    #: the digest of the project view the findings assume ("" for none): a run keeps a
+    #: file's first findings when the whole project's view of it is this one
+    view: str = ""
 
+
+
+def _without(rules: list[Rule], codes: list[str]) -> list[Rule]:
+    """``rules`` less those a file-level ``# trainlint: noqa: CODES`` turns off."""
+    return [r for r in rules if not any(r.code.startswith(c) for c in codes)]
 
 
 class Linter:
@@ -111,8 +126,7 @@ class Linter:
                     )
                 )
             return result
-        # the project view's facts stand in for words this file does not spell itself
-        active = self._active_rules(data + view_words(view) if view else data, path, ignored)
+        active = self._active_rules(data, view, path, ignored)
         check_noqa = on(UNUSED_NOQA) and b"noqa" in data.lower()
         if not active and not check_noqa and not on(SYNTAX_ERROR) and module is None:
             return result
@@ -135,7 +149,7 @@ class Linter:
         if skip_file:
             active, check_noqa = [], False
         elif file_noqa:
-            active = [r for r in active if not any(r.code.startswith(c) for c in file_noqa)]
+            active = _without(active, file_noqa)
         facts = module is not None and any(w in data for w in SUMMARY_WORDS)
         summarize = facts or module is not None and any(w in data for w in EFFECT_WORDS)
         if not active and not check_noqa and not summarize:
@@ -149,10 +163,30 @@ class Linter:
         except Exception as exc:  # pragma: no cover - a bug in the model, not in the input
             result.errors.append(InternalError(path, "analysis", _describe(exc)))
             return result
-        if any(TARGET_TORCH in rule.options for rule in active):
-            model.torch_pin = self._torch_pins.for_file(path)
         raw: list[Finding] = []
         try:
+            if module is not None:
+                # First, from the model as the file alone gives it: the summary feeds the
+                # other files' views and must not depend on this file's own view.
+                try:
+                    result.summary = project_summary(model if summarize else None, tree, module,
+                                                     facts)
+                except Exception as exc:  # pragma: no cover - a bug in the summary
+                    result.errors.append(InternalError(path, "project summary", _describe(exc)))
+                own = own_view(result.summary) if result.summary and not skip_file else None
+                if own and view is None:
+                    # The file's own call sites already fill in part of its view (a helper
+                    # whose every call passes a model). Lint with that part: when the whole
+                    # project's view says no more, the run keeps these findings and does
+                    # not lint the file a second time.
+                    model.forget_analyses()
+                    apply_view(model, own)
+                    result.view = digest(own)
+                    active = self._active_rules(data, own, path, ignored)
+                    if file_noqa:
+                        active = _without(active, file_noqa)
+            if any(TARGET_TORCH in rule.options for rule in active):
+                model.torch_pin = self._torch_pins.for_file(path)
             for rule in active:
                 start = time.perf_counter() if self.collect_timings else 0.0
                 try:
@@ -167,12 +201,6 @@ class Linter:
                         result.timings[rule.code] = time.perf_counter() - start
                 for report in reports:
                     raw.append(self._finding(rule, report, source, path))
-            if module is not None:
-                try:
-                    result.summary = project_summary(model if summarize else None, tree, module,
-                                                     facts)
-                except Exception as exc:  # pragma: no cover - a bug in the summary
-                    result.errors.append(InternalError(path, "project summary", _describe(exc)))
         finally:
             model.release()
             del model
@@ -187,8 +215,12 @@ class Linter:
         return code in self.enabled and not any(code.startswith(i) for i in ignored)
 
     # -- internals ------------------------------------------------------------------------
-    def _active_rules(self, data: bytes, path: str, ignored: tuple[str, ...]) -> list[Rule]:
-        """The rules to run on ``data``: on for this file, and some trigger word present."""
+    def _active_rules(self, data: bytes, view: dict[str, Any] | None, path: str,
+                      ignored: tuple[str, ...]) -> list[Rule]:
+        """The rules to run on ``data``: on for this file, and some trigger word present
+        (the project view's facts stand in for words the file does not spell itself)."""
+        if view:
+            data += view_words(view)
         in_tests = is_test_file(path)
         words = self._trigger_words
         present: list[bool | None] = [None] * len(words)

@@ -224,9 +224,10 @@ def run(
     cache: Cache | None = None,
 ) -> RunResult:
     """Lint ``paths``. Two phases share one parse per file: every file is linted and
-    summarised (summaries are cached by content); the project index built from the
-    summaries gives each file its view; only files whose view is not empty are linted
-    again, with it. A file's cached findings are keyed on its bytes and its view."""
+    summarised (summaries are cached by content), with the part of its view its own
+    summary gives; the project index built from the summaries gives each file its whole
+    view; only files whose whole view differs from that part are linted again, with it.
+    A file's cached findings are keyed on its bytes and its view."""
     jobs = jobs if jobs else (os.cpu_count() or 1)
     n = len(paths)
     checking = fix is None or not fix.active
@@ -287,7 +288,7 @@ def run(
                 results[i] = hit
                 continue
             keys[i] = key
-        if i in fresh and not view and (checking or (
+        if i in fresh and digest(view) == fresh[i].view and (checking or (
                 p.suffix != ".ipynb" and not _fixable(fresh[i], fix))):
             results[i] = fresh[i]
         else:

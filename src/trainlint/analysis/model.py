@@ -116,6 +116,15 @@ class FileModel:
             found = self._memo[key] = build(self)
             return found
 
+    def forget_analyses(self) -> None:
+        """Drop every analysis built so far (roles, flow, steps, memos, cached tables),
+        keeping the indexing pass's tables: for a model about to be given a project view,
+        which the analyses read."""
+        for name in _CACHED:
+            self.__dict__.pop(name, None)
+        self._memo.clear()
+        self._qualnames.clear()
+
     def release(self) -> None:
         """Drop the tree, the tables and every analysis once the file's rules have run.
 
@@ -584,6 +593,7 @@ class FileModel:
         return StepModel(self)
 
 
+_CACHED = tuple(n for n, v in vars(FileModel).items() if isinstance(v, cached_property))
 _AST = ast.AST
 _LEAF_TYPES = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
 

@@ -924,6 +924,15 @@ def _merge(facts: list[Fact]) -> Fact | None:
     return first if same else [first[0], None, None, all(f[3] for f in facts)]
 
 
+def own_view(summary: dict) -> dict | None:
+    """The part of a file's view its own summary gives: the facts its own call sites
+    settle (``layer_init(nn.Linear(...))`` in the file that defines ``layer_init``).
+    Other files' summaries can only add to it; None when it is empty."""
+    if not summary["calls"]:
+        return None
+    return ProjectIndex([summary]).view(summary["root"], summary["module"])
+
+
 def digest(view: dict | None) -> str:
     if not view:
         return ""
