@@ -26,11 +26,13 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainlint.analysis.model import walk_tree
 from trainlint.analysis.roles import Binding, Role
 
 if TYPE_CHECKING:
@@ -159,7 +161,7 @@ def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, b
                         cls["softmax"] = True
             if fm is not None and any(b in _THREAD_BASES for b in cls["bases"]):
                 cls["thread"] = True
-            attrs = _init_attributes(stmt)
+            attrs = _init_attributes(stmt, model)
             if attrs:
                 cls["attrs"] = attrs
             classes[stmt.name] = cls
@@ -215,7 +217,7 @@ def _uses(model: FileModel, imports: dict[str, list[str]], module: str) -> list[
     return sorted(out)
 
 
-def _init_attributes(cls: ast.ClassDef) -> dict[str, str]:
+def _init_attributes(cls: ast.ClassDef, model: FileModel | None) -> dict[str, str]:
     """``self.x = x`` in the class's ``__init__``: attribute -> the constructor parameter
     it keeps (only an attribute assigned nowhere else in the class, from a parameter
     the constructor never rebinds)."""
@@ -225,25 +227,7 @@ def _init_attributes(cls: ast.ClassDef) -> dict[str, str]:
         return {}
     a = init.args
     params = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
-    counts: dict[str, int] = {}
     kept: dict[str, str] = {}
-    rebound: set[str] = set()
-    for node in ast.walk(cls):
-        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith,
-                               ast.NamedExpr)):
-            targets = ([node.target] if not isinstance(node, (ast.With, ast.AsyncWith))
-                       else [i.optional_vars for i in node.items if i.optional_vars])
-        else:
-            continue
-        for target in targets:
-            for t in ast.walk(target):
-                if isinstance(t, ast.Name) and t.id in params:
-                    rebound.add(t.id)
-                elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and (
-                        t.value.id == "self"):
-                    counts[t.attr] = counts.get(t.attr, 0) + 1
     for stmt in init.body:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
                 stmt.value, ast.Name) and stmt.value.id in params:
@@ -251,7 +235,47 @@ def _init_attributes(cls: ast.ClassDef) -> dict[str, str]:
             if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and (
                     t.value.id == "self"):
                 kept[t.attr] = stmt.value.id
+    if not kept:
+        return {}
+    counts: dict[str, int] = {}
+    rebound: set[str] = set()
+    for target in _class_targets(cls, model):
+        for n in walk_tree(target):
+            if isinstance(n, ast.Name) and n.id in params:
+                rebound.add(n.id)
+            elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and (
+                    n.value.id == "self"):
+                counts[n.attr] = counts.get(n.attr, 0) + 1
     return {k: v for k, v in sorted(kept.items()) if counts.get(k) == 1 and v not in rebound}
+
+
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _class_targets(cls: ast.ClassDef, model: FileModel | None) -> Iterator[ast.expr]:
+    """Every target anything in ``cls`` assigns to (its methods' too): of assignments,
+    ``for`` loops and ``with`` items, found through the statements alone, and of
+    walruses, which only the model's table finds without walking every expression."""
+    todo: list[ast.AST] = list(reversed(cls.body))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Assign):
+            yield from node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+            yield node.target
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            yield from (i.optional_vars for i in node.items if i.optional_vars)
+        for field in _BLOCKS:
+            block = getattr(node, field, None)
+            if block:
+                todo.extend(reversed(block))
+    if model is None:
+        walrus: Iterable[ast.AST] = (n for n in walk_tree(cls) if isinstance(n, ast.NamedExpr))
+    else:
+        walrus = (n for n in model.named_exprs
+                  if any(a is cls for a in model.ancestors(n)))
+    for node in walrus:
+        yield node.target  # type: ignore[attr-defined]
 
 
 def _head(func: ast.expr) -> str | None:
@@ -538,6 +562,11 @@ class ProjectIndex:
         for s in self.modules.values():
             for callee, args in s["calls"]:
                 self._add_call(s, callee, args)
+        # (root, module) -> its functions with parameter facts: a view reads its own
+        # module's, without going through every module's
+        self._filled: dict[tuple[str, str], list[str]] = {}
+        for r, m, fn_name in sorted({*self._params, *self._instances}):
+            self._filled.setdefault((r, m), []).append(fn_name)
 
     # -- resolution -------------------------------------------------------------------
     def resolve(self, root: str, qual: str, hops: int = 0) -> tuple[dict, str] | None:
@@ -659,12 +688,10 @@ class ProjectIndex:
         classes and of the instances they hold in turn (class -> attribute -> fact),
         bounded by MAX_HOPS, a cycle cut; only classes that lead to a role."""
         given: dict[str, dict[str, str]] = {}
-        for (r, m, fn_name), slots in self._instances.items():
-            if r != root or m != module:
-                continue
-            for name, classes in slots.items():
-                if len(set(classes)) == 1 and not self._params.get((r, m, fn_name), {}).get(
-                        name):
+        for fn_name in self._filled.get((root, module), ()):
+            for name, classes in self._instances.get((root, module, fn_name), {}).items():
+                if len(set(classes)) == 1 and not self._params.get(
+                        (root, module, fn_name), {}).get(name):
                     given.setdefault(fn_name, {})[name] = classes[0]
         attrs: dict[str, dict[str, Fact]] = {}
         todo = sorted({c for p in given.values() for c in p.values()})
@@ -744,10 +771,9 @@ class ProjectIndex:
         for name in [n for n in stars if n in s["imports"] or n in s["defs"]]:
             del stars[name]  # bound by the file itself: the star import changes nothing
         params: dict[str, dict[str, Fact]] = {}
-        for (r, m, fn_name), slots in self._params.items():
-            if r != root or m != module:
-                continue
-            for name, facts in slots.items():
+        filled = self._filled.get((root, module), ())
+        for fn_name in filled:
+            for name, facts in self._params.get((root, module, fn_name), {}).items():
                 merged = _merge(facts)
                 if merged is not None:
                     params.setdefault(fn_name, {})[name] = merged
