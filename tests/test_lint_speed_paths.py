@@ -173,3 +173,33 @@ def test_step_tables_answer_as_the_walks():
     for node in [*model.loops, *model.functions]:
         assert fast._may_train(node) is slow._may_train(node)
     assert [id(s.node) for s in fast.step_loops] == [id(s.node) for s in slow.step_loops]
+
+
+def test_trigger_words_searched_by_token_answer_as_a_search_of_the_bytes():
+    # A big file's words without whitespace are searched in its distinct tokens: every
+    # rule must be picked exactly as a plain search of the bytes picks it, words that
+    # span punctuation (`step(`, `] =`, ` + `) and words inside longer tokens included.
+    from trainlint.config import Settings, select_rules
+    from trainlint.engine import Linter
+    from trainlint.rules import builtin_rules
+
+    linter = Linter(select_rules(builtin_rules(), Settings(), cli_select=["ALL"]))
+    filler = b"".join(b"value_%d = compute(value_%d)  # padding\n" % (i, i) for i in range(80))
+    bodies = [
+        b"opt.zero_grad()\nloss.backward()\nopt.step()\n",
+        b"sched=torch.optim.lr_scheduler.StepLR(opt,30)\nsched.step()\n",
+        b"x[0] = y\nz = a + b\nq+=1\n",
+        b"model.eval()\nwith torch.no_grad():\n    pass\n",
+        b"t = threading.Thread(target=f)\n",
+        b"print('%d' % n)\n",
+        b"",
+    ]
+    for body in bodies:
+        data = filler + body
+        assert len(data) > 2048
+        want = [
+            r.code for r, trig in linter._triggers
+            if not trig or any(linter._trigger_words[i] in data for i in trig)
+        ]
+        got = [r.code for r in linter._active_rules(data, None, "train.py", ())]
+        assert got == want, body

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,20 @@ def _work(item: Path | WorkItem) -> FileResult:
             gc.collect(0)
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No collection while building what lives on (the project index and the views):
+    the collector's passes would walk every file's summary, to free nothing."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def _lint_one(linter: Linter, settings: Settings, path: Path, fix: FixMode | None,
               view: dict[str, Any] | None = None,
               module: tuple[str, str, bool] | None = None) -> FileResult:
@@ -263,14 +278,15 @@ def run(
                 if use_cache and i in hashes and not r.errors:
                     cache.put_summary(hashes[i], modules[i], r.summary)  # type: ignore[union-attr,arg-type]
             r.summary = None  # the index has it; the result travels without it
-    index = ProjectIndex(list(summaries.values())) if summaries else None
     views: dict[int, dict[str, Any] | None] = {}
-    if index is not None:
-        for i in range(n):
-            mod = modules[i]
-            if mod is not None:
-                views[i] = index.view(mod[0], mod[1])
-    del index, summaries
+    with _collector_paused():  # the summaries are every file's: nothing here is garbage
+        index = ProjectIndex(list(summaries.values())) if summaries else None
+        if index is not None:
+            for i in range(n):
+                mod = modules[i]
+                if mod is not None:
+                    views[i] = index.view(mod[0], mod[1])
+        del index, summaries
     results: dict[int, FileResult] = {}
     keys: dict[int, str] = {}
     second: list[int] = []

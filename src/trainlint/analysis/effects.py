@@ -54,11 +54,11 @@ def effects_of(model: FileModel, fn: FunctionNode, qualname: str, module: str,
                is_pkg: bool) -> dict[str, Any] | None:
     """``{"paths": [[effect, ...], ...]}`` (``"imprecise": True`` when cut) for ``fn``;
     None when it has no step event and calls no other file's function."""
-    steps = model.steps
     if id(fn) not in _event_functions(model) and not (_WRAPPER_NAMES.search(fn.name) and (
-            steps._may_train(fn) or _calls_out(model, fn))):
+            model.steps._may_train(fn) or _calls_out(model, fn))):
         return None  # (a function whose events are in same-file helpers or other files is
         # followed when its name says it may run a step: `fit`, `run_epoch`, `evaluate`)
+    steps = model.steps  # (not before: most functions stop above, without the roles)
     params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
     method = model.class_of(fn) is not None and bool(params) and params[0] == "self"
     if method:

@@ -28,7 +28,7 @@ from trainlint.analysis.model import (
     keyword,
     walk_local,
 )
-from trainlint.analysis.roles import Role
+from trainlint.analysis.roles import Role, Roles
 
 if TYPE_CHECKING:
     from trainlint.analysis.model import FileModel, FunctionNode
@@ -274,13 +274,18 @@ class StepModel:
 
     def __init__(self, model: FileModel) -> None:
         self.model = model
-        self.roles = model.roles
         self._fn_paths: dict[int, tuple[list[Path], bool]] = {}
         self._in_progress: set[int] = set()
         self._own_step: dict[int, bool] = {}
         self._test_keys: dict[int, tuple[str, bool]] = {}  # If node id -> its condition
         self._may_train_cache: dict[int, bool] = {}
         self._node_events_cache: dict[int, list[_NodeEvent]] = {}
+
+    @property
+    def roles(self) -> Roles:
+        """The file's roles, built when a question needs them: the cheap ones
+        (``_may_train``) do not."""
+        return self.model.roles
 
     # -- event classification --------------------------------------------------------
     def classify(self, node: ast.AST) -> Event | None:
