@@ -952,10 +952,12 @@ def _extend(paths: list[Path], seq: list[list[Path]]) -> list[Path]:
 
 
 def _dedupe(paths: list[Path]) -> list[Path]:
+    if len(paths) < 2:
+        return paths
     seen: set[tuple[int, ...]] = set()
     out = []
     for p in paths:
-        key = tuple(id(e) for e in p)
+        key = tuple(map(id, p))
         if key not in seen:
             seen.add(key)
             out.append(p)
