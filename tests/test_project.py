@@ -517,9 +517,23 @@ def test_a_view_the_file_gives_itself_needs_no_second_lint(tmp_path, monkeypatch
     assert found == [("script.py", 11, "TL201")]
     assert linted == ["__init__.py", "script.py"]
     # Another file passes an iteration-unit scheduler: the call sites disagree, the
-    # whole view differs from the file's own, the file is linted again and is silent
-    # (the caller too: the helper's step effects are its view).
+    # whole view differs from the one the file was linted with, the file is linted
+    # again and is silent. The caller is linted once: it comes after the file it
+    # imports, whose step effects (its view) are known by then.
     (pkg / "other.py").write_text(OTHER_CALLER)
     found, linted = _run(pkg, None, monkeypatch)
     assert found == []
-    assert linted == ["__init__.py", "other.py", "other.py", "script.py", "script.py"]
+    assert linted == ["__init__.py", "other.py", "script.py", "script.py"]
+
+
+def test_files_are_linted_after_the_files_they_import(tmp_path):
+    a = tmp_path / "a.py"
+    a.write_text("from pkg import b\nfrom .c import thing\nimport d as dd, os\n")
+    items = [(tmp_path / n, None, ("/r", m, False)) for n, m in
+             [("a.py", "pkg.a"), ("b.py", "pkg.b"), ("c.py", "pkg.c"), ("d.py", "d")]]
+    (tmp_path / "b.py").write_text("import pkg.a\n")  # a cycle: cut where it closes
+    (tmp_path / "c.py").write_text("x = 1\n")
+    (tmp_path / "d.py").write_text("from pkg.c import x\n")
+    order = [items[k][2][1] for k in runner._import_order(items)]  # type: ignore[index]
+    # a's imports, each after its own (d after c); b, which imports a back, before a
+    assert order == ["pkg.c", "d", "pkg.b", "pkg.a"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +90,9 @@ class Linter:
         self._spaced = tuple(any(c in w for c in b" \t\n\r\x0b\x0c") for w in words)
         self.collect_timings = timings
         self._torch_pins = TorchPins()
+        #: A file's summary -> the part of its project view known before the whole
+        #: project is summarised (the runner swaps in its growing index).
+        self.speculate: Callable[[dict[str, Any]], dict[str, Any] | None] = own_view
 
     # -- public ---------------------------------------------------------------------------
     def lint_bytes(
@@ -176,12 +179,14 @@ class Linter:
                                                      facts)
                 except Exception as exc:  # pragma: no cover - a bug in the summary
                     result.errors.append(InternalError(path, "project summary", _describe(exc)))
-                own = own_view(result.summary) if result.summary and not skip_file else None
-                if own and view is None:
-                    # The file's own call sites already fill in part of its view (a helper
-                    # whose every call passes a model). Lint with that part: when the whole
-                    # project's view says no more, the run keeps these findings and does
-                    # not lint the file a second time.
+                own = (self.speculate(result.summary) if result.summary and not skip_file
+                       and view is None else None)
+                if own:
+                    # What is known of the file's view already: what its own call sites
+                    # settle (a helper whose every call passes a model), and what the
+                    # files it imports, linted before it, say. Lint with that: when the
+                    # whole project's view says no more, the run keeps these findings and
+                    # does not lint the file a second time.
                     model.forget_analyses()
                     apply_view(model, own)
                     result.view = digest(own)

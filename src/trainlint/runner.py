@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainlint.analysis.project import ProjectIndex, digest, module_of
+from trainlint.analysis.project import ProjectIndex, digest, imported_modules, module_of
 from trainlint.cache import Cache, content_hash
 from trainlint.config import RuleSelection, Settings, TorchPins, per_file_ignored
 from trainlint.engine import SYNTAX_ERROR, FileResult, Linter
@@ -222,6 +222,64 @@ def _lint_all(items: list[WorkItem], selection: RuleSelection, settings: Setting
     return _run_pool(items, selection, settings, timings, fix, jobs)
 
 
+def _lint_imported_first(items: list[WorkItem], known: list[dict[str, Any]],
+                         selection: RuleSelection, settings: Settings, timings: bool,
+                         fix: FixMode | None) -> list[FileResult]:
+    """Phase 1 in this process: each file after the files it imports (an import cycle
+    cut where it closes), linted with the view the summaries so far give it (``known``:
+    those the cache had). What another file learns from a file linted after it (a
+    caller's arguments) is not known yet: such a file is linted again in phase 2."""
+    _init_worker(selection, settings, timings, fix)
+    assert _WORKER is not None
+    index = ProjectIndex(known)
+    _WORKER[0].speculate = index.speculate
+    out: list[FileResult | None] = [None] * len(items)
+    for k in _import_order(items):
+        r = _work(items[k])
+        if r.summary is not None:
+            index.add(r.summary)
+        out[k] = r
+    return out  # type: ignore[return-value]
+
+
+def _import_order(items: list[WorkItem]) -> list[int]:
+    """``items`` (by position) with every file after the files of the run it imports,
+    depth first in the given order; an import cycle is cut where it closes."""
+    where: dict[tuple[str, str], int] = {}
+    for k, (_, _, mod) in enumerate(items):
+        if mod is not None:
+            where.setdefault((mod[0], mod[1]), k)
+    deps: list[list[int]] = []
+    for path, _, mod in items:
+        found: list[int] = []
+        if mod is not None and where:
+            data = read_file(path)
+            if not isinstance(data, str):
+                for name in sorted(imported_modules(data, mod[1], mod[2])):
+                    dep = where.get((mod[0], name))
+                    if dep is not None:
+                        found.append(dep)
+        deps.append(found)
+    order: list[int] = []
+    state = [0] * len(items)  # 0 new, 1 on the stack, 2 placed
+    for start in range(len(items)):
+        if state[start]:
+            continue
+        stack = [(start, iter(deps[start]))]
+        state[start] = 1
+        while stack:
+            k, todo = stack[-1]
+            nxt = next((d for d in todo if not state[d]), None)
+            if nxt is None:
+                stack.pop()
+                state[k] = 2
+                order.append(k)
+            else:
+                state[nxt] = 1
+                stack.append((nxt, iter(deps[nxt])))
+    return order
+
+
 def _fixable(result: FileResult, fix: FixMode | None) -> bool:
     return fix is not None and result.parsed and any(
         f.fix is not None and (f.fix.applicability == "safe" or fix.unsafe)
@@ -269,8 +327,13 @@ def run(
     first = [i for i in range(n) if i not in summaries]
     fresh: dict[int, FileResult] = {}
     if first:
-        done = _lint_all([(paths[i], None, modules[i]) for i in first], selection, settings,
-                         timings, fix if checking else None, jobs)
+        items: list[WorkItem] = [(paths[i], None, modules[i]) for i in first]
+        if jobs <= 1 or len(items) < 4:
+            done = _lint_imported_first(items, list(summaries.values()), selection, settings,
+                                        timings, fix if checking else None)
+        else:
+            done = _lint_all(items, selection, settings, timings, fix if checking else None,
+                             jobs)
         for i, r in zip(first, done, strict=True):
             fresh[i] = r
             if r.summary is not None:
