@@ -109,8 +109,7 @@ def absolute(raw: str, module: str, is_pkg: bool) -> str:
 
 
 _IMPORT_LINE = re.compile(
-    rb"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t(]+([\w, \t]*)|import[ \t]+([\w., \t]+))",
-    re.M)
+    rb"[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t(]+([\w, \t]*)|import[ \t]+([\w., \t]+))")
 
 
 def imported_modules(data: bytes, module: str, is_pkg: bool) -> set[str]:
@@ -118,19 +117,28 @@ def imported_modules(data: bytes, module: str, is_pkg: bool) -> set[str]:
     ``pkg`` and ``pkg.sched``), read from its bytes before any parse: to order the
     files of a run, never to judge one (a line the pattern misses costs time only)."""
     out: set[str] = set()
-    for m in _IMPORT_LINE.finditer(data):
+    pos = data.find(b"import")
+    while pos != -1:  # only the lines that spell `import`, each matched from its start
+        start = data.rfind(b"\n", 0, pos) + 1
+        end = data.find(b"\n", pos)
+        end = len(data) if end == -1 else end
+        m = _IMPORT_LINE.match(data, start, end)
+        pos = data.find(b"import", end)
+        if m is None:
+            continue
         if m.group(3) is not None:
             for part in m.group(3).split(b","):
-                name = part.split()[0] if part.split() else b""
-                out.add(name.decode("ascii", "replace"))
+                words = part.split()
+                if words:
+                    out.add(words[0].decode("ascii", "replace"))
             continue
         base = absolute(m.group(1).decode("ascii", "replace"), module, is_pkg)
         out.add(base)
         for part in m.group(2).split(b","):
             words = part.split()
             if words:
-                out.add(f"{base}.{words[0].decode('ascii', 'replace')}" if base else
-                        words[0].decode("ascii", "replace"))
+                name = words[0].decode("ascii", "replace")
+                out.add(f"{base}.{name}" if base else name)
     return out
 
 
