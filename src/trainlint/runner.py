@@ -10,7 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainlint.analysis.project import ProjectIndex, digest, imported_modules, module_of
+from trainlint.analysis.project import (
+    ProjectIndex,
+    digest,
+    imported_modules,
+    module_of,
+    own_view,
+)
 from trainlint.cache import Cache, content_hash
 from trainlint.config import RuleSelection, Settings, TorchPins, per_file_ignored
 from trainlint.engine import SYNTAX_ERROR, FileResult, Linter
@@ -231,14 +237,18 @@ def _lint_imported_first(items: list[WorkItem], known: list[dict[str, Any]],
     caller's arguments) is not known yet: such a file is linted again in phase 2."""
     _init_worker(selection, settings, timings, fix)
     assert _WORKER is not None
+    linter = _WORKER[0]
     index = ProjectIndex(known)
-    _WORKER[0].speculate = index.speculate
+    linter.speculate = index.speculate
     out: list[FileResult | None] = [None] * len(items)
-    for k in _import_order(items):
-        r = _work(items[k])
-        if r.summary is not None:
-            index.add(r.summary)
-        out[k] = r
+    try:
+        for k in _import_order(items):
+            r = _work(items[k])
+            if r.summary is not None:
+                index.add(r.summary)
+            out[k] = r
+    finally:
+        linter.speculate = own_view  # (the index goes with this phase)
     return out  # type: ignore[return-value]
 
 
