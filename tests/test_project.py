@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import trainlint.runner as runner
-from trainlint.analysis.project import ProjectIndex, absolute, digest, module_of
+from trainlint.analysis.project import ProjectIndex, absolute, digest, import_order, module_of
 from trainlint.cache import Cache
 from trainlint.config import Settings, select_rules
 from trainlint.rules import builtin_rules
@@ -529,11 +529,11 @@ def test_a_view_the_file_gives_itself_needs_no_second_lint(tmp_path, monkeypatch
 def test_files_are_linted_after_the_files_they_import(tmp_path):
     a = tmp_path / "a.py"
     a.write_text("from pkg import b\nfrom .c import thing\nimport d as dd, os\n")
-    items = [(tmp_path / n, None, ("/r", m, False)) for n, m in
+    files = [(tmp_path / n, ("/r", m, False)) for n, m in
              [("a.py", "pkg.a"), ("b.py", "pkg.b"), ("c.py", "pkg.c"), ("d.py", "d")]]
     (tmp_path / "b.py").write_text("import pkg.a\n")  # a cycle: cut where it closes
     (tmp_path / "c.py").write_text("x = 1\n")
     (tmp_path / "d.py").write_text("from pkg.c import x\n")
-    order = [items[k][2][1] for k in runner._import_order(items)]  # type: ignore[index]
+    order = [files[k][1][1] for k in import_order(files, lambda p: p.read_bytes())]
     # a's imports, each after its own (d after c); b, which imports a back, before a
     assert order == ["pkg.c", "d", "pkg.b", "pkg.a"]

@@ -59,6 +59,33 @@ class FileResult:
 
 
 
+class _Words:
+    """Which of the linter's words (rules' triggers, the summary's words) one file's
+    bytes spell: each word searched at most once, and only when asked."""
+
+    def __init__(self, linter: Linter, data: bytes) -> None:
+        self.data = data
+        self.words = linter._trigger_words
+        self.spaced = linter._spaced
+        self.present: list[bool | None] = [None] * len(self.words)
+        self.tokens = data if len(data) < _SMALL_FILE else None
+
+    def has(self, i: int) -> bool:
+        found = self.present[i]
+        if found is None:
+            if self.spaced[i]:
+                found = self.words[i] in self.data
+            else:
+                # A word with no whitespace lies inside one whitespace-free token: search
+                # each distinct token once, not every repetition of it (a file is mostly
+                # absent words, each a whole scan: 40% of the bytes to scan, for a split).
+                if self.tokens is None:
+                    self.tokens = b"\n".join(set(self.data.split()))
+                found = self.words[i] in self.tokens
+            self.present[i] = found
+        return found
+
+
 def _without(rules: list[Rule], codes: list[str]) -> list[Rule]:
     """``rules`` less those a file-level ``# trainlint: noqa: CODES`` turns off."""
     return [r for r in rules if not any(r.code.startswith(c) for c in codes)]
@@ -86,6 +113,9 @@ class Linter:
             (rule, tuple(words.setdefault(t.encode(), len(words)) for t in rule.triggers))
             for rule in self.rules
         ]
+        # the project summary's words, searched with the same table
+        self._summary_words = tuple(words.setdefault(w, len(words)) for w in SUMMARY_WORDS)
+        self._effect_words = tuple(words.setdefault(w, len(words)) for w in EFFECT_WORDS)
         self._trigger_words = tuple(words)
         self._spaced = tuple(any(c in w for c in b" \t\n\r\x0b\x0c") for w in words)
         self.collect_timings = timings
@@ -132,7 +162,8 @@ class Linter:
                     )
                 )
             return result
-        active = self._active_rules(data, view, path, ignored)
+        found = _Words(self, data)
+        active = self._active_rules(data, view, path, ignored, found)
         check_noqa = on(UNUSED_NOQA) and b"noqa" in data.lower()
         if not active and not check_noqa and not on(SYNTAX_ERROR) and module is None:
             return result
@@ -156,8 +187,9 @@ class Linter:
             active, check_noqa = [], False
         elif file_noqa:
             active = _without(active, file_noqa)
-        facts = module is not None and any(w in data for w in SUMMARY_WORDS)
-        summarize = facts or module is not None and any(w in data for w in EFFECT_WORDS)
+        facts = module is not None and any(found.has(i) for i in self._summary_words)
+        summarize = facts or module is not None and any(
+            found.has(i) for i in self._effect_words)
         if not active and not check_noqa and not summarize:
             if module is not None:
                 result.summary = project_summary(None, tree, module)
@@ -224,17 +256,17 @@ class Linter:
 
     # -- internals ------------------------------------------------------------------------
     def _active_rules(self, data: bytes, view: dict[str, Any] | None, path: str,
-                      ignored: tuple[str, ...]) -> list[Rule]:
+                      ignored: tuple[str, ...], words: _Words | None = None) -> list[Rule]:
         """The rules to run on ``data``: on for this file, and some trigger word present
-        (the project view's facts stand in for words the file does not spell itself)."""
+        (the project view's facts stand in for words the file does not spell itself).
+        ``words``: the file's word search, when the caller asks it more (without a view)."""
         if view:
-            data += view_words(view)
+            words = _Words(self, data + view_words(view))
+        elif words is None:
+            words = _Words(self, data)
+        has = words.has
         in_tests = is_test_file(path)
-        words = self._trigger_words
-        spaced = self._spaced
-        present: list[bool | None] = [None] * len(words)
         active: list[Rule] = []
-        tokens = data if len(data) < _SMALL_FILE else None
         for rule, trig in self._triggers:
             if in_tests and not rule.test_files:
                 continue
@@ -242,25 +274,8 @@ class Linter:
                 continue
             if rule.code not in self.enabled:
                 continue
-            if not trig:
+            if not trig or any(has(i) for i in trig):
                 active.append(rule)
-                continue
-            for i in trig:
-                found = present[i]
-                if found is None:
-                    if spaced[i]:
-                        found = present[i] = words[i] in data
-                    else:
-                        # A word with no whitespace lies inside one whitespace-free token:
-                        # search each distinct token once, not every repetition of it
-                        # (a file is mostly absent words, each a whole scan: 40% of the
-                        # bytes to scan, for one split).
-                        if tokens is None:
-                            tokens = b"\n".join(set(data.split()))
-                        found = present[i] = words[i] in tokens
-                if found:
-                    active.append(rule)
-                    break
         return active
 
     def _meta_finding(

@@ -13,7 +13,7 @@ from typing import Any
 from trainlint.analysis.project import (
     ProjectIndex,
     digest,
-    imported_modules,
+    import_order,
     module_of,
     own_view,
 )
@@ -242,7 +242,7 @@ def _lint_imported_first(items: list[WorkItem], known: list[dict[str, Any]],
     linter.speculate = index.speculate
     out: list[FileResult | None] = [None] * len(items)
     try:
-        for k in _import_order(items):
+        for k in import_order([(path, mod) for path, _, mod in items], read_file):
             r = _work(items[k])
             if r.summary is not None:
                 index.add(r.summary)
@@ -250,44 +250,6 @@ def _lint_imported_first(items: list[WorkItem], known: list[dict[str, Any]],
     finally:
         linter.speculate = own_view  # (the index goes with this phase)
     return out  # type: ignore[return-value]
-
-
-def _import_order(items: list[WorkItem]) -> list[int]:
-    """``items`` (by position) with every file after the files of the run it imports,
-    depth first in the given order; an import cycle is cut where it closes."""
-    where: dict[tuple[str, str], int] = {}
-    for k, (_, _, mod) in enumerate(items):
-        if mod is not None:
-            where.setdefault((mod[0], mod[1]), k)
-    deps: list[list[int]] = []
-    for path, _, mod in items:
-        found: list[int] = []
-        if mod is not None and where:
-            data = read_file(path)
-            if not isinstance(data, str):
-                for name in sorted(imported_modules(data, mod[1], mod[2])):
-                    dep = where.get((mod[0], name))
-                    if dep is not None:
-                        found.append(dep)
-        deps.append(found)
-    order: list[int] = []
-    state = [0] * len(items)  # 0 new, 1 on the stack, 2 placed
-    for start in range(len(items)):
-        if state[start]:
-            continue
-        stack = [(start, iter(deps[start]))]
-        state[start] = 1
-        while stack:
-            k, todo = stack[-1]
-            nxt = next((d for d in todo if not state[d]), None)
-            if nxt is None:
-                stack.pop()
-                state[k] = 2
-                order.append(k)
-            else:
-                state[nxt] = 1
-                stack.append((nxt, iter(deps[nxt])))
-    return order
 
 
 def _fixable(result: FileResult, fix: FixMode | None) -> bool:

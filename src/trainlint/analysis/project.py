@@ -27,7 +27,7 @@ import ast
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -140,6 +140,46 @@ def imported_modules(data: bytes, module: str, is_pkg: bool) -> set[str]:
                 name = words[0].decode("ascii", "replace")
                 out.add(f"{base}.{name}" if base else name)
     return out
+
+
+def import_order(files: list[tuple[Path, tuple[str, str, bool] | None]],
+                 read: Callable[[Path], bytes | str]) -> list[int]:
+    """The positions of ``files`` (path, module) with every file after the files of the
+    list it imports, depth first in the given order; an import cycle is cut where it
+    closes. ``read`` gives a file's bytes (a str: it cannot be read)."""
+    where: dict[tuple[str, str], int] = {}
+    for k, (_, mod) in enumerate(files):
+        if mod is not None:
+            where.setdefault((mod[0], mod[1]), k)
+    deps: list[list[int]] = []
+    for path, mod in files:
+        found: list[int] = []
+        if mod is not None and where:
+            data = read(path)
+            if not isinstance(data, str):
+                for name in sorted(imported_modules(data, mod[1], mod[2])):
+                    dep = where.get((mod[0], name))
+                    if dep is not None:
+                        found.append(dep)
+        deps.append(found)
+    order: list[int] = []
+    state = [0] * len(files)  # 0 new, 1 on the stack, 2 placed
+    for start in range(len(files)):
+        if state[start]:
+            continue
+        stack = [(start, iter(deps[start]))]
+        state[start] = 1
+        while stack:
+            k, todo = stack[-1]
+            nxt = next((d for d in todo if not state[d]), None)
+            if nxt is None:
+                stack.pop()
+                state[k] = 2
+                order.append(k)
+            else:
+                state[nxt] = 1
+                stack.append((nxt, iter(deps[nxt])))
+    return order
 
 
 # -- summaries --------------------------------------------------------------------------------
