@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import math
 
-from trainlint.analysis.model import FileModel, call_name, keyword, walk_local
+from trainlint.analysis.model import FileModel, call_name, keyword
 
 POS = object()  # an unknown quantity known to be > 0
 NONNEG = object()  # an unknown quantity >= 0 (a warmup length: it may well be 0)
@@ -113,7 +113,8 @@ class ConstantEvaluator:
                     given = defaults[node.id]
                     value = self.expr(given, {}) if isinstance(given, ast.Constant) else None
                     return value if is_number(value) else NONNEG
-            values = [n.value for n in walk_local(scope) if isinstance(n, ast.Assign)
+            values = [n.value for n in self.model.assignments_in(scope)
+                      if isinstance(n, ast.Assign)
                       and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)]
             if values:
                 last = values[-1]

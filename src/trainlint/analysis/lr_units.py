@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trainlint.analysis.escapes import params_of
@@ -172,6 +173,13 @@ def counters(model: FileModel, node: ast.AST) -> tuple[set[str], set[str]] | Non
     epochs = [lp for lp in loops if id(lp) in epoch_ids and lp is not batch]
     if batch is None and not epochs:
         return None
+    # the same loops for every LR store in them: counted once
+    key = ("lr_units.counters", id(batch), *(id(lp) for lp in epochs))
+    return model.memo(key, lambda m: _counters(m, batch, epochs, step_ids))
+
+
+def _counters(model: FileModel, batch: ast.AST | None, epochs: Sequence[ast.AST],
+              step_ids: set[int]) -> tuple[set[str], set[str]]:
     batch_loops: list[ast.AST] = [batch] if batch is not None else []
     if batch is None:
         batch_loops = [lp for lp in _walk_in(epochs[0]) if id(lp) in step_ids]
