@@ -147,6 +147,8 @@ def import_order(files: list[tuple[Path, tuple[str, str, bool] | None]],
     """The positions of ``files`` (path, module) with every file after the files of the
     list it imports, depth first in the given order; an import cycle is cut where it
     closes. ``read`` gives a file's bytes (a str: it cannot be read)."""
+    if len(files) < 2:
+        return list(range(len(files)))  # (one file: nothing to read ahead for)
     where: dict[tuple[str, str], int] = {}
     for k, (_, mod) in enumerate(files):
         if mod is not None:
