@@ -22,6 +22,7 @@ from trainlint._runtime.steps import extrema
 
 _LARGE = 1 << 16  # elements: past this aminmax (one read pass) beats foreach abs + max
 _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
+_aminmax = torch.aminmax
 
 
 class NonFiniteGradient(BaseException):
@@ -78,6 +79,45 @@ def max_abs(tensors: list[torch.Tensor], *, small: bool = False) -> list[torch.T
     return out
 
 
+def measure_max_abs(tensors: list[torch.Tensor], *, cpu_small: bool) -> list[Any]:
+    """What max |t| of each tensor is read from later, without a host sync: a ``(min, max)``
+    pair of 0-d tensors (one ``aminmax`` each) where the caller knows every tensor is a
+    small dense CPU one, else a 0-d max |t| from :func:`max_abs`. On the CPU, where foreach
+    ops loop over the tensors anyway, one aminmax per tensor measured 0.6x the foreach
+    abs + max of a 6-tensor MLP's gradients, and 0.5-0.8x with 42 tensors; elsewhere the
+    foreach kernels are fused, one launch per group."""
+    if cpu_small:
+        try:
+            return [_aminmax(t) for t in tensors]
+        except RuntimeError:  # a gradient of another kind than its parameter (sparse)
+            pass
+    return max_abs(tensors, small=False)
+
+
+def as_numbers(values: Sequence[Any]) -> list[float]:
+    """Python floats, max |t|, from what :func:`measure_max_abs` returned (NaN wins)."""
+    flat: list[torch.Tensor] = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            flat.append(v)
+        else:
+            flat += v
+    floats = to_floats(flat)
+    if len(floats) == len(values):
+        return floats
+    out: list[float] = []
+    k = 0
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(floats[k])
+            k += 1
+        else:
+            low, high = abs(floats[k]), abs(floats[k + 1])
+            k += 2
+            out.append(math.nan if low != low or high != high else max(high, low))
+    return out
+
+
 def to_floats(values: Sequence[torch.Tensor]) -> list[float]:
     """Python floats from 0-d tensors: on the CPU ``float()`` each (no transfer to save;
     a stack costs more), elsewhere one ``stack().tolist()`` per dtype/device group."""
@@ -114,9 +154,10 @@ class GradRecorder:
         self.measure = measure
         self.stop_on_nonfinite = stop_on_nonfinite
         self.step = 0
-        # (step, parameter index, max |grad| as a 0-d tensor, or None when not measured),
-        # in the order backward accumulated them
-        self.events: list[tuple[int, int, torch.Tensor | None]] = []
+        # (step, parameter index, max |grad| as a 0-d tensor or a (min, max) pair of them
+        # (see measure_max_abs), or None when not measured), in the order backward
+        # accumulated them
+        self.events: list[tuple[int, int, Any]] = []
         self.assigned: set[tuple[int, int]] = set()
         self._fired: set[int] = set()  # hooks that fired this step
         self._ever: set[int] = set()  # got a gradient, when not measured
@@ -125,6 +166,7 @@ class GradRecorder:
         self._numbers: list[float] | None = None
         self._removers: list[Callable[[], None]] = []
         self._small = [small_dense(p) for p in self.params] if measure else []
+        self._cpu_small = all(self._small) and all(p.is_cpu for p in self.params)
         # weak: holding last step's grads would keep them alive while the step allocates
         # new ones, doubling gradient memory for the duration of the check
         self._grads_before: list[Any] = []
@@ -180,19 +222,24 @@ class GradRecorder:
         if not indices:
             return
         params = self.params
-        small = self._small
         grads: list[torch.Tensor] = [params[i].grad for i in indices]  # type: ignore[misc]
         if torch.is_grad_enabled():  # a backward with create_graph=True
             with torch.no_grad():
-                values = max_abs(grads, small=all(small[i] for i in indices))
+                values = self._measure(grads, indices)
         else:
-            values = max_abs(grads, small=all(small[i] for i in indices))
+            values = self._measure(grads, indices)
         step = self.step
         self.events += [(step, i, v) for i, v in zip(indices, values, strict=True)]
         if self.stop_on_nonfinite:
-            for i, number in zip(indices, to_floats(values), strict=True):
+            for i, number in zip(indices, as_numbers(values), strict=True):
                 if not math.isfinite(number):
                     raise NonFiniteGradient(i, number)
+
+    def _measure(self, grads: list[torch.Tensor], indices: list[int]) -> list[Any]:
+        if self._cpu_small:
+            return measure_max_abs(grads, cpu_small=True)
+        small = self._small
+        return max_abs(grads, small=all(small[i] for i in indices))
 
     # ------------------------------------------------------------------ steps
 
@@ -227,7 +274,7 @@ class GradRecorder:
     def numbers(self) -> list[float]:
         """max |grad| of each measured event, in the order of ``events``."""
         if self._numbers is None:
-            self._numbers = to_floats([v for _, _, v in self.events if v is not None])
+            self._numbers = as_numbers([v for _, _, v in self.events if v is not None])
         return self._numbers
 
     def table(self, steps: int) -> list[list[float | None]]:
