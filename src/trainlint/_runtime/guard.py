@@ -42,6 +42,9 @@ _GRACE = 1.0
 _KILL_GRACE = 2.0
 
 F = TypeVar("F", bound=Callable[..., Any])
+# ident -> Thread of the running threads (CPython's; read under the GIL, no lock): a set of
+# its keys costs a fraction of threading.enumerate(), which builds Thread lists
+_ACTIVE: dict[int, Any] | None = getattr(threading, "_active", None)
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ class Guard:
 
     def __enter__(self) -> Guard:
         self._started = time.monotonic()
-        self._threads_before = {t.ident for t in threading.enumerate() if t.ident}
+        self._threads_before = _thread_idents()
         self._children_before = set(_child_pids()) if _has_children() else set()
         self._previous_hook = threading.excepthook
         threading.excepthook = self._excepthook
@@ -120,6 +123,8 @@ class Guard:
             previous(args)
 
     def _new_threads(self) -> list[threading.Thread]:
+        if _ACTIVE is not None and _ACTIVE.keys() <= self._threads_before:
+            return []  # no thread started during the check is still running
         current = threading.current_thread()
         return [
             t
@@ -211,6 +216,12 @@ class Guard:
 
     def elapsed(self) -> float:
         return time.monotonic() - self._started
+
+
+def _thread_idents() -> set[int]:
+    if _ACTIVE is not None:
+        return set(_ACTIVE)
+    return {t.ident for t in threading.enumerate() if t.ident}
 
 
 def _has_children() -> bool:
