@@ -40,6 +40,7 @@ class Snapshot:
         self._dense = all(b.layout is strided and b.is_floating_point() for b in self.before)
         # small_dense implies dense; the foreach path is the whole of changes() then
         self._small = all(map(small_dense, self.before))
+        self._cpu_small = self._small and all(b.is_cpu for b in self.before)
 
     def _copy_off_heap(self) -> list[torch.Tensor] | None:
         """Large CPU parameters copied into one anonymous mmap, outside malloc: a
@@ -92,10 +93,13 @@ class Snapshot:
             except RuntimeError:  # a dtype or device changed under us: one by one
                 for b, n in zip(before, now, strict=True):
                     b.sub_(n)
-            # one foreach abs and max per dtype/device group for the small copies (dispatch
-            # is their cost), aminmax for large ones (one read pass, no write); one host
-            # transfer for all
-            out = to_floats(max_abs(before, small=self._small))
+            # small copies on the CPU: one aminmax each into the slots of one page, read
+            # with one tolist (see MinMaxSlots); elsewhere one foreach abs and max per
+            # dtype/device group for the small copies (dispatch is their cost), aminmax
+            # for large ones (one read pass, no write); one host transfer for all
+            out = _slotted(before) if self._cpu_small else None
+            if out is None:
+                out = to_floats(max_abs(before, small=self._small))
         del before
         self._keep_spare()
         return out
@@ -109,3 +113,22 @@ class Snapshot:
             with _spare_lock:
                 if _spare is None or len(mapped) > len(_spare):
                     _spare = mapped
+
+
+
+def _slotted(tensors: list[torch.Tensor]) -> list[float] | None:
+    """max |t| of small CPU tensors of one dtype through :class:`MinMaxSlots`; None when
+    they are not of one dtype."""
+    from trainlint._runtime.recorder import MinMaxSlots
+
+    if not tensors:
+        return []
+    dtype = tensors[0].dtype
+    if any(t.dtype is not dtype for t in tensors):
+        return None
+    slots = MinMaxSlots(len(tensors), dtype, tensors[0].device)
+    try:
+        slots.fill(tensors, range(len(tensors)))
+    except RuntimeError:
+        return None
+    return slots.max_abs()

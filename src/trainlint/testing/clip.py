@@ -133,12 +133,19 @@ class _Tracker:
         if hit:
             self.event(label)
 
-    def accumulated(self, i: int, param: torch.Tensor) -> None:
+    def accumulated(self, param: torch.Tensor) -> None:
+        """A post-accumulate-grad hook (one for every parameter, found by identity)."""
+        i = self.index[id(param)]
         grad = param.grad
         self.last[i] = "backward"
         # one op, no host sync: the norms are summed only when something reads them
-        self.norm[i] = None if grad is None else _norm(grad.detach())
-        self.event("backward")
+        if grad is None:
+            self.norm[i] = None
+        else:  # a backward with create_graph=True leaves gradients with history
+            self.norm[i] = _norm(grad.detach() if grad.requires_grad else grad)
+        order = self.order
+        if not order or order[-1] != "backward":
+            order.append("backward")
 
     def read(self, function: str, indices: list[int]) -> None:
         import torch
@@ -208,6 +215,8 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
     import torch.nn.utils.clip_grad as clip_grad
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+    from trainlint._runtime.recorder import _add_hook
+
     params = [p for _, p in named]
     tracker = _Tracker(params)
     by_grad: Callable[[Any], list[int]] = lambda grads: [  # noqa: E731
@@ -273,13 +282,13 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
         tracker.mark(group_params, "step", f"{type(optimizer).__name__}.step")
 
     handles = [register_optimizer_step_pre_hook(step_hook)]
-    for i, p in enumerate(params):
-        handles.append(
-            p.register_post_accumulate_grad_hook(lambda param, i=i: tracker.accumulated(i, param))
-        )
+    removers: list[Callable[[], None]] = []
     patch(torch.optim.Optimizer, "zero_grad", opt_zero_grad)
     patch(torch.nn.Module, "zero_grad", mod_zero_grad)
     try:
+        # one bound method for all, put in each parameter's hook dict (see _add_hook)
+        for p in params:
+            removers.append(_add_hook(p, tracker.accumulated))
         for i in range(steps):
             tracker.step = i
             tracker.order = []
@@ -289,6 +298,8 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
             setattr(owner, name, original)
         for handle in handles:
             handle.remove()
+        for remove in removers:
+            remove()
     return ClipResult(steps=steps, reads=tuple(tracker.reads))
 
 
