@@ -94,67 +94,23 @@ def measure_max_abs(tensors: list[torch.Tensor], *, cpu_small: bool) -> list[Any
     return max_abs(tensors, small=False)
 
 
-class MinMaxSlots:
-    """A ``(2, n)`` tensor whose column ``i`` receives the ``aminmax`` of tensor ``i``
-    (``out=`` 0-d views: no allocation per tensor), read back with one ``tolist()``: on a
-    small CPU model, 12 ``float()`` calls on separate 0-d results cost 9x that tolist."""
-
-    __slots__ = ("page", "lows", "highs", "used")
-
-    def __init__(self, n: int, dtype: torch.dtype, device: torch.device) -> None:
-        page = torch.empty((2, n), dtype=dtype, device=device)
-        self.page = page
-        self.lows = page[0].unbind()
-        self.highs = page[1].unbind()
-        self.used: set[int] = set()
-
-    def fill(self, tensors: Sequence[torch.Tensor], indices: Sequence[int]) -> list[Any]:
-        """aminmax of ``tensors[k]`` into slot ``indices[k]``; raises RuntimeError for a
-        tensor of another dtype or kind (sparse) than the page."""
-        lows, highs = self.lows, self.highs
-        for t, i in zip(tensors, indices, strict=True):
-            _aminmax(t, out=(lows[i], highs[i]))
-        self.used.update(indices)
-        return [(self, i) for i in indices]
-
-    def max_abs(self) -> list[float]:
-        """max |t| of every slot (NaN wins; unfilled slots are garbage, not to be read)."""
-        lows, highs = self.page.tolist()
-        nan = math.nan
-        return [
-            nan if low != low or high != high else max(abs(low), abs(high))
-            for low, high in zip(lows, highs, strict=True)
-        ]
-
-
 def as_numbers(values: Sequence[Any]) -> list[float]:
-    """Python floats, max |t|, from what :func:`measure_max_abs` or
-    :meth:`MinMaxSlots.fill` returned (NaN wins)."""
+    """Python floats, max |t|, from what :func:`measure_max_abs` returned (NaN wins)."""
     flat: list[torch.Tensor] = []
-    only_tensors = True
     for v in values:
         if isinstance(v, torch.Tensor):
             flat.append(v)
         else:
-            only_tensors = False
-            if type(v) is not tuple:  # an aminmax (min, max) pair; a tuple is a slot
-                flat += v
-    floats = to_floats(flat) if flat else []
-    if only_tensors:
+            flat += v
+    floats = to_floats(flat)
+    if len(floats) == len(values):
         return floats
-    read: dict[int, list[float]] = {}
     out: list[float] = []
     k = 0
     for v in values:
         if isinstance(v, torch.Tensor):
             out.append(floats[k])
             k += 1
-        elif type(v) is tuple:
-            slots, i = v
-            numbers = read.get(id(slots))
-            if numbers is None:
-                numbers = read[id(slots)] = slots.max_abs()
-            out.append(numbers[i])
         else:
             low, high = abs(floats[k]), abs(floats[k + 1])
             k += 2
@@ -210,11 +166,7 @@ class GradRecorder:
         self._numbers: list[float] | None = None
         self._removers: list[Callable[[], None]] = []
         self._small = [small_dense(p) for p in self.params] if measure else []
-        self._cpu_small = all(self._small) and all(p.is_cpu for p in self.params)
-        dtypes = {p.dtype for p in self.params} if self._cpu_small else set()
-        # one dtype: every gradient's (min, max) goes into slots of one page per backward
-        self._slot_dtype = dtypes.pop() if len(dtypes) == 1 else None
-        self._slots: MinMaxSlots | None = None
+        self._cpu_small = measure and all(self._small) and all(p.is_cpu for p in self.params)
         # weak: holding last step's grads would keep them alive while the step allocates
         # new ones, doubling gradient memory for the duration of the check
         self._grads_before: list[Any] = []
@@ -284,16 +236,6 @@ class GradRecorder:
                     raise NonFiniteGradient(i, number)
 
     def _measure(self, grads: list[torch.Tensor], indices: list[int]) -> list[Any]:
-        if self._slot_dtype is not None:
-            slots = self._slots
-            if slots is None or not slots.used.isdisjoint(indices):  # a page per round
-                slots = self._slots = MinMaxSlots(
-                    len(self.params), self._slot_dtype, torch.device("cpu")
-                )
-            try:
-                return slots.fill(grads, indices)
-            except RuntimeError:  # a gradient of another dtype or kind than its parameter
-                pass
         if self._cpu_small:
             return measure_max_abs(grads, cpu_small=True)
         small = self._small

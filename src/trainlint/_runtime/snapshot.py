@@ -78,7 +78,7 @@ class Snapshot:
 
     def changes(self) -> list[float]:
         """max |now - then| per parameter (NaN when a value became NaN); uses the copy up."""
-        from trainlint._runtime.recorder import max_abs, to_floats
+        from trainlint._runtime.recorder import as_numbers, max_abs, measure_max_abs, to_floats
 
         before, self.before = self.before, []
         now = self.params
@@ -93,12 +93,13 @@ class Snapshot:
             except RuntimeError:  # a dtype or device changed under us: one by one
                 for b, n in zip(before, now, strict=True):
                     b.sub_(n)
-            # small copies on the CPU: one aminmax each into the slots of one page, read
-            # with one tolist (see MinMaxSlots); elsewhere one foreach abs and max per
-            # dtype/device group for the small copies (dispatch is their cost), aminmax
-            # for large ones (one read pass, no write); one host transfer for all
-            out = _slotted(before) if self._cpu_small else None
-            if out is None:
+            # small copies on the CPU: one aminmax each (see measure_max_abs); elsewhere
+            # one foreach abs and max per dtype/device group for the small copies (dispatch
+            # is their cost), aminmax for large ones (one read pass, no write); one host
+            # transfer for all
+            if self._cpu_small:
+                out = as_numbers(measure_max_abs(before, cpu_small=True))
+            else:
                 out = to_floats(max_abs(before, small=self._small))
         del before
         self._keep_spare()
@@ -113,22 +114,3 @@ class Snapshot:
             with _spare_lock:
                 if _spare is None or len(mapped) > len(_spare):
                     _spare = mapped
-
-
-
-def _slotted(tensors: list[torch.Tensor]) -> list[float] | None:
-    """max |t| of small CPU tensors of one dtype through :class:`MinMaxSlots`; None when
-    they are not of one dtype."""
-    from trainlint._runtime.recorder import MinMaxSlots
-
-    if not tensors:
-        return []
-    dtype = tensors[0].dtype
-    if any(t.dtype is not dtype for t in tensors):
-        return None
-    slots = MinMaxSlots(len(tensors), dtype, tensors[0].device)
-    try:
-        slots.fill(tensors, range(len(tensors)))
-    except RuntimeError:
-        return None
-    return slots.max_abs()

@@ -195,7 +195,7 @@ def _total_norm(grads: list[torch.Tensor]) -> float:
 
     if not grads:
         return 0.0
-    detached = [g.detach() for g in grads]
+    detached = [g.detach() if g.requires_grad else g for g in grads]  # create_graph=True
     norms: list[torch.Tensor] | None = None
     floats = (torch.float32, torch.float16, torch.bfloat16)
     if all(g.layout is torch.strided and g.dtype in floats for g in detached):
