@@ -164,7 +164,7 @@ class GradRecorder:
         self._pending: list[int] = []  # accumulated in the running backward, not measured
         self._queued = False
         self._numbers: list[float] | None = None
-        self._removers: list[Callable[[], None]] = []
+        self._hooks = HookSet()
         self._small = [small_dense(p) for p in self.params] if measure else []
         self._cpu_small = measure and all(self._small) and all(p.is_cpu for p in self.params)
         # weak: holding last step's grads would keep them alive while the step allocates
@@ -176,14 +176,17 @@ class GradRecorder:
     def __enter__(self) -> GradRecorder:
         index = {id(p): i for i, p in enumerate(self.params)}
         hook = self._make_hook(index)
-        for param in self.params:
-            self._removers.append(_add_hook(param, hook))
+        add = self._hooks.add
+        try:
+            for param in self.params:
+                add(param, hook)
+        except BaseException:
+            self._hooks.remove()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for remove in self._removers:
-            remove()
-        self._removers.clear()
+        self._hooks.remove()
         self._pending.clear()
 
     def _make_hook(self, index: dict[int, int]) -> Callable[[torch.Tensor], None]:
@@ -295,24 +298,43 @@ class GradRecorder:
         return self._ever | {index for _, index, _ in self.events}
 
 
-def _add_hook(param: torch.Tensor, hook: Callable[[torch.Tensor], None]) -> Callable[[], None]:
-    """``param.register_post_accumulate_grad_hook(hook)``; returns its remover. For a plain
-    leaf parameter, the same entry put in the same dict directly: the public call's checks
-    and handle object were a third of a small model's per-check hook cost."""
-    if type(param) is not torch.nn.Parameter and type(param) is not torch.Tensor:
-        return param.register_post_accumulate_grad_hook(hook).remove  # subclasses: their way
-    if not param.requires_grad or param.grad_fn is not None:
-        return param.register_post_accumulate_grad_hook(hook).remove  # its error message
-    hooks = param._post_accumulate_grad_hooks
-    if hooks is None:
-        hooks = param._post_accumulate_grad_hooks = OrderedDict()  # the C++ side hooks it
-    key = object()
-    hooks[key] = hook
+class HookSet:
+    """Post-accumulate-grad hooks put on parameters, taken off together.
 
-    def remove() -> None:
-        hooks.pop(key, None)
+    For a plain leaf parameter the entry ``register_post_accumulate_grad_hook`` would make
+    goes in the same dict directly: the public call's checks and handle object were a third
+    of a small model's per-check hook cost. Subclasses and non-leaves take the public way.
+    """
 
-    return remove
+    __slots__ = ("_entries", "_handles")
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[Any, object]] = []
+        self._handles: list[Any] = []
+
+    def add(self, param: torch.Tensor, hook: Callable[[torch.Tensor], None]) -> None:
+        kind = type(param)
+        if (
+            (kind is torch.nn.Parameter or kind is torch.Tensor)
+            and param.requires_grad
+            and param.grad_fn is None
+        ):
+            hooks = param._post_accumulate_grad_hooks
+            if hooks is None:
+                hooks = param._post_accumulate_grad_hooks = OrderedDict()  # C++ hooks it
+            key = object()
+            hooks[key] = hook
+            self._entries.append((hooks, key))
+        else:  # subclasses: their way; a non-leaf: its error message
+            self._handles.append(param.register_post_accumulate_grad_hook(hook))
+
+    def remove(self) -> None:
+        for hooks, key in self._entries:
+            hooks.pop(key, None)
+        for handle in self._handles:
+            handle.remove()
+        self._entries.clear()
+        self._handles.clear()
 
 
 def _none() -> None:

@@ -147,14 +147,16 @@ class _Tracker:
         if not order or order[-1] != "backward":
             order.append("backward")
 
-    def read(self, function: str, indices: list[int]) -> None:
+    def read(self, function: str, indices: list[int], total: Any = None) -> None:
+        """Note a read of the parameters ``indices``; ``total``: the total norm the read
+        computed itself, where it is :func:`_total_norm`'s to the bit (see _same_norm)."""
         import torch
 
         indices = sorted(set(indices))
         if not indices:
             return
         grads = [g for g in (self.params[i].grad for i in indices) if g is not None]
-        seen = _total_norm(grads)
+        seen = _total_norm(grads) if total is None else float(total)
         states = [self.last[i] for i in indices]
         after: str | None
         if "zero_grad" in states:
@@ -215,7 +217,7 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
     import torch.nn.utils.clip_grad as clip_grad
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-    from trainlint._runtime.recorder import _add_hook
+    from trainlint._runtime.recorder import HookSet
 
     params = [p for _, p in named]
     tracker = _Tracker(params)
@@ -238,11 +240,23 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
                     function = "clip_grad_norm_"
             else:
                 indices = [tracker.index[id(p)] for p in items if id(p) in tracker.index]
+            items_arg = items[0] if isinstance(first, torch.Tensor) else items
+            if function == "clip_grad_norm_" and name == function and _same_norm(
+                torch, items, indices, args, kwargs
+            ):
+                # the norm clip_grad_norm_ returns is the one the read saw, computed
+                # before it clips: no second foreach norm, stack and host read of our own
+                local.inside = True
+                try:
+                    total = original(items_arg, *args, **kwargs)
+                finally:
+                    local.inside = False
+                tracker.read(function, indices, total)
+                return total
             tracker.read(function, indices)
             local.inside = True
             try:
-                return original(items[0] if isinstance(first, torch.Tensor) else items,
-                                *args, **kwargs)
+                return original(items_arg, *args, **kwargs)
             finally:
                 local.inside = False
 
@@ -282,13 +296,12 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
         tracker.mark(group_params, "step", f"{type(optimizer).__name__}.step")
 
     handles = [register_optimizer_step_pre_hook(step_hook)]
-    removers: list[Callable[[], None]] = []
+    hooks = HookSet()
     patch(torch.optim.Optimizer, "zero_grad", opt_zero_grad)
     patch(torch.nn.Module, "zero_grad", mod_zero_grad)
     try:
-        # one bound method for all, put in each parameter's hook dict (see _add_hook)
-        for p in params:
-            removers.append(_add_hook(p, tracker.accumulated))
+        for p in params:  # one bound method for all
+            hooks.add(p, tracker.accumulated)
         for i in range(steps):
             tracker.step = i
             tracker.order = []
@@ -298,9 +311,39 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
             setattr(owner, name, original)
         for handle in handles:
             handle.remove()
-        for remove in removers:
-            remove()
+        hooks.remove()
     return ClipResult(steps=steps, reads=tuple(tracker.reads))
+
+
+def _same_norm(
+    torch: Any, items: list[Any], indices: list[int], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> bool:
+    """Whether ``clip_grad_norm_(items, *args, **kwargs)`` computes the total norm exactly
+    as :func:`_total_norm` does over the tracker's ``indices``: a 2-norm by foreach ops over
+    dense float32 CPU gradients, of the tracked parameters in the tracker's order (the
+    stacked norms are summed in that order)."""
+    norm_type = args[1] if len(args) > 1 else kwargs.get("norm_type", 2.0)
+    foreach = args[3] if len(args) > 3 else kwargs.get("foreach")
+    if foreach is False or len(indices) != len(items):
+        return False
+    if not isinstance(norm_type, (int, float)) or norm_type != 2:
+        return False
+    if indices != sorted(set(indices)):  # read() sums in the tracker's order
+        return False
+    device = None
+    for p in items:
+        g = p.grad
+        if g is None:
+            continue
+        if g.dtype is not torch.float32 or g.layout is not torch.strided:
+            return False
+        if device is None:
+            device = g.device
+            if device.type != "cpu":  # checked to the bit on the CPU only
+                return False
+        elif g.device != device:
+            return False
+    return True
 
 
 def _diagnose(result: ClipResult) -> list[tuple[GradRead, str]]:
