@@ -163,3 +163,33 @@ def test_a_failing_grads_check_reports_as_before():
         assert_grads_nonzero(model, step)
     assert all(v == (0.0,) for v in info.value.result.max_abs.values())
     assert "all zero" in str(info.value)
+
+
+def test_named_parameters_walk_is_the_public_one():
+    from trainlint.testing._common import named_parameters
+
+    shared = nn.Linear(3, 3)
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.p = nn.Parameter(torch.ones(1))
+            self.a = nn.Sequential(nn.Linear(2, 2), shared, nn.ModuleDict({"x": nn.Linear(1, 1), "y": shared}))
+            self.b = shared
+            self.n = None
+            self.register_parameter("q", None)
+            self.tied = self.a[0].weight  # a second name for a parameter: listed once
+
+    class OwnWalk(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = nn.Linear(2, 2)
+
+        def named_modules(self, *args, **kwargs):  # type: ignore[override]
+            yield from super().named_modules(*args, **kwargs)
+
+    for model in (Model(), nn.Sequential(OwnWalk(), nn.Linear(2, 1)), mlp()):
+        expected = list(model.named_parameters())
+        got = named_parameters(model)
+        assert [n for n, _ in got] == [n for n, _ in expected]
+        assert all(a is b for (_, a), (_, b) in zip(got, expected, strict=True))
