@@ -42,9 +42,8 @@ _GRACE = 1.0
 _KILL_GRACE = 2.0
 
 F = TypeVar("F", bound=Callable[..., Any])
-# ident -> Thread of the running threads (CPython's; read under the GIL, no lock): a set of
-# its keys costs a fraction of threading.enumerate(), which builds Thread lists
-_ACTIVE: dict[int, Any] | None = getattr(threading, "_active", None)
+# ident -> Thread (CPython's): a set of its keys, read under the GIL, costs a fraction of
+_ACTIVE: dict[int, Any] | None = getattr(threading, "_active", None)  # threading.enumerate()
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,8 @@ class Guard:
 
     def __enter__(self) -> Guard:
         self._started = time.monotonic()
-        self._threads_before = _thread_idents()
+        enumerated = _ACTIVE if _ACTIVE is not None else {t.ident: t for t in threading.enumerate()}
+        self._threads_before = {ident for ident in enumerated if ident}
         self._children_before = set(_child_pids()) if _has_children() else set()
         self._previous_hook = threading.excepthook
         threading.excepthook = self._excepthook
@@ -216,12 +216,6 @@ class Guard:
 
     def elapsed(self) -> float:
         return time.monotonic() - self._started
-
-
-def _thread_idents() -> set[int]:
-    if _ACTIVE is not None:
-        return set(_ACTIVE)
-    return {t.ident for t in threading.enumerate() if t.ident}
 
 
 def _has_children() -> bool:

@@ -165,8 +165,16 @@ class GradRecorder:
         self._queued = False
         self._numbers: list[float] | None = None
         self._hooks = HookSet()
-        self._small = [small_dense(p) for p in self.params] if measure else []
-        self._cpu_small = measure and all(self._small) and all(p.is_cpu for p in self.params)
+        self._small: list[bool] = []
+        cpu = True
+        if measure:  # small_dense and is_cpu of each parameter, in one pass
+            strided = torch.strided
+            for p in self.params:
+                self._small.append(
+                    p.layout is strided and p.dtype.is_floating_point and 0 < p.numel() < _LARGE
+                )
+                cpu = cpu and p.is_cpu
+        self._cpu_small = measure and cpu and all(self._small)
         # weak: holding last step's grads would keep them alive while the step allocates
         # new ones, doubling gradient memory for the duration of the check
         self._grads_before: list[Any] = []
