@@ -4,8 +4,10 @@ A check's step may be a fraction of a millisecond, so what runs inside it is kep
 Python hook call per parameter that only notes the parameter, and one measurement per
 ``backward()``: a callback queued on the autograd engine runs when that backward has
 accumulated every gradient (before the rest of the step, so a ``zero_grad()`` later in the
-step hides nothing) and takes max |grad| of all of them with foreach ops, one per dtype and
-device group. The hooks are registered once per check, not per step.
+step hides nothing) and takes max |grad| of all of them: on the CPU one ``aminmax`` per
+gradient (foreach ops loop there anyway), elsewhere foreach ops, one per dtype and device
+group; read on the host at the end (per backward only to stop at a non-finite one). The
+hooks are registered once per check, not per step.
 """
 
 from __future__ import annotations
