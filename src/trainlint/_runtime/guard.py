@@ -42,6 +42,8 @@ _GRACE = 1.0
 _KILL_GRACE = 2.0
 
 F = TypeVar("F", bound=Callable[..., Any])
+# ident -> Thread (CPython's): a set of its keys, read under the GIL, costs a fraction of
+_ACTIVE: dict[int, Any] | None = getattr(threading, "_active", None)  # threading.enumerate()
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,8 @@ class Guard:
 
     def __enter__(self) -> Guard:
         self._started = time.monotonic()
-        self._threads_before = {t.ident for t in threading.enumerate() if t.ident}
+        enumerated = _ACTIVE if _ACTIVE is not None else {t.ident: t for t in threading.enumerate()}
+        self._threads_before = {ident for ident in enumerated if ident}
         self._children_before = set(_child_pids()) if _has_children() else set()
         self._previous_hook = threading.excepthook
         threading.excepthook = self._excepthook
@@ -120,6 +123,8 @@ class Guard:
             previous(args)
 
     def _new_threads(self) -> list[threading.Thread]:
+        if _ACTIVE is not None and _ACTIVE.keys() <= self._threads_before:
+            return []  # no thread started during the check is still running
         current = threading.current_thread()
         return [
             t

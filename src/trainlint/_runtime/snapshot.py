@@ -32,14 +32,20 @@ class Snapshot:
         # the parameters themselves, read under no_grad: `p.data = ...` rebinds the storage
         self.params = list(params)
         self._mapped: Any = None
+        # in one pass: the bytes to copy, and whether all are dense floating tensors, and
+        # small ones (recorder.small_dense: the foreach path is the whole of changes())
+        strided, large = torch.strided, 1 << 16  # recorder._LARGE
+        total, self._dense, self._small = 0, True, True
+        for p in self.params:
+            n = p.numel()
+            total += (n * p.element_size() + 63) // 64 * 64
+            dense = p.layout is strided and p.dtype.is_floating_point
+            self._dense = self._dense and dense
+            self._small = self._small and dense and 0 < n < large
         with torch.no_grad():
-            self.before = self._copy_off_heap() or [p.clone() for p in self.params]
-        from trainlint._runtime.recorder import small_dense
-
-        strided = torch.strided
-        self._dense = all(b.layout is strided and b.is_floating_point() for b in self.before)
-        # small_dense implies dense; the foreach path is the whole of changes() then
-        self._small = all(map(small_dense, self.before))
+            self.before = (total >= _OFF_HEAP and self._copy_off_heap()) or [
+                p.clone() for p in self.params
+            ]
 
     def _copy_off_heap(self) -> list[torch.Tensor] | None:
         """Large CPU parameters copied into one anonymous mmap, outside malloc: a
@@ -92,10 +98,15 @@ class Snapshot:
             except RuntimeError:  # a dtype or device changed under us: one by one
                 for b, n in zip(before, now, strict=True):
                     b.sub_(n)
-            # one foreach abs and max per dtype/device group for the small copies (dispatch
-            # is their cost), aminmax for large ones (one read pass, no write); one host
-            # transfer for all
-            out = to_floats(max_abs(before, small=self._small))
+            # small copies: abs in place (they are ours: no copy to allocate) and one
+            # foreach max, 43-47 us in a check on the small MLP against 51-56 us for an
+            # aminmax each and more for an abs that allocates; large ones: aminmax (one
+            # read pass, no write); one host transfer for all
+            if self._small:
+                torch._foreach_abs_(before)
+                out = to_floats(list(torch._foreach_max(before)))
+            else:
+                out = to_floats(max_abs(before, small=False))
         del before
         self._keep_spare()
         return out

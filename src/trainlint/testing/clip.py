@@ -133,21 +133,30 @@ class _Tracker:
         if hit:
             self.event(label)
 
-    def accumulated(self, i: int, param: torch.Tensor) -> None:
+    def accumulated(self, param: torch.Tensor) -> None:
+        """A post-accumulate-grad hook (one for every parameter, found by identity)."""
+        i = self.index[id(param)]
         grad = param.grad
         self.last[i] = "backward"
         # one op, no host sync: the norms are summed only when something reads them
-        self.norm[i] = None if grad is None else _norm(grad.detach())
-        self.event("backward")
+        if grad is None:
+            self.norm[i] = None
+        else:  # a backward with create_graph=True leaves gradients with history
+            self.norm[i] = _norm(grad.detach() if grad.requires_grad else grad)
+        order = self.order
+        if not order or order[-1] != "backward":
+            order.append("backward")
 
-    def read(self, function: str, indices: list[int]) -> None:
+    def read(self, function: str, indices: list[int], total: Any = None) -> None:
+        """Note a read of the parameters ``indices``; ``total``: the total norm the read
+        computed itself, where it is :func:`_total_norm`'s to the bit (see _same_norm)."""
         import torch
 
         indices = sorted(set(indices))
         if not indices:
             return
         grads = [g for g in (self.params[i].grad for i in indices) if g is not None]
-        seen = _total_norm(grads)
+        seen = _total_norm(grads) if total is None else float(total)
         states = [self.last[i] for i in indices]
         after: str | None
         if "zero_grad" in states:
@@ -188,7 +197,7 @@ def _total_norm(grads: list[torch.Tensor]) -> float:
 
     if not grads:
         return 0.0
-    detached = [g.detach() for g in grads]
+    detached = [g.detach() if g.requires_grad else g for g in grads]  # create_graph=True
     norms: list[torch.Tensor] | None = None
     floats = (torch.float32, torch.float16, torch.bfloat16)
     if all(g.layout is torch.strided and g.dtype in floats for g in detached):
@@ -207,6 +216,8 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
     import torch.nn.utils as nn_utils
     import torch.nn.utils.clip_grad as clip_grad
     from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    from trainlint._runtime.recorder import HookSet
 
     params = [p for _, p in named]
     tracker = _Tracker(params)
@@ -229,11 +240,23 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
                     function = "clip_grad_norm_"
             else:
                 indices = [tracker.index[id(p)] for p in items if id(p) in tracker.index]
+            items_arg = items[0] if isinstance(first, torch.Tensor) else items
+            if function == "clip_grad_norm_" and name == function and _same_norm(
+                torch, items, indices, args, kwargs
+            ):
+                # the norm clip_grad_norm_ returns is the one the read saw, computed
+                # before it clips: no second foreach norm, stack and host read of our own
+                local.inside = True
+                try:
+                    total = original(items_arg, *args, **kwargs)
+                finally:
+                    local.inside = False
+                tracker.read(function, indices, total)
+                return total
             tracker.read(function, indices)
             local.inside = True
             try:
-                return original(items[0] if isinstance(first, torch.Tensor) else items,
-                                *args, **kwargs)
+                return original(items_arg, *args, **kwargs)
             finally:
                 local.inside = False
 
@@ -273,13 +296,12 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
         tracker.mark(group_params, "step", f"{type(optimizer).__name__}.step")
 
     handles = [register_optimizer_step_pre_hook(step_hook)]
-    for i, p in enumerate(params):
-        handles.append(
-            p.register_post_accumulate_grad_hook(lambda param, i=i: tracker.accumulated(i, param))
-        )
+    hooks = HookSet()
     patch(torch.optim.Optimizer, "zero_grad", opt_zero_grad)
     patch(torch.nn.Module, "zero_grad", mod_zero_grad)
     try:
+        for p in params:  # one bound method for all
+            hooks.add(p, tracker.accumulated)
         for i in range(steps):
             tracker.step = i
             tracker.order = []
@@ -289,7 +311,39 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
             setattr(owner, name, original)
         for handle in handles:
             handle.remove()
+        hooks.remove()
     return ClipResult(steps=steps, reads=tuple(tracker.reads))
+
+
+def _same_norm(
+    torch: Any, items: list[Any], indices: list[int], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> bool:
+    """Whether ``clip_grad_norm_(items, *args, **kwargs)`` computes the total norm exactly
+    as :func:`_total_norm` does over the tracker's ``indices``: a 2-norm by foreach ops over
+    dense float32 CPU gradients, of the tracked parameters in the tracker's order (the
+    stacked norms are summed in that order)."""
+    norm_type = args[1] if len(args) > 1 else kwargs.get("norm_type", 2.0)
+    foreach = args[3] if len(args) > 3 else kwargs.get("foreach")
+    if foreach is False or len(indices) != len(items):
+        return False
+    if not isinstance(norm_type, (int, float)) or norm_type != 2:
+        return False
+    if indices != sorted(set(indices)):  # read() sums in the tracker's order
+        return False
+    device = None
+    for p in items:
+        g = p.grad
+        if g is None:
+            continue
+        if g.dtype is not torch.float32 or g.layout is not torch.strided:
+            return False
+        if device is None:
+            device = g.device
+            if device.type != "cpu":  # checked to the bit on the CPU only
+                return False
+        elif g.device != device:
+            return False
+    return True
 
 
 def _diagnose(result: ClipResult) -> list[tuple[GradRead, str]]:

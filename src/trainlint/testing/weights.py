@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, fmt, symptom_texts, table
-from trainlint.testing._common import Step, plural
+from trainlint.testing._common import Step, named_parameters, plural
 
 if TYPE_CHECKING:
     import torch
@@ -99,7 +99,7 @@ def assert_weights_updated(
     run = StepRunner(step, batches, check=CHECK)
     frozen_names = match_params(model, frozen, "frozen") if frozen else set()
     named: list[tuple[str, torch.Tensor]] = [
-        (n, p) for n, p in model.named_parameters() if p.numel() > 0
+        (n, p) for n, p in named_parameters(model) if p.numel() > 0
     ]
     trainable = [(n, p) for n, p in named if p.requires_grad and n not in frozen_names]
     frozen_list = [(n, p) for n, p in named if n in frozen_names]
