@@ -42,8 +42,8 @@ _GRACE = 1.0
 _KILL_GRACE = 2.0
 
 F = TypeVar("F", bound=Callable[..., Any])
-# ident -> Thread (CPython's): a set of its keys, read under the GIL, costs a fraction of
-_ACTIVE: dict[int, Any] | None = getattr(threading, "_active", None)  # threading.enumerate()
+# ident -> Thread (CPython's): a copy of its keys costs a fraction of threading.enumerate()
+_ACTIVE: dict[int, Any] | None = getattr(threading, "_active", None)
 
 
 @dataclass(frozen=True)
@@ -86,8 +86,9 @@ class Guard:
 
     def __enter__(self) -> Guard:
         self._started = time.monotonic()
-        enumerated = _ACTIVE if _ACTIVE is not None else {t.ident: t for t in threading.enumerate()}
-        self._threads_before = {ident for ident in enumerated if ident}
+        # set(dict) copies in C, no thread switch halfway (a comprehension could raise)
+        self._threads_before = (set(_ACTIVE) if _ACTIVE is not None
+                                else {t.ident for t in threading.enumerate() if t.ident})
         self._children_before = set(_child_pids()) if _has_children() else set()
         self._previous_hook = threading.excepthook
         threading.excepthook = self._excepthook
