@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from trainlint.analysis.escapes import params_of
 from trainlint.analysis.lr_assignments import counter_key
-from trainlint.analysis.model import FUNCTION_NODES, FileModel, call_name, dotted, walk_local
+from trainlint.analysis.model import FUNCTION_NODES, FileModel, call_name, dotted
 from trainlint.analysis.steps import LOOP_NODES
 
 _ITERATION = re.compile(r"iter|step|batch|sample|token|update|len\(\)", re.IGNORECASE)
@@ -149,16 +149,23 @@ def _loop_targets(loop: ast.AST) -> set[str]:
 _NESTED = (*FUNCTION_NODES, ast.ClassDef)
 
 
-def _walk_in(node: ast.AST) -> list[ast.AST]:
-    """Nodes under ``node``, not descending into nested functions or classes (and without
-    them). Callers only collect them into sets, so the order is walk_local's."""
-    walk = walk_local(node)
-    next(walk)  # ``node`` itself
-    return [sub for sub in walk if not isinstance(sub, _NESTED)]
+def _within(model: FileModel, node: ast.AST, outer: ast.AST) -> bool:
+    """``node`` is under ``outer``, not inside a def, lambda or class nested there."""
+    for anc in model.ancestors(node):
+        if anc is outer:
+            return True
+        if isinstance(anc, _NESTED):
+            return False
+    return False
 
 
-def _incremented(nodes: list[ast.AST]) -> set[str]:
-    return {k for n in nodes if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add)
+def _incremented(model: FileModel, loop: ast.AST,
+                 skip: Sequence[ast.AST] = ()) -> set[str]:
+    """The counters ``+=``-ed in ``loop`` (outside the loops ``skip``), from the model's
+    assignment table."""
+    return {k for n in model.assignments
+            if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add)
+            and _within(model, n, loop) and not any(_within(model, n, s) for s in skip)
             for k in [counter_key(n.target)] if k is not None}
 
 
@@ -182,15 +189,15 @@ def _counters(model: FileModel, batch: ast.AST | None, epochs: Sequence[ast.AST]
               step_ids: set[int]) -> tuple[set[str], set[str]]:
     batch_loops: list[ast.AST] = [batch] if batch is not None else []
     if batch is None:
-        batch_loops = [lp for lp in _walk_in(epochs[0]) if id(lp) in step_ids]
+        batch_loops = [lp for lp in model.loops
+                       if id(lp) in step_ids and _within(model, lp, epochs[0])]
     per_batch: set[str] = set()
     for lp in batch_loops:
-        per_batch |= _loop_targets(lp) | _incremented([lp, *_walk_in(lp)])
-    inside_batch = {id(n) for lp in batch_loops for n in _walk_in(lp)}
+        per_batch |= _loop_targets(lp) | _incremented(model, lp)
     per_epoch: set[str] = set()
     for lp in epochs:
         per_epoch |= _loop_targets(lp)
-        per_epoch |= _incremented([n for n in _walk_in(lp) if id(n) not in inside_batch])
+        per_epoch |= _incremented(model, lp, batch_loops)
     return per_batch - per_epoch, per_epoch - per_batch
 
 
