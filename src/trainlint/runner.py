@@ -238,7 +238,7 @@ def _lint_imported_first(items: list[WorkItem], known: list[dict[str, Any]],
     _init_worker(selection, settings, timings, fix)
     assert _WORKER is not None
     linter = _WORKER[0]
-    index = ProjectIndex(known)
+    index = ProjectIndex(known, growing=True)
     linter.speculate = index.speculate
     out: list[FileResult | None] = [None] * len(items)
     try:

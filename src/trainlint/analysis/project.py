@@ -626,7 +626,7 @@ def single_value(model: FileModel, name: ast.Name) -> ast.expr | None:
 class ProjectIndex:
     """All summaries of a run, merged; gives each file its view."""
 
-    def __init__(self, summaries: list[dict]) -> None:
+    def __init__(self, summaries: list[dict], growing: bool = False) -> None:
         self.modules: dict[tuple[str, str], dict] = {}
         for s in summaries:
             self.modules.setdefault((s["root"], s["module"]), s)
@@ -636,9 +636,12 @@ class ProjectIndex:
         # call sites pass there (canonical ``module.Class``), when they say nothing else
         self._instances: dict[tuple[str, str, str], dict[str, list[str]]] = {}
         self._effect_memo: dict[str, tuple[list[list[Any]], bool]] = {}
+        # growing (see add): (root, module) -> the calls that module may resolve, not
+        # resolved yet: [summary, callee, args, done]
+        self._pending: dict[tuple[str, str], list[list[Any]]] | None = {} if growing else None
         for s in self.modules.values():
             for callee, args in s["calls"]:
-                self._add_call(s, callee, args)
+                self._call_or_wait(s, callee, args)
         # (root, module) -> its functions with parameter facts: a view reads its own
         # module's, without going through every module's
         self._filled: dict[tuple[str, str], list[str]] | None = None
@@ -653,9 +656,21 @@ class ProjectIndex:
             return
         self.modules[key] = summary
         for callee, args in summary["calls"]:
-            self._add_call(summary, callee, args)
+            self._call_or_wait(summary, callee, args)
+        # calls made earlier into this module (a caller whose summary the cache had)
+        for entry in (self._pending or {}).pop(key, ()):
+            if not entry[3]:
+                entry[3] = self._add_call(*entry[:3])
         self._filled = None
         self._effect_memo.clear()
+
+    def _call_or_wait(self, s: dict, callee: str, args: list[list[Any]]) -> None:
+        if self._add_call(s, callee, args) or self._pending is None:
+            return
+        entry = [s, callee, args, False]
+        parts = callee.split(".")
+        for i in range(1, len(parts)):  # the modules whose arrival may resolve it
+            self._pending.setdefault((s["root"], ".".join(parts[:i])), []).append(entry)
 
     def speculate(self, summary: dict) -> dict | None:
         """``add`` the summary of the file about to be linted, and give its view so far."""
@@ -696,20 +711,22 @@ class ProjectIndex:
                 return found
         return None
 
-    def _add_call(self, s: dict, callee: str, args: list[list[Any]]) -> None:
+    def _add_call(self, s: dict, callee: str, args: list[list[Any]]) -> bool:
+        """Note the facts a call passes to a project function or class; False when
+        ``callee`` names nothing the index has (yet)."""
         found = self.resolve(s["root"], callee)
         if found is None:
-            return
+            return False
         mod, local = found
         if local in mod["classes"]:
             fn_name, skip = f"{local}.__init__", 1
         elif local in mod["functions"]:
             fn_name, skip = local, 0
         else:
-            return
+            return True
         fn = mod["functions"].get(fn_name)
         if fn is None:
-            return
+            return True
         params = fn["params"][skip:]
         names = set(params) | set(fn.get("kwonly", ()))
         thread = skip == 1 and self.is_thread_class(mod["root"], mod, local)
@@ -729,6 +746,7 @@ class ProjectIndex:
                 if cls is not None:
                     self._instances.setdefault((mod["root"], mod["module"], fn_name),
                                                {}).setdefault(name, []).append(cls)
+        return True
 
     def _settle(self, root: str, fact: Fact) -> Fact | None:
         """An ``instance`` fact becomes what its class is: a model (softmax or not), a
