@@ -454,7 +454,7 @@ def fact_of(model: FileModel, binding: Binding | None) -> Fact | None:
 
 def _returned_fact(model: FileModel, fn: ast.AST) -> Fact | None:
     facts: list[Fact] = []
-    for node in _returns(fn):
+    for node in model.returns_in(fn):
         if node.value is None or not isinstance(node.value, (ast.Call, ast.Name,
                                                              ast.Attribute)):
             return None
@@ -472,30 +472,10 @@ def _returned_fact(model: FileModel, fn: ast.AST) -> Fact | None:
     return facts[0]
 
 
-_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
-
-
-def _returns(fn: ast.AST) -> list[ast.Return]:
-    """The function's own ``return`` statements: statement lists only, no expressions,
-    no nested defs (cheaper than a walk of every node)."""
-    out: list[ast.Return] = []
-    stack: list[ast.AST] = list(getattr(fn, "body", ()))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.Return):
-            out.append(node)
-        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
-                                   ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign,
-                                   ast.Import, ast.ImportFrom, ast.Raise, ast.Pass)):
-            for name in _BLOCKS:
-                stack.extend(getattr(node, name, ()))
-    return out
-
-
 def _returns_softmax(model: FileModel, forward: ast.AST) -> bool:
     from trainlint.analysis.softmax import softmax_sources
 
-    returns = _returns(forward)
+    returns = model.returns_in(forward)
     return bool(returns) and all(
         r.value is not None and softmax_sources(model, r.value) for r in returns
     )
