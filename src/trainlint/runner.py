@@ -97,10 +97,7 @@ def lint_file(
             return fix_notebook(linter, data, shown, ignored, path, fix)
         return lint_notebook(linter, data, shown, ignored)
     result = linter.lint_bytes(data, shown, ignored=ignored, view=view, module=module)
-    if fix is not None and fix.active and result.parsed and any(
-        f.fix is not None and (f.fix.applicability == "safe" or fix.unsafe)
-        for f in result.findings
-    ):
+    if fix is not None and fix.active and _fixable(result, fix):
         result = _fix_python(linter, data, shown, ignored, path, fix, view)
     return result
 
@@ -161,11 +158,10 @@ def _work(item: Path | WorkItem) -> FileResult:
     path, view, module = (item, None, None) if isinstance(item, Path) else item
     if not gc.isenabled():  # the caller manages collection; leave it alone
         return _lint_one(linter, settings, path, fix, view, module)
-    gc.disable()
     try:
-        return _lint_one(linter, settings, path, fix, view, module)
+        with _collector_paused():
+            return _lint_one(linter, settings, path, fix, view, module)
     finally:
-        gc.enable()
         _files_since_fuller += 1
         if _files_since_fuller >= _FULLER_EVERY:
             _files_since_fuller = 0
@@ -176,8 +172,8 @@ def _work(item: Path | WorkItem) -> FileResult:
 
 @contextmanager
 def _collector_paused() -> Iterator[None]:
-    """No collection while building what lives on (the project index and the views):
-    the collector's passes would walk every file's summary, to free nothing."""
+    """No collection for the length of the block, when the collector is on: while a
+    file's model or the project index is built, its passes would find nothing to free."""
     if not gc.isenabled():
         yield
         return
@@ -328,18 +324,19 @@ def run(
     pins = TorchPins() if use_cache else None
     for i, p in enumerate(paths):
         view = views.get(i)
+        view_digest = digest(view)
         if use_cache and i in hashes:
             assert cache is not None and pins is not None
             # A file's findings also depend on its project's torch pin (TL702): editing the
             # pin in pyproject.toml must re-lint files whose bytes did not change.
             key = cache.key_of_hash(hashes[i], p.suffix, sorted(per_file_ignored(settings, p)),
-                                    extra=f"torch-pin={pins.for_file(str(p))};project={digest(view)}")
+                                    extra=f"torch-pin={pins.for_file(str(p))};project={view_digest}")
             hit = cache.get(key, display_path(p))
             if hit is not None:
                 results[i] = hit
                 continue
             keys[i] = key
-        if i in fresh and digest(view) == fresh[i].view and (checking or (
+        if i in fresh and view_digest == fresh[i].view and (checking or (
                 p.suffix != ".ipynb" and not _fixable(fresh[i], fix))):
             results[i] = fresh[i]
         else:
