@@ -73,6 +73,8 @@ def noqa_comments(source: Source) -> dict[int, list[str]]:
 def scan_noqa_comments(text: str) -> dict[int, list[str]]:
     """`tokenize_noqa_comments` at a fraction of the cost (tokenize is pure Python):
     lines counted as tokenize counts them (on "\\n"), comments cut where it cuts them."""
+    if _TO_DIRECTIVE is not None:
+        return _scan_to_directives(text, _TO_DIRECTIVE)
     out: dict[int, list[str]] = {}
     line, counted = 1, 0
     for m in _COMMENT_OR_STRING.finditer(text):
@@ -85,6 +87,46 @@ def scan_noqa_comments(text: str) -> dict[int, list[str]]:
             line += text.count("\n", counted, start)
             counted = start
             out[line] = codes_of(found.group("codes"))
+    return out
+
+
+# The same scan with one match per directive instead of one per string and comment: the
+# strings and the comments without a directive are stepped over inside the regex engine,
+# which stops at the next comment that has one (group 1) or where it can read no further.
+# Possessive repeats (Python 3.11) never backtrack: each step takes the first alternative
+# that matches, as `finditer` over `_COMMENT_OR_STRING` does.
+_AT_NOQA = r"[^\S\r\n]*(?i:noqa)(?![\w-])"
+_TO_DIRECTIVE = re.compile(
+    "(?:" + "|".join((
+        r"""[^'"#]++""",
+        r"'''[^'\\]*+(?:(?:\\.|'(?!''))[^'\\]*+)*+'''",  # (unrolled: a run a step)
+        r'"""[^"\\]*+(?:(?:\\.|"(?!""))[^"\\]*+)*+"""',
+        r"'[^'\\\r\n]*+(?:\\.[^'\\\r\n]*+)*+'",
+        r'"[^"\\\r\n]*+(?:\\.[^"\\\r\n]*+)*+"',
+        rf"#(?!{_AT_NOQA})(?![^\r\n]*#{_AT_NOQA})[^\r\n]*+",  # a comment, no directive
+    )) + r")*+(#[^\r\n]*)?",
+    re.DOTALL,
+) if sys.version_info >= (3, 11) else None
+
+
+def _scan_to_directives(text: str, to_directive: re.Pattern[str]) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    line, counted, pos, end = 1, 0, 0, len(text)
+    match = to_directive.match
+    while pos < end:
+        m = match(text, pos)
+        assert m is not None  # (the pattern matches the empty string)
+        comment = m.group(1)
+        if comment is None:
+            pos = m.end() + 1  # a quote that opens no string: `finditer` steps over it
+            continue
+        found = NOQA_RE.search(comment)
+        if found and not FILE_NOQA_RE.match(comment):
+            start = m.start(1)
+            line += text.count("\n", counted, start)
+            counted = start
+            out[line] = codes_of(found.group("codes"))
+        pos = m.end()
     return out
 
 
