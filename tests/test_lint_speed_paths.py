@@ -9,6 +9,7 @@ import weakref
 
 import pytest
 
+from trainlint import noqa
 from trainlint.analysis.model import FileModel
 from trainlint.noqa import scan_noqa_comments, tokenize_noqa_comments
 from trainlint.plugins import manager
@@ -23,13 +24,21 @@ TRICKY = [
     "# trainlint: noqa: TL301\nx = 1  # noqa\n",
     "x = 1  # noqa: TL301\r\ny = 'q # noqa'\r\n",
     "rb'\\' # noqa'  # noqa: X1\n",
+    "x = 1  # a comment # NoQa: TL101\ny = 2  # noqa-like, not one\nz = 3  #noqa\n",
+    "s = '''it''' '''s'''  # noqa\nt = \"\"\"a''' \\\" # noqa\"\"\"\n",
+    "u = 'a\\\nb # noqa'  # noqa: TL2\n",
+    "v = ''  # noqa: TL3\nw = ''''''  # noqa: TL4\n",
 ]
 
 
 @pytest.mark.parametrize("text", TRICKY)
-def test_noqa_scan_matches_tokenize(text):
+def test_noqa_scan_matches_tokenize(text, monkeypatch):
     ast.parse(text)
-    assert scan_noqa_comments(text) == tokenize_noqa_comments(Source(text))
+    expected = tokenize_noqa_comments(Source(text))
+    assert scan_noqa_comments(text) == expected
+    # the comment-by-comment scan, which Python 3.10 runs (it has no possessive repeats)
+    monkeypatch.setattr(noqa, "_TO_DIRECTIVE", None)
+    assert scan_noqa_comments(text) == expected
 
 
 def test_released_model_is_freed_without_the_cycle_collector():
@@ -203,3 +212,23 @@ def test_trigger_words_searched_by_token_answer_as_a_search_of_the_bytes():
         ]
         got = [r.code for r in linter._active_rules(data, None, "train.py", ())]
         assert got == want, body
+
+
+def test_a_view_words_search_answers_as_a_search_of_the_bytes_and_the_words():
+    # With a project view, a file's words are its bytes followed by the view's words. The
+    # search already made of the bytes is reused, and a word that starts at the bytes' end
+    # and ends in the view's words (`import` + ` optim`) is found as a plain search finds it.
+    from trainlint.config import Settings, select_rules
+    from trainlint.engine import Linter, _Words
+    from trainlint.rules import builtin_rules
+
+    linter = Linter(select_rules(builtin_rules(), Settings(), cli_select=["ALL"]))
+    filler = b"".join(b"value_%d = compute(value_%d)  # padding\n" % (i, i) for i in range(80))
+    for body, extra in [(b"x = 1\nimport", b" optim"), (b"y = a]", b" = b"),
+                        (b"z = 3\n", b" backward step( zero_grad"), (b"w = q +", b" x")]:
+        for data in (body, filler + body):
+            words = _Words(linter, data)
+            words.has(0)  # (some answers already known)
+            has = words.followed_by(extra)
+            for i, word in enumerate(linter._trigger_words):
+                assert has(i) == (word in data + extra), (data[-20:], extra, word)

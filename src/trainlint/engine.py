@@ -68,6 +68,7 @@ class _Words:
         self.words = linter._trigger_words
         self.spaced = linter._spaced
         self.present: list[bool | None] = [None] * len(self.words)
+        self.reach = linter._longest_word - 1
         self.tokens = data if len(data) < _SMALL_FILE else None
 
     def has(self, i: int) -> bool:
@@ -84,6 +85,14 @@ class _Words:
                 found = self.words[i] in self.tokens
             self.present[i] = found
         return found
+
+    def followed_by(self, extra: bytes) -> Callable[[int], bool]:
+        """``has`` for these bytes followed by ``extra`` (a view's words), reusing the
+        searches made so far: the bytes' own answer, or an occurrence that ends in
+        ``extra`` (and may start in the bytes' last few)."""
+        data, words, has = self.data, self.words, self.has
+        end = data[max(0, len(data) - self.reach):] + extra
+        return lambda i: has(i) or words[i] in end
 
 
 def _without(rules: list[Rule], codes: list[str]) -> list[Rule]:
@@ -118,6 +127,7 @@ class Linter:
         self._effect_words = tuple(words.setdefault(w, len(words)) for w in EFFECT_WORDS)
         self._trigger_words = tuple(words)
         self._spaced = tuple(any(c in w for c in b" \t\n\r\x0b\x0c") for w in words)
+        self._longest_word = max(map(len, words), default=1)
         self.collect_timings = timings
         self._torch_pins = TorchPins()
         #: A file's summary -> the part of its project view known before the whole
@@ -222,7 +232,7 @@ class Linter:
                     model.forget_analyses()
                     apply_view(model, own)
                     result.view = digest(own)
-                    active = self._active_rules(data, own, path, ignored)
+                    active = self._active_rules(data, own, path, ignored, found)
                     if file_noqa:
                         active = _without(active, file_noqa)
             if any(TARGET_TORCH in rule.options for rule in active):
@@ -259,12 +269,12 @@ class Linter:
                       ignored: tuple[str, ...], words: _Words | None = None) -> list[Rule]:
         """The rules to run on ``data``: on for this file, and some trigger word present
         (the project view's facts stand in for words the file does not spell itself).
-        ``words``: the file's word search, when the caller asks it more (without a view)."""
-        if view:
-            words = _Words(self, data + view_words(view))
-        elif words is None:
+        ``words``: the file's word search, when the caller has one."""
+        if words is None:
             words = _Words(self, data)
-        has = words.has
+        has: Callable[[int], bool] = words.has
+        if view:
+            has = words.followed_by(view_words(view))
         in_tests = is_test_file(path)
         active: list[Rule] = []
         for rule, trig in self._triggers:
