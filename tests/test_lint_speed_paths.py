@@ -232,3 +232,16 @@ def test_a_view_words_search_answers_as_a_search_of_the_bytes_and_the_words():
             has = words.followed_by(extra)
             for i, word in enumerate(linter._trigger_words):
                 assert has(i) == (word in data + extra), (data[-20:], extra, word)
+
+
+def test_paths_are_told_apart_by_their_events_identity():
+    # Two events of the same kind at the same node on different paths (inlined from two
+    # call sites, say) are different events: the step walker's dedupe keeps both paths,
+    # and drops only a path that repeats the very same events.
+    from trainlint.analysis.steps import Event, Kind, _dedupe
+
+    node = ast.parse("opt.step()").body[0]
+    first, second = Event(Kind.STEP, node, "opt"), Event(Kind.STEP, node, "opt")
+    paths = [(first,), (second,), (first,), (first, second), (first, second)]
+    assert _dedupe(paths) == [(first,), (second,), (first, second)]
+    assert [p[0] is second for p in _dedupe(paths)[:2]] == [False, True]

@@ -12,7 +12,8 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 
 
 class SourceError(Exception):
@@ -69,11 +70,15 @@ class Source:
     """A decoded source text with helpers to turn ast positions into 1-based columns."""
 
     text: str
-    lines: list[str] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.lines = self.text.splitlines(keepends=True) or [""]
         self._ascii = self.text.isascii()
+
+    @cached_property
+    def lines(self) -> list[str]:
+        """The text's lines, ends kept: split on first use (most files, clean and ASCII,
+        never need them)."""
+        return self.text.splitlines(keepends=True) or [""]
 
     def char_col(self, line: int, byte_col: int) -> int:
         """Convert ast's 0-based UTF-8 byte column on a 1-based line to a 0-based char column."""

@@ -952,16 +952,11 @@ def _extend(paths: list[Path], seq: list[list[Path]]) -> list[Path]:
 
 
 def _dedupe(paths: list[Path]) -> list[Path]:
+    """The paths without repeats, first occurrences in order. Events compare and hash by
+    identity (``eq=False``), so a path is its own key: the work stays in C."""
     if len(paths) < 2:
         return paths
-    seen: set[tuple[int, ...]] = set()
-    out = []
-    for p in paths:
-        key = tuple(map(id, p))
-        if key not in seen:
-            seen.add(key)
-            out.append(p)
-    return out
+    return list(dict.fromkeys(paths))
 
 
 def after_limiting_exit(model: FileModel, node: ast.AST, stop: ast.AST,
