@@ -21,6 +21,7 @@ keys the caller's cache entry, so a callee whose effects change re-lints its cal
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 import sys
 from typing import TYPE_CHECKING, Any
@@ -202,7 +203,8 @@ def _event_functions(model: FileModel) -> set[int]:
             lines = [i for i, text in enumerate(m.source.lines, 1) if ".grad" in text]
             for fn in m.functions:
                 end = getattr(fn, "end_lineno", None) or fn.lineno
-                if any(fn.lineno <= i <= end for i in lines):
+                at = bisect.bisect_left(lines, fn.lineno)  # the first such line from its top
+                if at < len(lines) and lines[at] <= end:
                     out.add(id(fn))
         return out
 

@@ -719,5 +719,41 @@ def walk_local(node: ast.AST) -> Iterator[ast.AST]:
                 push(value)
 
 
+def postorder(node: ast.AST) -> list[ast.AST]:
+    """Children before parents (evaluation order), not entering nested defs/lambdas;
+    contexts and operators left out. Built as the reverse of a preorder that takes the
+    children last-first: no second visit per node, no call per node."""
+    out: list[ast.AST] = []
+    stack = [node]
+    pop = stack.pop
+    push = stack.append
+    add = out.append
+    fields_of = _FIELDS
+    stop = _WALK_STOP  # (a leaf has no child to push)
+    node_base = _AST
+    leaf_types = _LEAF_TYPES
+    while stack:
+        cur = pop()
+        add(cur)
+        cls = cur.__class__
+        if cls in stop and cur is not node:
+            continue
+        fields = fields_of.get(cls)
+        if fields is None:
+            fields = _child_fields(cls)
+        for name in fields:  # (in field order: the last child comes off the stack first)
+            value = getattr(cur, name, None)
+            if value is None:
+                continue
+            if value.__class__ is list:
+                for item in value:
+                    if isinstance(item, node_base):
+                        push(item)
+            elif isinstance(value, node_base) and not isinstance(value, leaf_types):
+                push(value)
+    out.reverse()
+    return out
+
+
 def _pos(node: ast.AST) -> tuple[int, int]:
     return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))

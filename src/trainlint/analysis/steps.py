@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 from trainlint.analysis.model import (
     FUNCTION_NODES,
     LOOP_NODES,
-    _children,
     call_name,
     dotted,
     keyword,
+    postorder,
     walk_local,
 )
 from trainlint.analysis.roles import Role, Roles
@@ -412,7 +412,7 @@ class StepModel:
         return Event(Kind.READ, node)
 
     def _node_events(self, node: ast.AST) -> list[_NodeEvent]:
-        """The nodes of ``node`` (in ``_postorder``) the walker acts on: (node, its event,
+        """The nodes of ``node`` (in ``postorder``) the walker acts on: (node, its event,
         the same-file helper a non-event call runs). Memoised per node: a nested loop's
         body and a helper called from several sites are walked again for every path
         enumeration that reaches them, and classifying is pure."""
@@ -421,7 +421,7 @@ class StepModel:
         if found is None:
             found = []
             resolve = self.model.resolve_call
-            for sub in _postorder(node):
+            for sub in postorder(node):
                 if sub.__class__ not in _EVENT_NODES:
                     continue
                 ev = self.classify(sub)
@@ -905,7 +905,11 @@ def _feasible(path: Path, keys: dict[int, tuple[str, bool]]) -> bool:
     tested twice in one iteration goes the same way both times, and `if amp:` ...
     `if not amp:` (or `scaler is None` / `is not None`) go opposite ways."""
     taken: dict[str, bool] = {}
+    checked: set[int] = set()  # the events of one block share one guards tuple: once
     for e in path:
+        if not e.guards or id(e.guards) in checked:
+            continue
+        checked.add(id(e.guards))
         for g, branch in e.guards:
             literal = keys.get(id(g))
             if literal is None:
@@ -917,27 +921,6 @@ def _feasible(path: Path, keys: dict[int, tuple[str, bool]]) -> bool:
     return True
 
 
-def _postorder(node: ast.AST) -> list[ast.AST]:
-    """Children before parents (evaluation order), not entering nested defs/lambdas;
-    contexts and operators left out. Built as the reverse of a preorder that takes the
-    children last-first: no second visit per node."""
-    out: list[ast.AST] = []
-    stack = [node]
-    pop = stack.pop
-    extend = stack.extend
-    add = out.append
-    stop = _POSTORDER_STOP
-    while stack:
-        cur = pop()
-        add(cur)
-        if cur.__class__ in stop and cur is not node:
-            continue
-        extend(_children(cur))
-    out.reverse()
-    return out
-
-
-_POSTORDER_STOP = frozenset({*FUNCTION_NODES, ast.ClassDef})
 #: the only nodes ``StepModel.classify`` makes an event of, or the walker inlines
 _EVENT_NODES = frozenset({ast.Call, ast.Attribute, ast.Assign, ast.AnnAssign, ast.Delete})
 _CALLEES = frozenset({ast.Name, ast.Attribute})
