@@ -91,47 +91,56 @@ def effects_of(model: FileModel, fn: FunctionNode, qualname: str, module: str,
 
     def placeholder(walker: _Walker, call: ast.Call, depth: int,
                     guards: tuple[tuple[ast.If, bool], ...]) -> list[Path] | None:
-        from trainlint.analysis.project import _project_candidate, absolute
-
-        qual = model.qualname(call.func)
-        if qual is None or not _project_candidate(qual) or qual.rsplit(".", 1)[-1][:1].isupper():
-            return None  # (a class: its constructor is not followed)
-        full = absolute(qual, module, is_pkg)
-        if not_project(qual, full, own_top):
-            return None  # the standard library, a well-known third-party package
+        try:
+            full = targets[id(call)]
+        except KeyError:
+            full = targets[id(call)] = _project_target(model, call, module, is_pkg)
+        if full is None:
+            return None
         return [(_Placeholder(Kind.CALL, call, full, walker.chain, guards, depth),)]
 
-    own_top = module.split(".", 1)[0]
+    # which project function a call runs: asked again for every walk that meets the call
+    targets: dict[int, str | None] = model.memo(_project_target, lambda _: {})
 
     walker = _Walker(steps, foreign=placeholder)
     paths = walker.run(fn.body)
-    out: list[list[Effect]] = []
     guard_flags: dict[int, int] = {}
-    seen: set[str] = set()
+
+    def effect_of(e: Event) -> Effect:
+        flags = e.flags | (FLAG_SCALED if e.scaled else 0) | _guard_flags(e, guard_flags)
+        if not isinstance(e, _Placeholder):
+            return [e.kind.name, encode(e.target, e.chain), e.depth, flags]
+        args: list[list[Any]] = []
+        call = e.node
+        assert isinstance(call, ast.Call)
+        stop = next((i for i, a in enumerate(call.args) if isinstance(a, ast.Starred)),
+                    len(call.args))
+        given: list[tuple[int | str, ast.expr]] = [
+            *enumerate(call.args[:stop]),
+            *((k.arg, k.value) for k in call.keywords if k.arg)]
+        for where, arg in given:
+            enc = encode(dotted(arg), e.chain) if dotted(arg) else None
+            if enc is not None and enc[0] != "o":  # (the rest: nothing to map)
+                args.append([where, enc])
+        return ["CALL", e.target, args, e.depth, flags]
+
+    # Paths share most of their events: each event is encoded once, with its repr, and a
+    # path is told from the others by its events' reprs (as by the repr of the whole).
+    encoded_events: dict[int, tuple[Effect, str]] = {}
+    out: list[list[Effect]] = []
+    seen: set[tuple[str, ...]] = set()
     for path in paths:
-        effects: list[Effect] = []
+        entries = []
         for e in path:
-            flags = e.flags | (FLAG_SCALED if e.scaled else 0) | _guard_flags(e, guard_flags)
-            if isinstance(e, _Placeholder):
-                args: list[list[Any]] = []
-                call = e.node
-                assert isinstance(call, ast.Call)
-                stop = next((i for i, a in enumerate(call.args) if isinstance(a, ast.Starred)),
-                            len(call.args))
-                given: list[tuple[int | str, ast.expr]] = [
-                    *enumerate(call.args[:stop]),
-                    *((k.arg, k.value) for k in call.keywords if k.arg)]
-                for where, arg in given:
-                    enc = encode(dotted(arg), e.chain) if dotted(arg) else None
-                    if enc is not None and enc[0] != "o":  # (the rest: nothing to map)
-                        args.append([where, enc])
-                effects.append(["CALL", e.target, args, e.depth, flags])
-            else:
-                effects.append([e.kind.name, encode(e.target, e.chain), e.depth, flags])
-        key = repr(effects)
+            entry = encoded_events.get(id(e))
+            if entry is None:
+                effect = effect_of(e)
+                entry = encoded_events[id(e)] = (effect, repr(effect))
+            entries.append(entry)
+        key = tuple(r for _, r in entries)
         if key not in seen:
             seen.add(key)
-            out.append(effects)
+            out.append([effect for effect, _ in entries])
             if len(out) > MAX_EFFECT_PATHS:
                 break
     if not any(out):
@@ -160,6 +169,19 @@ def not_project(raw: str, full: str, own_top: str) -> bool:
     project: the standard library or a well-known package that is not the file's own?"""
     top = full.split(".", 1)[0]
     return not raw.startswith(".") and top != own_top and top in _NOT_PROJECT
+
+
+def _project_target(model: FileModel, call: ast.Call, module: str, is_pkg: bool) -> str | None:
+    """The absolute name of the project function ``call`` runs, when it may run one."""
+    from trainlint.analysis.project import _project_candidate, absolute
+
+    qual = model.qualname(call.func)
+    if qual is None or not _project_candidate(qual) or qual.rsplit(".", 1)[-1][:1].isupper():
+        return None  # (a class: its constructor is not followed)
+    full = absolute(qual, module, is_pkg)
+    if not_project(qual, full, module.split(".", 1)[0]):
+        return None  # the standard library, a well-known third-party package
+    return full
 
 
 class _Placeholder(Event):

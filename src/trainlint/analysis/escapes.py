@@ -32,7 +32,14 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from trainlint.analysis.flow import grad_enabled_at
-from trainlint.analysis.model import FUNCTION_NODES, call_name, dotted, keyword, walk_local
+from trainlint.analysis.model import (
+    FUNCTION_NODES,
+    NESTED_SCOPES,
+    call_name,
+    dotted,
+    keyword,
+    walk_local,
+)
 from trainlint.analysis.roles import Role, parameter_owners
 from trainlint.analysis.steps import Event, Kind
 from trainlint.analysis.torch_table import COPYING_METHODS, SAME_OBJECT_METHODS, SHARING_WRAPPERS
@@ -785,7 +792,7 @@ class Escapes:
         for anc in self.model.ancestors(call):
             if isinstance(anc, _COMPREHENSIONS):
                 return True
-            if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+            if isinstance(anc, NESTED_SCOPES):
                 break
         return bool(self.model.loop_contexts(call))
 
@@ -829,10 +836,10 @@ class Escapes:
         for anc in m.ancestors(arg):  # `target=lambda: f(model)`: judged where the lambda is
             if isinstance(anc, ast.Lambda):
                 arg = anc
-            elif isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+            elif isinstance(anc, NESTED_SCOPES):
                 break
         for anc in m.ancestors(arg):
-            if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+            if isinstance(anc, NESTED_SCOPES):
                 break
             if isinstance(anc, _COMPREHENSIONS):
                 if any(root in _target_names(g.target) for g in anc.generators):
@@ -1365,7 +1372,7 @@ class Escapes:
         """Inside the body of ``with lock:`` within its own function."""
         child: ast.AST = node
         for anc in self.model.ancestors(node):
-            if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+            if isinstance(anc, NESTED_SCOPES):
                 return False
             if isinstance(anc, (ast.With, ast.AsyncWith)) and any(s is child for s in anc.body):
                 if any(self.is_lock(item.context_expr) for item in anc.items):

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 Scope = ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef
 FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 SCOPE_NODES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+#: the scopes a walk within one function stops at (one tuple, not one built per test)
+NESTED_SCOPES = (*FUNCTION_NODES, ast.ClassDef)
 
 _BUILTINS = frozenset(dir(builtins))
 

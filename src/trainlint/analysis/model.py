@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from trainlint.analysis.imports import FUNCTION_NODES, SCOPE_NODES, ImportTable
+from trainlint.analysis.imports import FUNCTION_NODES, NESTED_SCOPES, SCOPE_NODES, ImportTable
 from trainlint.source import Source
 
 if TYPE_CHECKING:
@@ -390,9 +390,9 @@ class FileModel:
         loops: list[ast.For | ast.AsyncFor | ast.While] = []
         child = node
         for anc in self.ancestors(node):
-            if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+            if isinstance(anc, NESTED_SCOPES):
                 break
-            if isinstance(anc, LOOP_NODES) and any(s is child for s in anc.body):
+            if isinstance(anc, LOOP_NODES) and child in anc.body:  # (nodes compare by identity)
                 loops.append(anc)
             child = anc
         return loops
@@ -426,7 +426,7 @@ class FileModel:
             for anc in self.ancestors(lp):
                 if isinstance(anc, LOOP_NODES):
                     break  # nested in a loop of its own scope
-                if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+                if isinstance(anc, NESTED_SCOPES):
                     owner = anc
                     out.setdefault(id(owner), []).append(lp)
                     break

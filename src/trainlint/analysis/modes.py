@@ -5,7 +5,13 @@ from __future__ import annotations
 import ast
 import re
 
-from trainlint.analysis.model import FUNCTION_NODES, FileModel, call_name, dotted, is_false
+from trainlint.analysis.model import (
+    NESTED_SCOPES,
+    FileModel,
+    call_name,
+    dotted,
+    is_false,
+)
 from trainlint.analysis.steps import Event, Kind
 
 
@@ -90,7 +96,7 @@ def eval_targets(model: FileModel, e: Event, resolved: str | None) -> list[str |
     if e.target is None or "." in e.target:
         return [resolved]
     for anc in model.ancestors(e.node):
-        if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+        if isinstance(anc, NESTED_SCOPES):
             break
         if not isinstance(anc, (ast.For, ast.AsyncFor)) or not isinstance(
             anc.iter, (ast.Tuple, ast.List)
@@ -193,7 +199,7 @@ def _frozen_owners(model: FileModel, node: ast.AST, name: str | None) -> list[st
         return []
     conditional = False
     for anc in model.ancestors(node):
-        if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+        if isinstance(anc, NESTED_SCOPES):
             break
         if isinstance(anc, (ast.If, ast.IfExp)):
             conditional = True

@@ -6,7 +6,7 @@ import ast
 import re
 
 from trainlint.analysis.constants import literal_value
-from trainlint.analysis.model import FUNCTION_NODES, FileModel, dotted, keyword
+from trainlint.analysis.model import NESTED_SCOPES, FileModel, dotted, keyword
 from trainlint.analysis.schedules import ITERATION_CLASSES, Schedule, scheduler_calls
 from trainlint.analysis.steps import EPOCH_FUNCTION_NAMES, LOOP_NODES, Event, Kind
 
@@ -93,7 +93,7 @@ def kind_guarded(model: FileModel, call: ast.Call) -> bool:
     the code chose for it."""
     sched_ids = {id(c) for c in scheduler_calls(model)}
     for anc in model.ancestors(call):
-        if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+        if isinstance(anc, NESTED_SCOPES):
             break
         if not isinstance(anc, ast.If):
             continue

@@ -12,6 +12,7 @@ rules can report where SPEC §7 says. Rules then read like sentences over paths.
 from __future__ import annotations
 
 import ast
+import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,8 +21,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from trainlint.analysis.model import (
-    FUNCTION_NODES,
     LOOP_NODES,
+    NESTED_SCOPES,
     call_name,
     dotted,
     keyword,
@@ -657,7 +658,7 @@ class StepModel:
     def _gated(self, chain: list[ast.AST], loop: ast.AST, limits: Callable[[ast.If], bool]) -> bool:
         for item in chain:
             for anc in self.model.ancestors(item):
-                if anc is loop or isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+                if anc is loop or isinstance(anc, NESTED_SCOPES):
                     break
                 if isinstance(anc, ast.If) and limits(anc):
                     return True
@@ -833,7 +834,7 @@ class _Walker:
             if value is not None:
                 paths = _extend(paths, self._expr_events(value, depth, guards))
             return [], paths
-        if isinstance(stmt, (*FUNCTION_NODES, ast.ClassDef)):
+        if isinstance(stmt, NESTED_SCOPES):
             return paths, []
         return _extend(paths, self._expr_events(stmt, depth, guards)), []
 
@@ -905,12 +906,11 @@ def _feasible(path: Path, keys: dict[int, tuple[str, bool]]) -> bool:
     tested twice in one iteration goes the same way both times, and `if amp:` ...
     `if not amp:` (or `scaler is None` / `is not None`) go opposite ways."""
     taken: dict[str, bool] = {}
-    checked: set[int] = set()  # the events of one block share one guards tuple: once
-    for e in path:
-        if not e.guards or id(e.guards) in checked:
-            continue
-        checked.add(id(e.guards))
-        for g, branch in e.guards:
+    # The events of one block share one guards tuple: each distinct tuple is read once (in
+    # any order: the answer is whether some condition is taken both ways).
+    every = list(map(_GUARDS, path))
+    for guards in dict(zip(map(id, every), every, strict=True)).values():
+        for g, branch in guards:
             literal = keys.get(id(g))
             if literal is None:
                 expr, positive = condition_literal(g.test)
@@ -921,6 +921,7 @@ def _feasible(path: Path, keys: dict[int, tuple[str, bool]]) -> bool:
     return True
 
 
+_GUARDS = operator.attrgetter("guards")
 #: the only nodes ``StepModel.classify`` makes an event of, or the walker inlines
 _EVENT_NODES = frozenset({ast.Call, ast.Attribute, ast.Assign, ast.AnnAssign, ast.Delete})
 _CALLEES = frozenset({ast.Name, ast.Attribute})
@@ -965,7 +966,7 @@ def after_limiting_exit(model: FileModel, node: ast.AST, stop: ast.AST,
                 )
                 if exits and limits(stmt):
                     return True
-        if anc is stop or isinstance(anc, (*FUNCTION_NODES, ast.ClassDef)):
+        if anc is stop or isinstance(anc, NESTED_SCOPES):
             return False
         cur = anc
     return False
@@ -976,6 +977,6 @@ def _innermost_loop(model: FileModel, node: ast.AST) -> ast.AST | None:
     for cur in (node, *model.ancestors(node)):
         if isinstance(cur, LOOP_NODES):
             return cur
-        if isinstance(cur, (*FUNCTION_NODES, ast.ClassDef)):
+        if isinstance(cur, NESTED_SCOPES):
             return None
     return None
