@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from trainlint.analysis.constants import ConstantEvaluator, is_number
 from trainlint.analysis.escapes import params_of
-from trainlint.analysis.model import FUNCTION_NODES, FileModel, call_name, keyword
+from trainlint.analysis.model import FUNCTION_NODES, FileModel, call_name, keyword, walk_tree
 from trainlint.analysis.objects import objects
 
 _UNKNOWN = None
@@ -268,8 +268,8 @@ def _hand_counters(model: FileModel, loop: ast.AST, stmt: ast.stmt) -> dict[str,
                 if isinstance(arg, ast.Name):
                     inits.update({k: _UNKNOWN for k in inits if k.startswith(arg.id + "[")})
     body = loop.body  # type: ignore[attr-defined]
-    top = next((s for s in body if s is stmt or any(n is stmt for n in ast.walk(s))), None)
-    inside = [n for s in body for n in ast.walk(s)]
+    top = next((s for s in body if s is stmt or any(n is stmt for n in walk_tree(s))), None)
+    inside = [n for s in body for n in walk_tree(s)]  # (no contexts: none is asked)
     for name, init in inits.items():
         if init is _UNKNOWN:
             continue
