@@ -245,3 +245,45 @@ def test_paths_are_told_apart_by_their_events_identity():
     paths = [(first,), (second,), (first,), (first, second), (first, second)]
     assert _dedupe(paths) == [(first,), (second,), (first, second)]
     assert [p[0] is second for p in _dedupe(paths)[:2]] == [False, True]
+
+
+GRAMMAR_CORNERS = '''
+import a.b as c
+from . import d
+global_x = {**base, "k": 1}
+def f(p, /, q=1, *args, r, s=2, t, **kw) -> int:  # type: ignore
+    global global_x
+    x: int = 1
+    y = [i for i in range(3) if i async for j in k] if p else (lambda z=1: z)
+    if 1 < q <= 2 is not None and not p or -q:
+        del x
+    with open(p) as fh, g():
+        pass
+    try:
+        raise ValueError from None
+    except* OSError as e:
+        pass
+    match p:
+        case Point(1, y=2) | [1, *rest] | {"k": v, **others} | None:
+            pass
+    return f"{q!r:>{r}}"
+class C(Base, metaclass=M):
+    a: int
+'''
+
+
+def test_children_read_by_the_grammar_plan_are_the_child_nodes():
+    # The walks read each class's fields by a plan taken from its grammar line (a list, a
+    # node or nothing): they must find exactly the child nodes `ast.iter_child_nodes`
+    # finds, less contexts and operators, a `{**d}` key and a missing keyword default.
+    from trainlint.analysis.model import _children
+
+    skipped = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop)
+    tree = ast.parse(GRAMMAR_CORNERS, type_comments=True)
+    seen = set()
+    for node in ast.walk(tree):
+        seen.add(type(node).__name__)
+        want = [c for c in ast.iter_child_nodes(node) if not isinstance(c, skipped)]
+        assert _children(node) == want, ast.dump(node)[:80]
+    assert {"Dict", "arguments", "Compare", "Global", "MatchClass", "MatchMapping",
+            "TryStar", "comprehension", "JoinedStr", "FormattedValue"} <= seen

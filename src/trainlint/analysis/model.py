@@ -10,6 +10,7 @@ what some enabled rule asked for.
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from functools import cached_property
@@ -150,10 +151,8 @@ class FileModel:
         assignments = self.assignments
         tree = self.tree
         kinds = _KIND
-        fields_of = _FIELDS
+        plans = _PLANS
         leaves = _LEAVES
-        node_base = _AST
-        leaf_types = _LEAF_TYPES
         _id = id
         stack: list[tuple[ast.AST, ast.AST]] = [(tree, tree)]
         pop = stack.pop
@@ -208,22 +207,24 @@ class FileModel:
                     self.fstrings.append(node)  # type: ignore[arg-type]
                 elif kind == _K_RETURN:
                     self.returns.append(node)  # type: ignore[arg-type]
-            fields = fields_of.get(cls)
-            if fields is None:
-                fields = _child_fields(cls)
-            for name in fields:
-                value = getattr(node, name, None)
+            plan = plans.get(cls)
+            if plan is None:
+                plan = _plan(cls)
+            for name, many in plan:
+                value: Any = getattr(node, name, None)
                 if value is None:
                     continue
-                if value.__class__ is list:
+                if many is None:  # (a field the grammar does not tell: check the value)
+                    value, many = _nodes_in(value), True
+                if many:
                     for item in value:
-                        if isinstance(item, node_base):
+                        if item is not None:
                             parent[_id(item)] = node
                             if item.__class__ in leaves:
                                 scope_of[_id(item)] = scope
                             else:
                                 push((item, scope))
-                elif isinstance(value, node_base) and not isinstance(value, leaf_types):
+                else:
                     parent[_id(value)] = node
                     if value.__class__ in leaves:
                         scope_of[_id(value)] = scope
@@ -614,14 +615,39 @@ _SCALAR_FIELDS: dict[str, tuple[str, ...]] = {
     "Subscript": ("ctx",), "Starred": ("ctx",), "List": ("ctx",), "Tuple": ("ctx",),
     "BinOp": ("op",), "AugAssign": ("op",), "BoolOp": ("op",), "UnaryOp": ("op",),
 }
-_FIELDS: dict[type, tuple[str, ...]] = {}
+#: The types the grammar gives no child node of: a field of one never holds a child.
+_SCALAR_TYPES = frozenset({"identifier", "string", "int", "constant", "expr_context",
+                           "operator", "boolop", "unaryop"})
+_GRAMMAR = re.compile(r"\s*\w+\((.*)\)\s*$", re.DOTALL)
+
+#: How to read a class's children, per class (memoized by ``_plan``): its fields that
+#: may hold one, in field order, each with what it holds: True a list (of nodes, or None
+#: for a ``{**d}`` key or a missing keyword default), False one node or None, None not
+#: known (a class whose grammar line cannot be read: its values are checked one by one).
+Plan = tuple[tuple[str, "bool | None"], ...]
+_PLANS: dict[type, Plan] = {}
+_RPLANS: dict[type, Plan] = {}  # the same, last field first (walk_local)
 
 
-def _child_fields(cls: type) -> tuple[str, ...]:
-    """The fields of ``cls`` that may hold child nodes, in field order (memoized)."""
+def _plan(cls: type) -> Plan:
+    """``cls``'s plan, read from its grammar line (``Dict(expr* keys, expr* values)``, the
+    class's docstring in every supported Python)."""
     skip = _SCALAR_FIELDS.get(cls.__name__, ()) if cls.__module__ == "ast" else ()
-    found = _FIELDS[cls] = tuple(f for f in getattr(cls, "_fields", ()) if f not in skip)
-    return found
+    types: dict[str, str] = {}
+    found = _GRAMMAR.match(cls.__doc__ or "") if cls.__module__ == "ast" else None
+    if found is not None:
+        for part in found.group(1).split(","):
+            kind, _, name = part.strip().rpartition(" ")
+            types[name] = kind
+    plan: list[tuple[str, bool | None]] = []
+    for name in getattr(cls, "_fields", ()):
+        kind = types.get(name)
+        if name in skip or kind is not None and kind.rstrip("*?") in _SCALAR_TYPES:
+            continue
+        plan.append((name, None if kind is None else kind.endswith("*")))
+    _PLANS[cls] = tuple(plan)
+    _RPLANS[cls] = tuple(reversed(plan))
+    return _PLANS[cls]
 
 
 # What the indexing pass records for a node, by its class.
@@ -648,27 +674,36 @@ _KIND: dict[type, int] = {
 # Nodes with no children that the pass only records (parent, scope): handled where
 # they are found instead of going through the stack.
 _LEAVES = frozenset({ast.Name, ast.Constant, ast.Pass, ast.Break, ast.Continue, ast.alias})
-# walk_local: child fields last-first, and the nodes it yields but does not enter
-_RFIELDS: dict[type, tuple[str, ...]] = {}
+# walk_local: the nodes it yields but does not enter
 _WALK_STOP = _LEAVES | {*FUNCTION_NODES, ast.ClassDef}
 
 
+def _nodes_in(value: object) -> list[ast.AST]:
+    """The child nodes a field's value holds, checked one by one (no plan for the field)."""
+    if value.__class__ is list:
+        return [v for v in value if isinstance(v, _AST)]  # type: ignore[attr-defined]
+    if isinstance(value, _AST) and not isinstance(value, _LEAF_TYPES):
+        return [value]
+    return []
+
+
 def _children(node: ast.AST) -> list[ast.AST]:
-    """ast.iter_child_nodes without the generator: the indexing pass visits every node."""
+    """ast.iter_child_nodes without the generator, contexts and operators: the indexing
+    pass visits every node."""
     out: list[ast.AST] = []
     cls = node.__class__
-    fields = _FIELDS.get(cls)
-    if fields is None:
-        fields = _child_fields(cls)  # the fields that may hold a child: no scalars
-    for name in fields:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = _plan(cls)
+    for name, many in plan:
         value = getattr(node, name, None)
         if value is None:
             continue
-        if value.__class__ is list:
-            for item in value:
-                if isinstance(item, _AST):
-                    out.append(item)
-        elif isinstance(value, _AST) and not isinstance(value, _LEAF_TYPES):
+        if many is None:
+            out.extend(_nodes_in(value))
+        elif many:
+            out.extend(item for item in value if item is not None)
+        else:
             out.append(value)
     return out
 
@@ -693,29 +728,30 @@ def walk_local(node: ast.AST) -> Iterator[ast.AST]:
     stack.reverse()
     pop = stack.pop
     push = stack.append
-    fields_of = _RFIELDS
+    plans = _RPLANS
     stop = _WALK_STOP
-    node_base = _AST
-    leaf_types = _LEAF_TYPES
     while stack:
         cur = pop()
         yield cur
         cls = cur.__class__
         if cls in stop:
             continue
-        fields = fields_of.get(cls)
-        if fields is None:
-            fields = _RFIELDS[cls] = _child_fields(cls)[::-1]
+        plan = plans.get(cls)
+        if plan is None:
+            _plan(cls)
+            plan = plans[cls]
         # children pushed last-first, so they come off the stack in source order
-        for name in fields:
-            value = getattr(cur, name, None)
+        for name, many in plan:
+            value: Any = getattr(cur, name, None)
             if value is None:
                 continue
-            if value.__class__ is list:
+            if many is None:
+                value, many = _nodes_in(value), True
+            if many:
                 for item in reversed(value):
-                    if isinstance(item, node_base):
+                    if item is not None:
                         push(item)
-            elif isinstance(value, node_base) and not isinstance(value, leaf_types):
+            else:
                 push(value)
 
 
@@ -728,28 +764,28 @@ def postorder(node: ast.AST) -> list[ast.AST]:
     pop = stack.pop
     push = stack.append
     add = out.append
-    fields_of = _FIELDS
+    plans = _PLANS
     stop = _WALK_STOP  # (a leaf has no child to push)
-    node_base = _AST
-    leaf_types = _LEAF_TYPES
     while stack:
         cur = pop()
         add(cur)
         cls = cur.__class__
         if cls in stop and cur is not node:
             continue
-        fields = fields_of.get(cls)
-        if fields is None:
-            fields = _child_fields(cls)
-        for name in fields:  # (in field order: the last child comes off the stack first)
-            value = getattr(cur, name, None)
+        plan = plans.get(cls)
+        if plan is None:
+            plan = _plan(cls)
+        for name, many in plan:  # (in field order: the last child comes off the stack first)
+            value: Any = getattr(cur, name, None)
             if value is None:
                 continue
-            if value.__class__ is list:
+            if many is None:
+                value, many = _nodes_in(value), True
+            if many:
                 for item in value:
-                    if isinstance(item, node_base):
+                    if item is not None:
                         push(item)
-            elif isinstance(value, node_base) and not isinstance(value, leaf_types):
+            else:
                 push(value)
     out.reverse()
     return out
