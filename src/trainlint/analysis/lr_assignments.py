@@ -351,7 +351,7 @@ def _filled_between(model: FileModel, name: str, start: ast.AST, end: ast.AST) -
     that starts from scratch)?"""
     scope = model.function_of(end) or model.tree
     lo, hi = (getattr(start, "lineno", 0), getattr(end, "lineno", 0))
-    for node in ast.walk(scope):
+    for node in walk_tree(scope):
         line = getattr(node, "lineno", 0)
         if not lo < line < hi:
             continue
@@ -371,7 +371,7 @@ def _dict_escapes_in(model: FileModel, name: str, loop: ast.AST) -> bool:
     """The dict is passed whole to a call inside the loop (``fabric.save(path, state)``
     only reads it, but a callee could write the counter: stay silent unless it is a
     known reader)."""
-    for node in ast.walk(loop):
+    for node in walk_tree(loop):
         if isinstance(node, ast.Call) and any(isinstance(a, ast.Name) and a.id == name
                                               for a in [*node.args,
                                                         *(k.value for k in node.keywords)]):

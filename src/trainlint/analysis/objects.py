@@ -29,7 +29,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from trainlint.analysis.escapes import Escapes, escapes
-from trainlint.analysis.model import walk_local
+from trainlint.analysis.model import walk_local, walk_tree
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -269,9 +269,9 @@ class _Flow:
             scope = model.tree if scope_id == id(model.tree) else next(
                 (f for f in model.functions if id(f) == scope_id), model.tree
             )
-            nodes = ast.walk(scope)
+            nodes = walk_tree(scope)  # (no contexts: the loads are found by their names)
         else:
-            nodes = ast.walk(model.tree)
+            nodes = walk_tree(model.tree)
         for node in nodes:
             if node is target:
                 continue

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from trainlint.analysis.model import call_name, dotted
+from trainlint.analysis.model import call_name, dotted, walk_tree
 from trainlint.analysis.torch_table import (
     GRAD_SCALERS,
     PREPARE_METHODS,
@@ -468,7 +468,7 @@ def parameter_owners(call: ast.Call) -> list[ast.expr]:
     """``X`` for each ``X.parameters()``/``X.named_parameters()`` inside the call's args."""
     out: list[ast.expr] = []
     for arg in [*call.args, *(k.value for k in call.keywords)]:
-        for sub in ast.walk(arg):
+        for sub in walk_tree(arg):
             if (
                 isinstance(sub, ast.Call)
                 and isinstance(sub.func, ast.Attribute)

@@ -28,6 +28,7 @@ from trainlint.analysis.model import (
     keyword,
     postorder,
     walk_local,
+    walk_tree,
 )
 from trainlint.analysis.roles import Role, Roles
 
@@ -214,7 +215,7 @@ def _looks_like_tensor_receiver(node: ast.expr) -> bool:
 
 
 def _has_mod(node: ast.AST) -> bool:
-    for sub in ast.walk(node):
+    for sub in walk_tree(node):
         if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
             if not (isinstance(sub.left, ast.Constant) and isinstance(sub.left.value, str)):
                 return True
@@ -232,7 +233,7 @@ _LOG_WORDS = re.compile(r"log|print|verbose|display|report|debug|wandb|tensorboa
 
 
 def _is_logging_guard(test: ast.AST) -> bool:
-    for sub in ast.walk(test):
+    for sub in walk_tree(test):
         text = (
             sub.id if isinstance(sub, ast.Name)
             else sub.attr if isinstance(sub, ast.Attribute)
@@ -790,6 +791,8 @@ class _Walker:
 
     def _stmt(self, stmt: ast.stmt, paths: list[Path], depth: int,
               guards: tuple[tuple[ast.If, bool], ...]) -> tuple[list[Path], list[Path]]:
+        if stmt.__class__ in _SIMPLE_STATEMENTS:  # (most statements: the last case below)
+            return _extend(paths, self._expr_events(stmt, depth, guards)), []
         if isinstance(stmt, ast.If):
             pre = self._expr_events(stmt.test, depth, guards)
             paths = _extend(paths, pre)
@@ -922,6 +925,10 @@ def _feasible(path: Path, keys: dict[int, tuple[str, bool]]) -> bool:
 
 
 _GUARDS = operator.attrgetter("guards")
+#: statements that neither branch, loop, nest a block nor leave it: their events in order
+_SIMPLE_STATEMENTS = frozenset({ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete,
+                                ast.Pass, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal,
+                                ast.Assert})
 #: the only nodes ``StepModel.classify`` makes an event of, or the walker inlines
 _EVENT_NODES = frozenset({ast.Call, ast.Attribute, ast.Assign, ast.AnnAssign, ast.Delete})
 _CALLEES = frozenset({ast.Name, ast.Attribute})

@@ -6,7 +6,7 @@ import ast
 import re
 from collections.abc import Iterator
 
-from trainlint.analysis.model import FileModel, call_name, dotted, walk_local
+from trainlint.analysis.model import FileModel, call_name, dotted, walk_local, walk_tree
 from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.steps import Event, Kind, StepLoop, backward_value
 from trainlint.rules.base import Invalid, Report, Rule
@@ -63,7 +63,7 @@ def _rescales_grads(model: FileModel, guard: ast.If, depth: int = 0) -> bool:
     """Inside the step branch, the accumulated gradients are divided before the step:
     a ``scale_grads(model, 1 / n)``-style helper, ``p.grad.div_(n)``, ``p.grad /= n``,
     ``torch._foreach_div_(grads, n)``."""
-    for node in (n for stmt in guard.body for n in ast.walk(stmt)):
+    for node in (n for stmt in guard.body for n in walk_tree(stmt)):
         if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Div, ast.Mult)) and (
             _mentions_grad(node.target)
         ):
