@@ -241,28 +241,25 @@ class FileModel:
     ) -> None:
         """A def, lambda or class inside ``scope``: its name, parameters and children."""
         imports = self.imports
-        if isinstance(node, ast.ClassDef):
-            self.classes.append(node)
-            imports.add_binding(scope, node.name)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            self.functions.append(node)
-            imports.add_binding(scope, node.name)
-        if isinstance(node, FUNCTION_NODES):
-            a = node.args
-            for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
-                if arg is not None:
-                    imports.add_binding(node, arg.arg)
-        # decorators, defaults and bases belong to the enclosing scope
-        outer_children: list[ast.AST] = []
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            outer_children.extend(node.decorator_list)
-        if isinstance(node, FUNCTION_NODES):
-            outer_children.extend(node.args.defaults)
-            outer_children.extend(d for d in node.args.kw_defaults if d is not None)
-        if isinstance(node, ast.ClassDef):
-            outer_children.extend(node.bases)
-            outer_children.extend(k.value for k in node.keywords)
-        outer_ids = {id(c) for c in outer_children}
+        cls = node.__class__
+        outer: list[ast.AST] = []  # direct children that belong to the enclosing scope
+        if cls is ast.ClassDef:
+            self.classes.append(node)  # type: ignore[arg-type]
+            imports.add_binding(scope, node.name)  # type: ignore[attr-defined]
+            outer = [*node.decorator_list, *node.bases]  # type: ignore[attr-defined]
+        else:
+            if cls is not ast.Lambda:
+                self.functions.append(node)  # type: ignore[arg-type]
+                imports.add_binding(scope, node.name)  # type: ignore[attr-defined]
+                outer = node.decorator_list  # type: ignore[attr-defined]
+            a = node.args  # type: ignore[attr-defined]
+            names = [arg.arg for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg,
+                                         a.kwarg) if arg is not None]
+            if names:
+                imports.bindings(node).others.update(names)
+        # (The parameters' defaults and a class's keywords are children of the `arguments`
+        # and `keyword` nodes, indexed in the def's own scope.)
+        outer_ids = {id(c) for c in outer}
         parent = self.parent
         for child in _children(node):
             parent[id(child)] = node
