@@ -1,13 +1,13 @@
 """Seeing each parameter's gradient as autograd accumulates it, at a fixed cost per backward.
 
-A check's step may be a fraction of a millisecond, so what runs inside it is kept to one
-Python hook call per parameter that only notes the parameter, and one measurement per
-``backward()``: a callback queued on the autograd engine runs when that backward has
-accumulated every gradient (before the rest of the step, so a ``zero_grad()`` later in the
-step hides nothing) and takes max |grad| of all of them: on the CPU one ``aminmax`` per
-gradient (foreach ops loop there anyway), elsewhere foreach ops, one per dtype and device
-group; read on the host at the end (per backward only to stop at a non-finite one). The
-hooks are registered once per check, not per step.
+A check's step may be a fraction of a millisecond, so what runs inside it is kept small.
+Small dense CPU gradients are measured in their post-accumulate-grad hook: one ``aminmax``
+and two host reads each (foreach ops loop there anyway; no engine callback, ~10 us a
+check). Elsewhere the hook only notes the parameter, and a callback queued on the autograd
+engine, run when that backward has accumulated every gradient, takes max |grad| of all of
+them with foreach ops, one per dtype and device group, read on the host at the end (per
+backward only to stop at a non-finite one). Either way before the rest of the step, so a
+``zero_grad()`` later in the step hides nothing. Hooks are registered once per check.
 """
 
 from __future__ import annotations
@@ -156,15 +156,15 @@ class GradRecorder:
         self.measure = measure
         self.stop_on_nonfinite = stop_on_nonfinite
         self.step = 0
-        # (step, parameter index, max |grad| as a 0-d tensor or a (min, max) pair of them
-        # (see measure_max_abs), or None when not measured), in the order backward
-        # accumulated them
+        # (step, parameter index, max |grad| as a float (_cpu_hook) or a 0-d tensor, or
+        # None when not measured), in the order backward accumulated them
         self.events: list[tuple[int, int, Any]] = []
         self.assigned: set[tuple[int, int]] = set()
         self._fired: set[int] = set()  # hooks that fired this step
         self._ever: set[int] = set()  # got a gradient, when not measured
         self._pending: list[int] = []  # accumulated in the running backward, not measured
         self._queued = False
+        self._bad: tuple[int, float] | None = None  # non-finite, to raise at backward's end
         self._numbers: list[float] | None = None
         self._hooks = HookSet()
         self._small: list[bool] = []
@@ -215,6 +215,9 @@ class GradRecorder:
 
             return note
 
+        if self._cpu_small:
+            return self._cpu_hook(index)
+
         def hook(param: torch.Tensor) -> None:
             i = index[id(param)]
             fired.add(i)
@@ -225,6 +228,44 @@ class GradRecorder:
 
         return hook
 
+    def _cpu_hook(self, index: dict[int, int]) -> Callable[[torch.Tensor], None]:
+        """Small dense CPU gradients, measured in the hook as floats (an aminmax, and host
+        reads that cost nothing on the CPU): an engine callback is queued only to stop the
+        step at the end of a backward that made a non-finite one."""
+        fired = self._fired
+        events = self.events
+        stop = self.stop_on_nonfinite
+        raise_bad = self._raise_bad
+
+        def hook(param: torch.Tensor) -> None:
+            i = index[id(param)]
+            fired.add(i)
+            grad = param.grad
+            if grad is None:
+                return
+            if grad.requires_grad:  # a backward with create_graph=True
+                grad = grad.detach()
+            try:
+                low, high = _aminmax(grad)
+            except RuntimeError:  # a gradient of another kind than its parameter (sparse)
+                with torch.no_grad():
+                    value = max_abs([grad])[0]
+                number = float(value)
+            else:
+                lo, hi = float(low), float(high)
+                number = math.nan if lo != lo or hi != hi else (hi if hi >= -lo else -lo)
+            events.append((self.step, i, number))
+            if stop and self._bad is None and not math.isfinite(number):
+                self._bad = (i, number)
+                _queue_callback(raise_bad)
+
+        return hook
+
+    def _raise_bad(self) -> None:
+        bad, self._bad = self._bad, None
+        if bad is not None:
+            raise NonFiniteGradient(*bad)
+
     def _flush(self) -> None:
         """Measure what the backward that just ended accumulated (an engine callback)."""
         self._queued = False
@@ -234,25 +275,16 @@ class GradRecorder:
         self._pending.clear()
         if not indices:
             return
-        params = self.params
+        params, small = self.params, self._small
         grads: list[torch.Tensor] = [params[i].grad for i in indices]  # type: ignore[misc]
-        if torch.is_grad_enabled():  # a backward with create_graph=True
-            with torch.no_grad():
-                values = self._measure(grads, indices)
-        else:
-            values = self._measure(grads, indices)
+        with torch.no_grad():  # a backward with create_graph=True; the CPU's is _cpu_hook
+            values = max_abs(grads, small=all(small[i] for i in indices))
         step = self.step
         self.events += [(step, i, v) for i, v in zip(indices, values, strict=True)]
         if self.stop_on_nonfinite:
             for i, number in zip(indices, as_numbers(values), strict=True):
                 if not math.isfinite(number):
                     raise NonFiniteGradient(i, number)
-
-    def _measure(self, grads: list[torch.Tensor], indices: list[int]) -> list[Any]:
-        if self._cpu_small:
-            return measure_max_abs(grads, cpu_small=True)
-        small = self._small
-        return max_abs(grads, small=all(small[i] for i in indices))
 
     # ------------------------------------------------------------------ steps
 
@@ -265,6 +297,7 @@ class GradRecorder:
     def end_step(self) -> None:
         if self._pending:  # a backward that raised, or ran outside the engine's callbacks
             self._flush()
+        self._raise_bad()
         self._queued = False
         fired = self._fired
         if len(fired) == len(self.params):
@@ -287,7 +320,14 @@ class GradRecorder:
     def numbers(self) -> list[float]:
         """max |grad| of each measured event, in the order of ``events``."""
         if self._numbers is None:
-            self._numbers = as_numbers([v for _, _, v in self.events if v is not None])
+            values = [v for _, _, v in self.events if v is not None]
+            # floats: measured in the hooks (_cpu_hook); others are read here, in one pass
+            measured = [v for v in values if type(v) is not float]
+            if not measured:
+                self._numbers = values
+            else:
+                it = iter(as_numbers(measured))
+                self._numbers = [v if type(v) is float else next(it) for v in values]
         return self._numbers
 
     def table(self, steps: int) -> list[list[float | None]]:
