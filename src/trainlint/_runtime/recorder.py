@@ -62,12 +62,7 @@ def max_abs(tensors: list[torch.Tensor], *, small: bool = False) -> list[torch.T
     for i, t in enumerate(tensors):
         dtype = t.dtype
         if t.layout is strided and dtype.is_floating_point and 0 < t.numel() < _LARGE:
-            key = (t.device, dtype)
-            group = groups.get(key)
-            if group is None:
-                groups[key] = [i]
-            else:
-                group.append(i)
+            groups.setdefault((t.device, dtype), []).append(i)
         else:
             low, high = extrema(t)
             out[i] = high if low is high else torch.maximum(high, low.neg())
@@ -185,11 +180,8 @@ class GradRecorder:
 
     def __enter__(self) -> GradRecorder:
         index = {id(p): i for i, p in enumerate(self.params)}
-        hook = self._make_hook(index)
-        add = self._hooks.add
         try:
-            for param in self.params:
-                add(param, hook)
+            self._hooks.add_all(self.params, self._make_hook(index))
         except BaseException:
             self._hooks.remove()
             raise
@@ -378,6 +370,19 @@ class HookSet:
         else:  # subclasses: their way; a non-leaf: its error message
             self._handles.append(param.register_post_accumulate_grad_hook(hook))
 
+    def add_all(self, params: Sequence[torch.Tensor], hook: Callable[[torch.Tensor], None]) -> None:
+        """:meth:`add` each, in one call, with one key: each parameter has its own dict."""
+        key, entries, plain = object(), self._entries, (torch.nn.Parameter, torch.Tensor)
+        for param in params:
+            if type(param) in plain and param.requires_grad and param.grad_fn is None:
+                hooks = param._post_accumulate_grad_hooks
+                if hooks is None:
+                    hooks = param._post_accumulate_grad_hooks = OrderedDict()
+                hooks[key] = hook
+                entries.append((hooks, key))
+            else:
+                self.add(param, hook)
+
     def remove(self) -> None:
         for hooks, key in self._entries:
             hooks.pop(key, None)
@@ -387,11 +392,7 @@ class HookSet:
         self._handles.clear()
 
 
-def _none() -> None:
-    return None
-
-
-_NONE = _none
+_NONE = type(None)  # called, gives None: what a dead weak reference gives
 
 
 def _greater(a: float, b: float) -> bool:

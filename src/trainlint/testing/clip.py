@@ -300,8 +300,7 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
     patch(torch.optim.Optimizer, "zero_grad", opt_zero_grad)
     patch(torch.nn.Module, "zero_grad", mod_zero_grad)
     try:
-        for p in params:  # one bound method for all
-            hooks.add(p, tracker.accumulated)
+        hooks.add_all(params, tracker.accumulated)  # one bound method for all
         for i in range(steps):
             tracker.step = i
             tracker.order = []
