@@ -214,6 +214,8 @@ def test_named_parameters_walk_is_the_public_one():
             self.n = None
             self.register_parameter("q", None)
             self.tied = self.a[0].weight  # a second name for a parameter: listed once
+            self.frozen = nn.Parameter(torch.ones(2), requires_grad=False)
+            self.empty = nn.Parameter(torch.ones(0))
 
     class OwnWalk(nn.Module):
         def __init__(self) -> None:
@@ -228,3 +230,7 @@ def test_named_parameters_walk_is_the_public_one():
         got = named_parameters(model)
         assert [n for n, _ in got] == [n for n, _ in expected]
         assert all(a is b for (_, a), (_, b) in zip(got, expected, strict=True))
+        kept = [(n, p) for n, p in expected if p.requires_grad and p.numel() > 0]
+        got = named_parameters(model, trainable=True)
+        assert [n for n, _ in got] == [n for n, _ in kept]
+        assert all(a is b for (_, a), (_, b) in zip(got, kept, strict=True))
