@@ -89,6 +89,43 @@ def test_the_recorder_measures_with_the_general_path_when_not_all_on_the_fast_on
             p.grad = None
 
 
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
+def test_the_cpu_hooks_measure_create_graph_and_sparse_gradients_as_the_general_path():
+    dense = nn.Parameter(torch.randn(3))
+    table = nn.Embedding(5, 2, sparse=True)
+    params = [dense, table.weight]
+    with GradRecorder(params) as recorder:
+        assert recorder._cpu_small
+        recorder.begin_step(0)
+        loss = (dense**3).sum() + table(torch.tensor([1, 3])).sum() * -2.0
+        loss.backward(create_graph=True)  # the dense gradient has history
+        recorder.end_step()
+    assert dense.grad is not None and dense.grad.requires_grad
+    expected = to_floats(max_abs([p.grad.detach() for p in params]))
+    assert _same([v for row in recorder.table(1) for v in row], expected)  # type: ignore[arg-type]
+    dense.grad = None  # the gradient's history holds the parameter: break the cycle
+
+
+def test_a_non_finite_gradient_stops_the_step_at_the_end_of_its_backward():
+    model = mlp()
+    x, y = batch()
+    after: list[str] = []
+
+    def step() -> None:
+        model.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        (loss * torch.tensor(math.inf)).backward()  # every gradient non-finite
+        after.append("went on")
+
+    with pytest.raises(CheckFailed) as info:
+        assert_finite_grads(model, step)
+    assert not after  # stopped inside backward
+    result = info.value.result
+    # every gradient that backward made was measured before it stopped
+    assert all(v[0] is not None and not math.isfinite(v[0]) for v in result.max_abs.values())
+    assert "at step 0" in str(info.value)
+
+
 @pytest.mark.parametrize("norm_type", [2.0, 1.0])
 def test_the_clip_read_norm_is_the_one_computed_by_hand(norm_type, monkeypatch):
     import trainlint.testing.clip as clip_module
@@ -179,6 +216,8 @@ def test_named_parameters_walk_is_the_public_one():
             self.n = None
             self.register_parameter("q", None)
             self.tied = self.a[0].weight  # a second name for a parameter: listed once
+            self.frozen = nn.Parameter(torch.ones(2), requires_grad=False)
+            self.empty = nn.Parameter(torch.ones(0))
 
     class OwnWalk(nn.Module):
         def __init__(self) -> None:
@@ -193,3 +232,7 @@ def test_named_parameters_walk_is_the_public_one():
         got = named_parameters(model)
         assert [n for n, _ in got] == [n for n, _ in expected]
         assert all(a is b for (_, a), (_, b) in zip(got, expected, strict=True))
+        kept = [(n, p) for n, p in expected if p.requires_grad and p.numel() > 0]
+        got = named_parameters(model, trainable=True)
+        assert [n for n, _ in got] == [n for n, _ in kept]
+        assert all(a is b for (_, a), (_, b) in zip(got, kept, strict=True))

@@ -202,3 +202,54 @@ def test_thread_safe_is_guarded_too():
     step = grad_step(model)
     with pytest.raises(ValueError, match="timeout must be a positive"):
         trainlint.testing.assert_thread_safe(model, step, BATCHES, timeout=0)
+
+
+def test_an_alarm_someone_else_runs_is_left_running_and_the_timeout_still_fires():
+    import signal
+
+    s = clean_setup()
+    fired = []
+
+    def theirs(signum, frame):
+        fired.append(signum)
+
+    previous = signal.signal(signal.SIGALRM, theirs)
+    signal.setitimer(signal.ITIMER_REAL, 30.0)  # pytest-timeout's way
+    try:
+        assert_grads_nonzero(s.model, s.step)
+        assert signal.getsignal(signal.SIGALRM) is theirs
+        assert 25.0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 30.0
+
+        def step():
+            while True:  # a Python-level hang
+                time.sleep(0.001)
+
+        with pytest.raises(CheckFailed, match="did not finish within timeout=0.5 s"):
+            assert_grads_nonzero(s.model, step, timeout=0.5)
+        assert signal.getsignal(signal.SIGALRM) is theirs
+        assert 25.0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 30.0
+        assert not fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_processes_started_outside_a_check_are_no_later_check_s():
+    s = clean_setup()
+    ctx = multiprocessing.get_context("fork")
+    assert_grads_nonzero(s.model, s.step)  # the process patches are in place
+    p = ctx.Process(target=_exit_with, args=(3,), name="not-the-step-s")
+    p.start()
+    p.join()
+    assert p.exitcode == 3
+    assert_grads_nonzero(s.model, s.step)  # passes: that process is nobody's
+
+    def step():
+        q = ctx.Process(target=_exit_with, args=(4,), name="the-step-s")
+        q.start()
+        q.join()
+        s.step()
+
+    with pytest.raises(CheckFailed, match="process 'the-step-s'") as info:
+        assert_grads_nonzero(s.model, step)
+    assert "not-the-step-s" not in str(info.value)

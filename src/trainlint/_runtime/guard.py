@@ -28,11 +28,18 @@ import signal
 import threading
 import time
 import traceback
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from trainlint._runtime.lintlink import reset_ran
+from trainlint._runtime.processes import (
+    _child_pids,
+    _has_children,
+    track_processes,
+    untrack_processes,
+)
 from trainlint._runtime.timeout import Deadline, StepTimedOut, all_stacks
 
 DEFAULT_TIMEOUT = 120.0
@@ -77,8 +84,7 @@ class Guard:
         self._threads_before: set[int] = set()
         self._children_before: set[int] = set()
         self._previous_hook: Callable[[Any], Any] | None = None
-        self._patches: list[tuple[Any, str, Any]] = []
-        self._deadline = Deadline(self._expire)
+        self._deadline: Deadline | None = None
         self._started = 0.0
         self._lock = threading.Lock()
 
@@ -89,24 +95,28 @@ class Guard:
         # set(dict) copies in C, no thread switch halfway (a comprehension could raise)
         self._threads_before = (set(_ACTIVE) if _ACTIVE is not None
                                 else {t.ident for t in threading.enumerate() if t.ident})
-        self._children_before = set(_child_pids()) if _has_children() else set()
+        if _has_children():
+            self._children_before = set(_child_pids())
         self._previous_hook = threading.excepthook
         threading.excepthook = self._excepthook
-        self._patch_processes()
+        track_processes(self)
         if self.timeout is not None:
+            self._deadline = Deadline(self._expire)
             self._deadline.arm(self.timeout)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._deadline.disarm()
+        if self._deadline is not None:
+            self._deadline.disarm()
         try:
-            if not self.expired:
+            # only when a thread or process started during the check may still run
+            if not self.expired and (
+                self.processes or _ACTIVE is None or not _ACTIVE.keys() <= self._threads_before
+            ):
                 self._wait_for_stragglers()
         finally:
             threading.excepthook = self._previous_hook  # type: ignore[assignment]
-            for owner, name, original in reversed(self._patches):
-                setattr(owner, name, original)
-            self._patches.clear()
+            untrack_processes(self)
 
     # ------------------------------------------------------------------ threads
 
@@ -143,33 +153,6 @@ class Guard:
 
     # ------------------------------------------------------------------ processes
 
-    def _patch_processes(self) -> None:
-        import multiprocessing.process as mp_process
-
-        base = mp_process.BaseProcess
-        guard = self
-        start, terminate, kill = base.start, base.terminate, base.kill
-
-        def guarded_start(process: Any) -> None:
-            start(process)
-            guard.processes.append(process)
-
-        def guarded_terminate(process: Any) -> None:
-            guard.stopped_by_step.add(id(process))
-            terminate(process)
-
-        def guarded_kill(process: Any) -> None:
-            guard.stopped_by_step.add(id(process))
-            kill(process)
-
-        for name, replacement, original in (
-            ("start", guarded_start, start),
-            ("terminate", guarded_terminate, terminate),
-            ("kill", guarded_kill, kill),
-        ):
-            self._patches.append((base, name, original))
-            setattr(base, name, replacement)
-
     def process_exits(self) -> list[ProcessExit]:
         """Processes started during the check that exited non-zero on their own."""
         out = []
@@ -188,7 +171,8 @@ class Guard:
             if self.expired:
                 return
             self.expired = True
-        self.stacks = all_stacks(skip=threading.get_ident() if self._deadline.watching else None)
+        watching = self._deadline is not None and self._deadline.watching
+        self.stacks = all_stacks(skip=threading.get_ident() if watching else None)
         self.terminated = self._terminate_children()
 
     def _terminate_children(self) -> list[str]:
@@ -219,47 +203,6 @@ class Guard:
         return time.monotonic() - self._started
 
 
-def _has_children() -> bool:
-    """Whether this process has a child, by one system call that changes nothing (a zombie
-    stays for its owner to reap): most have none, and reading /proc cost ~40 us a check."""
-    waitid = getattr(os, "waitid", None)
-    if waitid is None:
-        return True
-    try:
-        waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
-def _child_pids() -> list[int]:
-    """This process's children, from /proc where it lists them (Linux); else none. Raw
-    ``os.open``/``os.read``: ``open()``'s text layer was most of its cost."""
-    pids: list[int] = []
-    base = f"/proc/{os.getpid()}/task"
-    try:
-        tasks = os.listdir(base)
-    except OSError:
-        return pids
-    for task in tasks:
-        try:
-            fd = os.open(f"{base}/{task}/children", os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            data = b""
-            while chunk := os.read(fd, 65536):
-                data += chunk
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-        pids += [int(p) for p in data.split()]
-    return pids
-
-
 def _user_frame(tb: Any) -> str:
     from trainlint._runtime.lintlink import display_path
 
@@ -280,7 +223,10 @@ def _first_step(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if key in kwargs:
             return kwargs[key]
     for arg in args:
-        if callable(arg) and not hasattr(arg, "named_parameters"):
+        if type(arg) is types.FunctionType:  # a plain function: its own attributes only
+            if "named_parameters" not in arg.__dict__:  # (hasattr raised and caught: 1 us)
+                return arg
+        elif callable(arg) and not hasattr(arg, "named_parameters"):
             return arg
     return None
 
@@ -313,7 +259,7 @@ def guarded(check: str) -> Callable[[F], F]:
                 if note and hasattr(error, "add_note"):
                     error.add_note(note)
                 raise
-            if guard.thread_errors or guard.process_exits():
+            if guard.thread_errors or (guard.processes and guard.process_exits()):
                 _report_problems(guard, step)
             return result
 

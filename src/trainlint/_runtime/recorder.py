@@ -1,13 +1,13 @@
 """Seeing each parameter's gradient as autograd accumulates it, at a fixed cost per backward.
 
-A check's step may be a fraction of a millisecond, so what runs inside it is kept to one
-Python hook call per parameter that only notes the parameter, and one measurement per
-``backward()``: a callback queued on the autograd engine runs when that backward has
-accumulated every gradient (before the rest of the step, so a ``zero_grad()`` later in the
-step hides nothing) and takes max |grad| of all of them: on the CPU one ``aminmax`` per
-gradient (foreach ops loop there anyway), elsewhere foreach ops, one per dtype and device
-group; read on the host at the end (per backward only to stop at a non-finite one). The
-hooks are registered once per check, not per step.
+A check's step may be a fraction of a millisecond, so what runs inside it is kept small.
+Small dense CPU gradients are measured in their post-accumulate-grad hook: one ``aminmax``
+and two host reads each (foreach ops loop there anyway; no engine callback, ~10 us a
+check). Elsewhere the hook only notes the parameter, and a callback queued on the autograd
+engine, run when that backward has accumulated every gradient, takes max |grad| of all of
+them with foreach ops, one per dtype and device group, read on the host at the end (per
+backward only to stop at a non-finite one). Either way before the rest of the step, so a
+``zero_grad()`` later in the step hides nothing. Hooks are registered once per check.
 """
 
 from __future__ import annotations
@@ -62,12 +62,7 @@ def max_abs(tensors: list[torch.Tensor], *, small: bool = False) -> list[torch.T
     for i, t in enumerate(tensors):
         dtype = t.dtype
         if t.layout is strided and dtype.is_floating_point and 0 < t.numel() < _LARGE:
-            key = (t.device, dtype)
-            group = groups.get(key)
-            if group is None:
-                groups[key] = [i]
-            else:
-                group.append(i)
+            groups.setdefault((t.device, dtype), []).append(i)
         else:
             low, high = extrema(t)
             out[i] = high if low is high else torch.maximum(high, low.neg())
@@ -156,15 +151,15 @@ class GradRecorder:
         self.measure = measure
         self.stop_on_nonfinite = stop_on_nonfinite
         self.step = 0
-        # (step, parameter index, max |grad| as a 0-d tensor or a (min, max) pair of them
-        # (see measure_max_abs), or None when not measured), in the order backward
-        # accumulated them
+        # (step, parameter index, max |grad| as a float (_cpu_hook) or a 0-d tensor, or
+        # None when not measured), in the order backward accumulated them
         self.events: list[tuple[int, int, Any]] = []
         self.assigned: set[tuple[int, int]] = set()
         self._fired: set[int] = set()  # hooks that fired this step
         self._ever: set[int] = set()  # got a gradient, when not measured
         self._pending: list[int] = []  # accumulated in the running backward, not measured
         self._queued = False
+        self._bad: tuple[int, float] | None = None  # non-finite, to raise at backward's end
         self._numbers: list[float] | None = None
         self._hooks = HookSet()
         self._small: list[bool] = []
@@ -185,11 +180,8 @@ class GradRecorder:
 
     def __enter__(self) -> GradRecorder:
         index = {id(p): i for i, p in enumerate(self.params)}
-        hook = self._make_hook(index)
-        add = self._hooks.add
         try:
-            for param in self.params:
-                add(param, hook)
+            self._hooks.add_all(self.params, self._make_hook(index))
         except BaseException:
             self._hooks.remove()
             raise
@@ -215,6 +207,9 @@ class GradRecorder:
 
             return note
 
+        if self._cpu_small:
+            return self._cpu_hook(index)
+
         def hook(param: torch.Tensor) -> None:
             i = index[id(param)]
             fired.add(i)
@@ -225,6 +220,44 @@ class GradRecorder:
 
         return hook
 
+    def _cpu_hook(self, index: dict[int, int]) -> Callable[[torch.Tensor], None]:
+        """Small dense CPU gradients, measured in the hook as floats (an aminmax, and host
+        reads that cost nothing on the CPU): an engine callback is queued only to stop the
+        step at the end of a backward that made a non-finite one."""
+        fired = self._fired
+        events = self.events
+        stop = self.stop_on_nonfinite
+        raise_bad = self._raise_bad
+
+        def hook(param: torch.Tensor) -> None:
+            i = index[id(param)]
+            fired.add(i)
+            grad = param.grad
+            if grad is None:
+                return
+            if grad.requires_grad:  # a backward with create_graph=True
+                grad = grad.detach()
+            try:
+                low, high = _aminmax(grad)
+            except RuntimeError:  # a gradient of another kind than its parameter (sparse)
+                with torch.no_grad():
+                    value = max_abs([grad])[0]
+                number = float(value)
+            else:
+                lo, hi = float(low), float(high)
+                number = math.nan if lo != lo or hi != hi else (hi if hi >= -lo else -lo)
+            events.append((self.step, i, number))
+            if stop and self._bad is None and not math.isfinite(number):
+                self._bad = (i, number)
+                _queue_callback(raise_bad)
+
+        return hook
+
+    def _raise_bad(self) -> None:
+        bad, self._bad = self._bad, None
+        if bad is not None:
+            raise NonFiniteGradient(*bad)
+
     def _flush(self) -> None:
         """Measure what the backward that just ended accumulated (an engine callback)."""
         self._queued = False
@@ -234,25 +267,16 @@ class GradRecorder:
         self._pending.clear()
         if not indices:
             return
-        params = self.params
+        params, small = self.params, self._small
         grads: list[torch.Tensor] = [params[i].grad for i in indices]  # type: ignore[misc]
-        if torch.is_grad_enabled():  # a backward with create_graph=True
-            with torch.no_grad():
-                values = self._measure(grads, indices)
-        else:
-            values = self._measure(grads, indices)
+        with torch.no_grad():  # a backward with create_graph=True; the CPU's is _cpu_hook
+            values = max_abs(grads, small=all(small[i] for i in indices))
         step = self.step
         self.events += [(step, i, v) for i, v in zip(indices, values, strict=True)]
         if self.stop_on_nonfinite:
             for i, number in zip(indices, as_numbers(values), strict=True):
                 if not math.isfinite(number):
                     raise NonFiniteGradient(i, number)
-
-    def _measure(self, grads: list[torch.Tensor], indices: list[int]) -> list[Any]:
-        if self._cpu_small:
-            return measure_max_abs(grads, cpu_small=True)
-        small = self._small
-        return max_abs(grads, small=all(small[i] for i in indices))
 
     # ------------------------------------------------------------------ steps
 
@@ -265,6 +289,7 @@ class GradRecorder:
     def end_step(self) -> None:
         if self._pending:  # a backward that raised, or ran outside the engine's callbacks
             self._flush()
+        self._raise_bad()
         self._queued = False
         fired = self._fired
         if len(fired) == len(self.params):
@@ -287,7 +312,14 @@ class GradRecorder:
     def numbers(self) -> list[float]:
         """max |grad| of each measured event, in the order of ``events``."""
         if self._numbers is None:
-            self._numbers = as_numbers([v for _, _, v in self.events if v is not None])
+            values = [v for _, _, v in self.events if v is not None]
+            # floats: measured in the hooks (_cpu_hook); others are read here, in one pass
+            measured = [v for v in values if type(v) is not float]
+            if not measured:
+                self._numbers = values
+            else:
+                it = iter(as_numbers(measured))
+                self._numbers = [v if type(v) is float else next(it) for v in values]
         return self._numbers
 
     def table(self, steps: int) -> list[list[float | None]]:
@@ -338,6 +370,19 @@ class HookSet:
         else:  # subclasses: their way; a non-leaf: its error message
             self._handles.append(param.register_post_accumulate_grad_hook(hook))
 
+    def add_all(self, params: Sequence[torch.Tensor], hook: Callable[[torch.Tensor], None]) -> None:
+        """:meth:`add` each, in one call, with one key: each parameter has its own dict."""
+        key, entries, plain = object(), self._entries, (torch.nn.Parameter, torch.Tensor)
+        for param in params:
+            if type(param) in plain and param.requires_grad and param.grad_fn is None:
+                hooks = param._post_accumulate_grad_hooks
+                if hooks is None:
+                    hooks = param._post_accumulate_grad_hooks = OrderedDict()
+                hooks[key] = hook
+                entries.append((hooks, key))
+            else:
+                self.add(param, hook)
+
     def remove(self) -> None:
         for hooks, key in self._entries:
             hooks.pop(key, None)
@@ -347,11 +392,7 @@ class HookSet:
         self._handles.clear()
 
 
-def _none() -> None:
-    return None
-
-
-_NONE = _none
+_NONE = type(None)  # called, gives None: what a dead weak reference gives
 
 
 def _greater(a: float, b: float) -> bool:

@@ -22,6 +22,7 @@ try:  # the C functions under `signal`: its wrappers convert handlers to enums, 
 except ImportError:  # pragma: no cover - not CPython
     _set_handler = signal.signal
 
+_ITIMER = hasattr(signal, "setitimer")
 # The guard's own frames (this module's and guard.py's) are left out of the stacks.
 _GUARD_FILES = ("guard.py", "timeout.py")
 
@@ -51,16 +52,21 @@ class Deadline:
     def arm(self, timeout: float) -> None:
         # In the main thread a signal interrupts a blocking wait (a join, a lock, a pipe
         # read), which an exception set from another thread cannot. Not when someone else
-        # (pytest-timeout) has an alarm running: then the watchdog thread does it.
-        if (
-            threading.current_thread() is threading.main_thread()
-            and hasattr(signal, "setitimer")
-            and signal.getitimer(signal.ITIMER_REAL)[0] == 0
-        ):
-            previous = _set_handler(signal.SIGALRM, self._on_alarm)
-            old_timer = signal.setitimer(signal.ITIMER_REAL, timeout)
-            self._alarm = (previous, old_timer)
-            return
+        # (pytest-timeout) has an alarm running: then theirs is put back as it was, and
+        # the watchdog thread does it (told by what setitimer replaced: one system call
+        # fewer than asking getitimer first).
+        if _ITIMER:
+            try:
+                previous = _set_handler(signal.SIGALRM, self._on_alarm)
+            except ValueError:  # not the main thread (whose signal handlers are)
+                pass
+            else:
+                replaced = signal.setitimer(signal.ITIMER_REAL, timeout)
+                if replaced[0] == 0:
+                    self._alarm = (previous, replaced)
+                    return
+                signal.setitimer(signal.ITIMER_REAL, *replaced)
+                _set_handler(signal.SIGALRM, previous)
         self._watchdog = threading.Timer(timeout, self._on_watchdog)
         self._watchdog.daemon = True
         self._watchdog.name = "trainlint-timeout"

@@ -155,8 +155,11 @@ class _Tracker:
         indices = sorted(set(indices))
         if not indices:
             return
-        grads = [g for g in (self.params[i].grad for i in indices) if g is not None]
-        seen = _total_norm(grads) if total is None else float(total)
+        if total is None:
+            grads = [g for g in (self.params[i].grad for i in indices) if g is not None]
+            seen = _total_norm(grads)
+        else:
+            seen = float(total)
         states = [self.last[i] for i in indices]
         after: str | None
         if "zero_grad" in states:
@@ -186,7 +189,7 @@ def _norm(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _stacked_norm(torch: Any, norms: list[torch.Tensor]) -> float:
-    if len({n.device for n in norms}) > 1:
+    if not all(n.is_cpu for n in norms) and len({n.device for n in norms}) > 1:
         norms = [n.cpu() for n in norms]
     return float(torch.linalg.vector_norm(torch.stack(norms)))
 
@@ -300,8 +303,7 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
     patch(torch.optim.Optimizer, "zero_grad", opt_zero_grad)
     patch(torch.nn.Module, "zero_grad", mod_zero_grad)
     try:
-        for p in params:  # one bound method for all
-            hooks.add(p, tracker.accumulated)
+        hooks.add_all(params, tracker.accumulated)  # one bound method for all
         for i in range(steps):
             tracker.step = i
             tracker.order = []
@@ -330,18 +332,13 @@ def _same_norm(
         return False
     if indices != sorted(set(indices)):  # read() sums in the tracker's order
         return False
-    device = None
+    float32, strided = torch.float32, torch.strided
     for p in items:
         g = p.grad
         if g is None:
             continue
-        if g.dtype is not torch.float32 or g.layout is not torch.strided:
-            return False
-        if device is None:
-            device = g.device
-            if device.type != "cpu":  # checked to the bit on the CPU only
-                return False
-        elif g.device != device:
+        # checked to the bit on the CPU only (is_cpu: no device object made per gradient)
+        if g.dtype is not float32 or g.layout is not strided or not g.is_cpu:
             return False
     return True
 
