@@ -4,11 +4,8 @@ and any child of this process, by pid (see :mod:`trainlint._runtime.guard`). No 
 
 from __future__ import annotations
 
-import errno
 import os
-import sys
 import threading
-from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -59,31 +56,7 @@ def untrack_processes(guard: Any) -> None:
         _RUNNING.remove(guard)
 
 
-def _libc_waitid() -> Callable[[], bool] | None:
-    """waitid() from the C library, called through ctypes: a Python ``os.waitid`` raises
-    ChildProcessError when there is no child, and that exception cost 2 of the probe's
-    7 us in a check. Linux only (its waitid takes the siginfo buffer given here)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        waitid = ctypes.CDLL(None, use_errno=True).waitid
-    except (ImportError, OSError, AttributeError):
-        return None
-    waitid.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_void_p, ctypes.c_int]
-    waitid.restype = ctypes.c_int
-    info = ctypes.create_string_buffer(256)  # a siginfo_t (128 bytes), written by none
-    args = (os.P_ALL, 0, ctypes.addressof(info), os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    get_errno, no_child = ctypes.get_errno, errno.ECHILD
-
-    def has_children(_buffer: Any = info) -> bool:  # the buffer lives as long as this
-        return waitid(*args) == 0 or get_errno() != no_child
-
-    return has_children
-
-
-def _has_children_os() -> bool:
+def _has_children() -> bool:
     """Whether this process has a child, by one system call that changes nothing (a zombie
     stays for its owner to reap): most have none, and reading /proc cost ~40 us a check."""
     waitid = getattr(os, "waitid", None)
@@ -96,9 +69,6 @@ def _has_children_os() -> bool:
     except OSError:
         return True
     return True
-
-
-_has_children = _libc_waitid() or _has_children_os
 
 
 def _child_pids() -> list[int]:
