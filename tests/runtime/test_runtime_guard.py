@@ -235,9 +235,13 @@ def test_an_alarm_someone_else_runs_is_left_running_and_the_timeout_still_fires(
 
 
 def test_processes_started_outside_a_check_are_no_later_check_s():
+    from multiprocessing.process import BaseProcess
+
     s = clean_setup()
     ctx = multiprocessing.get_context("fork")
-    assert_grads_nonzero(s.model, s.step)  # the process patches are in place
+    start = BaseProcess.start
+    assert_grads_nonzero(s.model, s.step)
+    assert BaseProcess.start is start  # a check leaves multiprocessing as it found it
     p = ctx.Process(target=_exit_with, args=(3,), name="not-the-step-s")
     p.start()
     p.join()

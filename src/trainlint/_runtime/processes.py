@@ -10,9 +10,9 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 # The guards running (in any thread): the multiprocessing processes started are theirs.
-# BaseProcess's start, terminate and kill are replaced by the first guard and stay so, each
-# calling the original and, while a guard runs, recording into it: putting them on and
-# taking them off for every check was ~5 us of a check on a small model.
+# BaseProcess's start, terminate and kill are replaced while a guard runs: the first guard
+# to start puts ours on, the last to end puts the originals back, and no check leaves
+# multiprocessing patched after it (leaving them on would save ~5 us a check).
 _RUNNING: list[Any] = []
 _RUNNING_LOCK = threading.Lock()
 _ORIGINAL: dict[str, Any] = {}
@@ -42,10 +42,11 @@ _REPLACEMENTS = {"start": _start, "terminate": _terminate, "kill": _kill}
 def track_processes(guard: Any) -> None:
     with _RUNNING_LOCK:
         for name, replacement in _REPLACEMENTS.items():
-            # once, or again where someone put the original back (one that wraps ours
-            # stays: ours under it still records)
+            # on the original (one that wraps ours, left on, stays: ours under it
+            # still records)
             current = getattr(BaseProcess, name)
-            if name not in _ORIGINAL or current is _ORIGINAL[name]:
+            if current is not replacement and (name not in _ORIGINAL
+                                               or current is _ORIGINAL[name]):
                 _ORIGINAL[name] = current
                 setattr(BaseProcess, name, replacement)
         _RUNNING.append(guard)
@@ -54,6 +55,10 @@ def track_processes(guard: Any) -> None:
 def untrack_processes(guard: Any) -> None:
     with _RUNNING_LOCK:
         _RUNNING.remove(guard)
+        if not _RUNNING:
+            for name, replacement in _REPLACEMENTS.items():
+                if getattr(BaseProcess, name) is replacement:  # (one wrapping ours stays)
+                    setattr(BaseProcess, name, _ORIGINAL[name])
 
 
 def _has_children() -> bool:
