@@ -37,7 +37,7 @@ def test_noqa_scan_matches_tokenize(text, monkeypatch):
     expected = tokenize_noqa_comments(Source(text))
     assert scan_noqa_comments(text) == expected
     # the comment-by-comment scan, which Python 3.10 runs (it has no possessive repeats)
-    monkeypatch.setattr(noqa, "_TO_DIRECTIVE", None)
+    monkeypatch.setattr(noqa, "_POSSESSIVE", False)
     assert scan_noqa_comments(text) == expected
 
 

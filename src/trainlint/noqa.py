@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import sys
@@ -73,8 +74,8 @@ def noqa_comments(source: Source) -> dict[int, list[str]]:
 def scan_noqa_comments(text: str) -> dict[int, list[str]]:
     """`tokenize_noqa_comments` at a fraction of the cost (tokenize is pure Python):
     lines counted as tokenize counts them (on "\\n"), comments cut where it cuts them."""
-    if _TO_DIRECTIVE is not None:
-        return _scan_to_directives(text, _TO_DIRECTIVE)
+    if _POSSESSIVE:
+        return _scan_to_directives(text, _to_directive())
     out: dict[int, list[str]] = {}
     line, counted = 1, 0
     for m in _COMMENT_OR_STRING.finditer(text):
@@ -96,17 +97,23 @@ def scan_noqa_comments(text: str) -> dict[int, list[str]]:
 # Possessive repeats (Python 3.11) never backtrack: each step takes the first alternative
 # that matches, as `finditer` over `_COMMENT_OR_STRING` does.
 _AT_NOQA = r"[^\S\r\n]*(?i:noqa)(?![\w-])"
-_TO_DIRECTIVE = re.compile(
-    "(?:" + "|".join((
-        r"""[^'"#]++""",
-        r"'''[^'\\]*+(?:(?:\\.|'(?!''))[^'\\]*+)*+'''",  # (unrolled: a run a step)
-        r'"""[^"\\]*+(?:(?:\\.|"(?!""))[^"\\]*+)*+"""',
-        r"'[^'\\\r\n]*+(?:\\.[^'\\\r\n]*+)*+'",
-        r'"[^"\\\r\n]*+(?:\\.[^"\\\r\n]*+)*+"',
-        rf"#(?!{_AT_NOQA})(?![^\r\n]*#{_AT_NOQA})[^\r\n]*+",  # a comment, no directive
-    )) + r")*+(#[^\r\n]*)?",
-    re.DOTALL,
-) if sys.version_info >= (3, 11) else None
+_POSSESSIVE = sys.version_info >= (3, 11)
+
+
+@functools.cache
+def _to_directive() -> re.Pattern[str]:
+    # compiled on first use: not every run reads a noqa comment (start-up, pre-commit)
+    return re.compile(
+        "(?:" + "|".join((
+            r"""[^'"#]++""",
+            r"'''[^'\\]*+(?:(?:\\.|'(?!''))[^'\\]*+)*+'''",  # (unrolled: a run a step)
+            r'"""[^"\\]*+(?:(?:\\.|"(?!""))[^"\\]*+)*+"""',
+            r"'[^'\\\r\n]*+(?:\\.[^'\\\r\n]*+)*+'",
+            r'"[^"\\\r\n]*+(?:\\.[^"\\\r\n]*+)*+"',
+            rf"#(?!{_AT_NOQA})(?![^\r\n]*#{_AT_NOQA})[^\r\n]*+",  # a comment, no directive
+        )) + r")*+(#[^\r\n]*)?",
+        re.DOTALL,
+    )
 
 
 def _scan_to_directives(text: str, to_directive: re.Pattern[str]) -> dict[int, list[str]]:

@@ -219,15 +219,17 @@ class FileModel:
                 if many:
                     for item in value:
                         if item is not None:
-                            parent[_id(item)] = node
+                            key = _id(item)
+                            parent[key] = node
                             if item.__class__ in leaves:
-                                scope_of[_id(item)] = scope
+                                scope_of[key] = scope
                             else:
                                 push((item, scope))
                 else:
-                    parent[_id(value)] = node
+                    key = _id(value)
+                    parent[key] = node
                     if value.__class__ in leaves:
-                        scope_of[_id(value)] = scope
+                        scope_of[key] = scope
                     else:
                         push((value, scope))
         # Source order makes every later query deterministic.
