@@ -40,8 +40,14 @@ def call_name(call: ast.Call) -> str | None:
     return None
 
 
+_NAME = ast.Name
+
+
 def dotted(node: ast.AST) -> str | None:
     """``self.opt.step`` -> "self.opt.step" for plain name/attribute chains, else None."""
+    # (asked of most names and attributes of a file, by many analyses: no list for a name)
+    if node.__class__ is _NAME:
+        return node.id  # type: ignore[attr-defined,no-any-return]
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
