@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from trainlint.analysis.escapes import params_of
 from trainlint.analysis.lr_assignments import counter_key
-from trainlint.analysis.model import FUNCTION_NODES, FileModel, call_name, dotted
+from trainlint.analysis.model import NESTED_SCOPES, FileModel, call_name, dotted
 from trainlint.analysis.steps import LOOP_NODES
 
 _ITERATION = re.compile(r"iter|step|batch|sample|token|update|len\(\)", re.IGNORECASE)
@@ -146,15 +146,12 @@ def _loop_targets(loop: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
 
 
-_NESTED = (*FUNCTION_NODES, ast.ClassDef)
-
-
 def _within(model: FileModel, node: ast.AST, outer: ast.AST) -> bool:
     """``node`` is under ``outer``, not inside a def, lambda or class nested there."""
     for anc in model.ancestors(node):
         if anc is outer:
             return True
-        if isinstance(anc, _NESTED):
+        if isinstance(anc, NESTED_SCOPES):
             return False
     return False
 

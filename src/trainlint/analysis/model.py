@@ -16,7 +16,12 @@ from collections.abc import Callable, Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from trainlint.analysis.imports import FUNCTION_NODES, NESTED_SCOPES, SCOPE_NODES, ImportTable
+from trainlint.analysis.imports import (  # (FUNCTION_NODES: the analyses import it from here)
+    FUNCTION_NODES,  # noqa: F401
+    NESTED_SCOPES,
+    SCOPE_NODES,
+    ImportTable,
+)
 from trainlint.source import Source
 
 if TYPE_CHECKING:
@@ -603,23 +608,6 @@ _CACHED = tuple(n for n, v in vars(FileModel).items() if isinstance(v, cached_pr
 _AST = ast.AST
 _LEAF_TYPES = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
 
-# Fields that never hold a child node, per node class (the `ast` grammar of 3.10-3.11:
-# identifiers, constants, flags, contexts, operators). A class not listed here (one a
-# newer Python adds) keeps all its fields, each value checked as `_children` does.
-_SCALAR_FIELDS: dict[str, tuple[str, ...]] = {
-    "Name": ("id", "ctx"), "Constant": ("value", "kind"), "Attribute": ("attr", "ctx"),
-    "FunctionDef": ("name", "type_comment"), "AsyncFunctionDef": ("name", "type_comment"),
-    "ClassDef": ("name",), "ImportFrom": ("module", "level"), "Global": ("names",),
-    "Nonlocal": ("names",), "ExceptHandler": ("name",), "arg": ("arg", "type_comment"),
-    "keyword": ("arg",), "alias": ("name", "asname"), "MatchMapping": ("rest",),
-    "MatchClass": ("kwd_attrs",), "MatchStar": ("name",), "MatchAs": ("name",),
-    "MatchSingleton": ("value",), "Assign": ("type_comment",), "For": ("type_comment",),
-    "AsyncFor": ("type_comment",), "With": ("type_comment",),
-    "AsyncWith": ("type_comment",), "AnnAssign": ("simple",), "comprehension": ("is_async",),
-    "FormattedValue": ("conversion",), "TypeIgnore": ("lineno", "tag"),
-    "Subscript": ("ctx",), "Starred": ("ctx",), "List": ("ctx",), "Tuple": ("ctx",),
-    "BinOp": ("op",), "AugAssign": ("op",), "BoolOp": ("op",), "UnaryOp": ("op",),
-}
 #: The types the grammar gives no child node of: a field of one never holds a child.
 _SCALAR_TYPES = frozenset({"identifier", "string", "int", "constant", "expr_context",
                            "operator", "boolop", "unaryop"})
@@ -637,7 +625,6 @@ _RPLANS: dict[type, Plan] = {}  # the same, last field first (walk_local)
 def _plan(cls: type) -> Plan:
     """``cls``'s plan, read from its grammar line (``Dict(expr* keys, expr* values)``, the
     class's docstring in every supported Python)."""
-    skip = _SCALAR_FIELDS.get(cls.__name__, ()) if cls.__module__ == "ast" else ()
     types: dict[str, str] = {}
     found = _GRAMMAR.match(cls.__doc__ or "") if cls.__module__ == "ast" else None
     if found is not None:
@@ -647,7 +634,7 @@ def _plan(cls: type) -> Plan:
     plan: list[tuple[str, bool | None]] = []
     for name in getattr(cls, "_fields", ()):
         kind = types.get(name)
-        if name in skip or kind is not None and kind.rstrip("*?") in _SCALAR_TYPES:
+        if kind is not None and kind.rstrip("*?") in _SCALAR_TYPES:
             continue
         plan.append((name, None if kind is None else kind.endswith("*")))
     _PLANS[cls] = tuple(plan)
@@ -680,7 +667,7 @@ _KIND: dict[type, int] = {
 # they are found instead of going through the stack.
 _LEAVES = frozenset({ast.Name, ast.Constant, ast.Pass, ast.Break, ast.Continue, ast.alias})
 # walk_local: the nodes it yields but does not enter
-_WALK_STOP = _LEAVES | {*FUNCTION_NODES, ast.ClassDef}
+_WALK_STOP = _LEAVES | {*NESTED_SCOPES}
 
 
 def _nodes_in(value: object) -> list[ast.AST]:

@@ -615,6 +615,9 @@ class ProjectIndex:
         # (root, module, function) -> param -> the project classes whose instances the
         # call sites pass there (canonical ``module.Class``), when they say nothing else
         self._instances: dict[tuple[str, str, str], dict[str, list[str]]] = {}
+        # (root, module) -> its functions called with facts (the keys of _params there): a
+        # view reads its own module's, without going through every module's
+        self._called: dict[tuple[str, str], set[str]] = {}
         self._effect_memo: dict[str, tuple[list[list[Any]], bool]] = {}
         # growing (see add): (root, module) -> the calls that module may resolve, not
         # resolved yet: [summary, callee, args, done]
@@ -622,9 +625,6 @@ class ProjectIndex:
         for s in self.modules.values():
             for callee, args in s["calls"]:
                 self._call_or_wait(s, callee, args)
-        # (root, module) -> its functions with parameter facts: a view reads its own
-        # module's, without going through every module's
-        self._filled: dict[tuple[str, str], list[str]] | None = None
 
     def add(self, summary: dict) -> None:
         """Take one more file's summary, after those it imports: its calls are resolved
@@ -641,7 +641,6 @@ class ProjectIndex:
         for entry in (self._pending or {}).pop(key, ()):
             if not entry[3]:
                 entry[3] = self._add_call(*entry[:3])
-        self._filled = None
         self._effect_memo.clear()
 
     def _call_or_wait(self, s: dict, callee: str, args: list[list[Any]]) -> None:
@@ -658,11 +657,8 @@ class ProjectIndex:
         return self.view(summary["root"], summary["module"])
 
     def _filled_of(self, root: str, module: str) -> list[str]:
-        if self._filled is None:
-            self._filled = {}
-            for r, m, fn_name in sorted({*self._params, *self._instances}):
-                self._filled.setdefault((r, m), []).append(fn_name)
-        return self._filled.get((root, module), [])
+        """The module's functions that call sites pass facts to, in name order."""
+        return sorted(self._called.get((root, module), ()))
 
     # -- resolution -------------------------------------------------------------------
     def resolve(self, root: str, qual: str, hops: int = 0) -> tuple[dict, str] | None:
@@ -711,6 +707,7 @@ class ProjectIndex:
         names = set(params) | set(fn.get("kwonly", ()))
         thread = skip == 1 and self.is_thread_class(mod["root"], mod, local)
         slot = self._params.setdefault((mod["root"], mod["module"], fn_name), {})
+        self._called.setdefault((mod["root"], mod["module"]), set()).add(fn_name)
         kwarg = fn.get("kwarg")
         for where, fact in args:
             name = params[where] if isinstance(where, int) and where < len(params) else where
