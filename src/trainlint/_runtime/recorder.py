@@ -76,43 +76,28 @@ def max_abs(tensors: list[torch.Tensor], *, small: bool = False) -> list[torch.T
     return out
 
 
-def measure_max_abs(tensors: list[torch.Tensor], *, cpu_small: bool) -> list[Any]:
-    """What max |t| of each tensor is read from later, without a host sync: a ``(min, max)``
-    pair of 0-d tensors (one ``aminmax`` each) where the caller knows every tensor is a
-    small dense CPU one, else a 0-d max |t| from :func:`max_abs`. On the CPU, where foreach
-    ops loop over the tensors anyway, one aminmax per tensor measured 0.6x the foreach
-    abs + max of a 6-tensor MLP's gradients, and 0.5-0.8x with 42 tensors; elsewhere the
-    foreach kernels are fused, one launch per group."""
-    if cpu_small:
-        try:
-            return [_aminmax(t) for t in tensors]
-        except RuntimeError:  # a gradient of another kind than its parameter (sparse)
-            pass
-    return max_abs(tensors, small=False)
+def cpu_max_abs(t: torch.Tensor) -> float:
+    """max |t| as a Python float from one ``aminmax``, to the bit what :func:`max_abs` gives
+    (NaN wins; max |-0.0| is 0.0): for a small dense CPU tensor, where foreach ops loop over
+    the tensors anyway (one aminmax each measured 0.6x the foreach abs + max of a 6-tensor
+    MLP's gradients). A tensor aminmax does not take (sparse) goes through max_abs."""
+    try:
+        low, high = _aminmax(t)
+    except RuntimeError:  # a gradient of another kind than its parameter (sparse)
+        with torch.no_grad():
+            return float(max_abs([t])[0])
+    lo, hi = abs(float(low)), abs(float(high))
+    return math.nan if lo != lo or hi != hi else max(hi, lo)
 
 
-def as_numbers(values: Sequence[Any]) -> list[float]:
-    """Python floats, max |t|, from what :func:`measure_max_abs` returned (NaN wins)."""
-    flat: list[torch.Tensor] = []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            flat.append(v)
-        else:
-            flat += v
-    floats = to_floats(flat)
-    if len(floats) == len(values):
-        return floats
-    out: list[float] = []
-    k = 0
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            out.append(floats[k])
-            k += 1
-        else:
-            low, high = abs(floats[k]), abs(floats[k + 1])
-            k += 2
-            out.append(math.nan if low != low or high != high else max(high, low))
-    return out
+def as_numbers(values: Sequence[float | torch.Tensor]) -> list[float]:
+    """Python floats from max |t| values, each a float already (:func:`cpu_max_abs`) or a
+    0-d tensor (:func:`max_abs`): the tensors read in one pass, the order kept."""
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if not tensors:
+        return list(values)  # type: ignore[arg-type]
+    read = iter(to_floats(tensors))
+    return [next(read) if isinstance(v, torch.Tensor) else v for v in values]
 
 
 def to_floats(values: Sequence[torch.Tensor]) -> list[float]:
@@ -237,15 +222,7 @@ class GradRecorder:
                 return
             if grad.requires_grad:  # a backward with create_graph=True
                 grad = grad.detach()
-            try:
-                low, high = _aminmax(grad)
-            except RuntimeError:  # a gradient of another kind than its parameter (sparse)
-                with torch.no_grad():
-                    value = max_abs([grad])[0]
-                number = float(value)
-            else:
-                lo, hi = float(low), float(high)
-                number = math.nan if lo != lo or hi != hi else (hi if hi >= -lo else -lo)
+            number = cpu_max_abs(grad)
             events.append((self.step, i, number))
             if stop and self._bad is None and not math.isfinite(number):
                 self._bad = (i, number)
@@ -312,14 +289,8 @@ class GradRecorder:
     def numbers(self) -> list[float]:
         """max |grad| of each measured event, in the order of ``events``."""
         if self._numbers is None:
-            values = [v for _, _, v in self.events if v is not None]
-            # floats: measured in the hooks (_cpu_hook); others are read here, in one pass
-            measured = [v for v in values if type(v) is not float]
-            if not measured:
-                self._numbers = values
-            else:
-                it = iter(as_numbers(measured))
-                self._numbers = [v if type(v) is float else next(it) for v in values]
+            # floats measured in the hooks (_cpu_hook), tensors read here in one pass
+            self._numbers = as_numbers([v for _, _, v in self.events if v is not None])
         return self._numbers
 
     def table(self, steps: int) -> list[list[float | None]]:
