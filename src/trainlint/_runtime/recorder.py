@@ -150,11 +150,8 @@ class GradRecorder:
         self._small: list[bool] = []
         cpu = True
         if measure:  # small_dense and is_cpu of each parameter, in one pass
-            strided = torch.strided
             for p in self.params:
-                self._small.append(
-                    p.layout is strided and p.dtype.is_floating_point and 0 < p.numel() < _LARGE
-                )
+                self._small.append(small_dense(p))
                 cpu = cpu and p.is_cpu
         self._cpu_small = measure and cpu and all(self._small)
         # weak: holding last step's grads would keep them alive while the step allocates
@@ -326,20 +323,7 @@ class HookSet:
         self._handles: list[Any] = []
 
     def add(self, param: torch.Tensor, hook: Callable[[torch.Tensor], None]) -> None:
-        kind = type(param)
-        if (
-            (kind is torch.nn.Parameter or kind is torch.Tensor)
-            and param.requires_grad
-            and param.grad_fn is None
-        ):
-            hooks = param._post_accumulate_grad_hooks
-            if hooks is None:
-                hooks = param._post_accumulate_grad_hooks = OrderedDict()  # C++ hooks it
-            key = object()
-            hooks[key] = hook
-            self._entries.append((hooks, key))
-        else:  # subclasses: their way; a non-leaf: its error message
-            self._handles.append(param.register_post_accumulate_grad_hook(hook))
+        self.add_all((param,), hook)
 
     def add_all(self, params: Sequence[torch.Tensor], hook: Callable[[torch.Tensor], None]) -> None:
         """:meth:`add` each, in one call, with one key: each parameter has its own dict."""
@@ -348,11 +332,11 @@ class HookSet:
             if type(param) in plain and param.requires_grad and param.grad_fn is None:
                 hooks = param._post_accumulate_grad_hooks
                 if hooks is None:
-                    hooks = param._post_accumulate_grad_hooks = OrderedDict()
+                    hooks = param._post_accumulate_grad_hooks = OrderedDict()  # C++ hooks it
                 hooks[key] = hook
                 entries.append((hooks, key))
-            else:
-                self.add(param, hook)
+            else:  # subclasses: their way; a non-leaf: its error message
+                self._handles.append(param.register_post_accumulate_grad_hook(hook))
 
     def remove(self) -> None:
         for hooks, key in self._entries:

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from trainlint._runtime.recorder import max_abs, small_dense, to_floats
 from trainlint._runtime.steps import extrema, max_abs_values
 
 _FOREACH_MAX = hasattr(torch, "_foreach_max")  # torch >= 2.4
@@ -33,15 +34,13 @@ class Snapshot:
         self.params = list(params)
         self._mapped: Any = None
         # in one pass: the bytes to copy, and whether all are dense floating tensors, and
-        # small ones (recorder.small_dense: the foreach path is the whole of changes())
-        strided, large = torch.strided, 1 << 16  # recorder._LARGE
+        # small ones (small_dense implies dense: the foreach path is the whole of changes())
+        strided = torch.strided
         total, self._dense, self._small = 0, True, True
         for p in self.params:
-            n = p.numel()
-            total += (n * p.element_size() + 63) // 64 * 64
-            dense = p.layout is strided and p.dtype.is_floating_point
-            self._dense = self._dense and dense
-            self._small = self._small and dense and 0 < n < large
+            total += (p.numel() * p.element_size() + 63) // 64 * 64
+            self._dense = self._dense and p.layout is strided and p.dtype.is_floating_point
+            self._small = self._small and small_dense(p)
         with torch.no_grad():
             self.before = (total >= _OFF_HEAP and self._copy_off_heap()) or [
                 p.clone() for p in self.params
@@ -83,8 +82,6 @@ class Snapshot:
 
     def changes(self) -> list[float]:
         """max |now - then| per parameter (NaN when a value became NaN); uses the copy up."""
-        from trainlint._runtime.recorder import max_abs, to_floats
-
         before, self.before = self.before, []
         now = self.params
         with torch.no_grad():

@@ -243,25 +243,22 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
                     function = "clip_grad_norm_"
             else:
                 indices = [tracker.index[id(p)] for p in items if id(p) in tracker.index]
-            items_arg = items[0] if isinstance(first, torch.Tensor) else items
-            if function == "clip_grad_norm_" and name == function and _same_norm(
-                torch, items, indices, args, kwargs
-            ):
-                # the norm clip_grad_norm_ returns is the one the read saw, computed
-                # before it clips: no second foreach norm, stack and host read of our own
-                local.inside = True
-                try:
-                    total = original(items_arg, *args, **kwargs)
-                finally:
-                    local.inside = False
-                tracker.read(function, indices, total)
-                return total
-            tracker.read(function, indices)
+            # where it is ours to the bit, the norm clip_grad_norm_ returns is the one the
+            # read saw, computed before it clips: no second foreach norm, stack and host
+            # read of our own; otherwise the read is measured before the call clips
+            returned_norm = function == "clip_grad_norm_" and name == function and _same_norm(
+                torch, items, indices, args, kwargs)
+            if not returned_norm:
+                tracker.read(function, indices)
             local.inside = True
             try:
-                return original(items_arg, *args, **kwargs)
+                result = original(items[0] if isinstance(first, torch.Tensor) else items,
+                                  *args, **kwargs)
             finally:
                 local.inside = False
+            if returned_norm:
+                tracker.read(function, indices, result)
+            return result
 
         wrapper.__wrapped__ = original  # type: ignore[attr-defined]
         return wrapper
