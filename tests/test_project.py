@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 import trainlint.runner as runner
-from trainlint.analysis.project import ProjectIndex, absolute, digest, import_order, module_of
+from trainlint.analysis.project import (
+    ProjectIndex,
+    absolute,
+    digest,
+    import_deps,
+    import_order,
+    module_of,
+)
 from trainlint.cache import Cache
 from trainlint.config import Settings, select_rules
 from trainlint.rules import builtin_rules
@@ -535,6 +542,104 @@ def test_files_are_linted_after_the_files_they_import(tmp_path):
     (tmp_path / "b.py").write_text("import pkg.a\n")  # a cycle: cut where it closes
     (tmp_path / "c.py").write_text("x = 1\n")
     (tmp_path / "d.py").write_text("from pkg.c import x\n")
-    order = [files[k][1][1] for k in import_order(files, lambda p: p.read_bytes())]
+    order = [files[k][1][1] for k in import_order(import_deps(files, lambda p: p.read_bytes()))]
     # a's imports, each after its own (d after c); b, which imports a back, before a
     assert order == ["pkg.c", "d", "pkg.b", "pkg.a"]
+
+
+def _summaries(files: list[Path], cache: Cache) -> dict[str, dict]:
+    from trainlint.cache import content_hash
+
+    return {p.name: cache.get_summary(content_hash(p.read_bytes()), module_of(p))  # type: ignore[arg-type]
+            for p in files}
+
+
+def test_a_file_no_other_file_imports_is_summarised_lean(tmp_path):
+    """What only a caller in another file reads (a function's effects, returns, kept
+    parameters) is left out of the summary of a file no file of the run imports; its
+    parameters stay, for its own call sites."""
+    pkg = tmp_path / "chain"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engine.py").write_text(ENGINE)
+    (pkg / "util.py").write_text(UTIL_ZERO)
+    (pkg / "main.py").write_text(LOOP)
+    files = sorted(pkg.glob("*.py"))
+    cache = Cache(tmp_path / "cache", "test")
+    runner.run(files, ALL, Settings(), jobs=1, cache=cache)
+    summaries = _summaries(files, cache)
+    main = summaries["main.py"]
+    assert main["lean"] is True and main["functions"]["main"] == {"params": ["model", "loader"]}
+    engine = summaries["engine.py"]  # imported by main.py
+    assert "lean" not in engine and "effects" in engine["functions"]["train_step"]
+    assert "lean" not in summaries["__init__.py"]  # a package: imported by its modules
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.parametrize(("fixture", "expected"), [
+    ("xfile_zero_grad_neg", []), ("xfile_zero_grad_pos", [("train.py", 13, "TL103")])])
+def test_an_import_the_byte_scan_misses_costs_a_second_lint_not_a_finding(
+        tmp_path, monkeypatch, jobs, fixture, expected):
+    """`from . import (hooks,)` over two lines names hooks.py where the import scan reads
+    one line: hooks.py is summarised lean, train.py's view asks for the effects of
+    `hooks.after_step`, and hooks.py is linted again in full before any view is given
+    out. The findings are those of the one-line spelling: TL103 when `after_step` does not
+    zero the gradients, none when it does (without its effects, a false alarm)."""
+    import shutil
+
+    def findings(import_lines: str) -> tuple[list, list[str]]:
+        pkg = tmp_path / f"p{len(import_lines)}"
+        shutil.copytree(FIXTURES / fixture, pkg)
+        train = (pkg / "train.py").read_text()
+        (pkg / "train.py").write_text(
+            train.replace("from .hooks import after_step\n", import_lines)
+            .replace(" after_step(", " hooks.after_step("))
+        linted: list[str] = []
+        real = runner._work
+
+        def counting(item):
+            linted.append(item[0].name)
+            return real(item)
+
+        if jobs == 1:  # (the pool's workers count in their own process)
+            monkeypatch.setattr(runner, "_work", counting)
+        result = runner.run(sorted(pkg.glob("*.py")), ALL, Settings(), jobs=jobs)
+        monkeypatch.setattr(runner, "_work", real)
+        return [(Path(f.path).name, f.line, f.code) for f in result.findings], linted
+
+    one_line, _ = findings("from . import hooks\n")
+    two_lines, linted = findings("from . import (\n    hooks,\n)\n")
+    assert one_line == expected
+    assert [(n, line + 2, c) for n, line, c in one_line] == two_lines
+    if jobs == 1:
+        assert linted.count("hooks.py") == 2
+
+
+def test_a_read_of_what_a_lean_summary_left_out_is_noted():
+    lean = {"root": "/r", "module": "pkg.helpers", "pkg": False, "imports": {}, "stars": [],
+            "exported": {}, "defs": ["make"], "classes": {}, "calls": [], "lean": True,
+            "functions": {"make": {"params": ["opt"]}}}
+    caller = {"root": "/r", "module": "pkg.main", "pkg": False, "stars": [], "exported": {},
+              "imports": {"make": [".helpers.make", "pkg.helpers.make"]}, "defs": [],
+              "classes": {}, "calls": [], "functions": {}}
+    index = ProjectIndex([lean, caller])
+    index.view("/r", "pkg.helpers")  # its own view reads nothing it left out
+    assert index.lean_read == set()
+    index.view("/r", "pkg.main")  # `make`'s returns, for main's reference to it
+    assert index.lean_read == {("/r", "pkg.helpers")}
+
+
+def test_a_lean_summary_from_the_cache_is_not_served_once_a_file_imports_it(tmp_path):
+    """hooks.py, cached lean while no file of the run imported it, is summarised in full
+    in the run that adds train.py, which imports it: no TL103 for the zero_grad in it."""
+    import shutil
+
+    pkg = tmp_path / "p"
+    shutil.copytree(FIXTURES / "xfile_zero_grad_neg", pkg)
+    cache = Cache(tmp_path / "cache", "test")
+    alone = [pkg / "__init__.py", pkg / "hooks.py"]
+    runner.run(alone, ALL, Settings(), jobs=1, cache=cache)
+    assert _summaries(alone, cache)["hooks.py"]["lean"] is True
+    files = sorted(pkg.glob("*.py"))
+    assert runner.run(files, ALL, Settings(), jobs=1, cache=cache).findings == []
+    assert "effects" in _summaries(files, cache)["hooks.py"]["functions"]["after_step"]

@@ -138,17 +138,19 @@ class Linter:
     def lint_bytes(
         self, data: bytes, path: str, *, ignored: Iterable[str] = (), text: str | None = None,
         view: dict[str, Any] | None = None, module: tuple[str, str, bool] | None = None,
+        lean: bool = False,
     ) -> FileResult:
         """Lint one file's bytes. ``ignored``: selectors off for this file (per-file-ignores).
 
         ``text`` may carry an already-decoded module (notebooks); then ``data`` is only
         used for the trigger pre-filter. ``view``: what the project index knows for this
         file. ``module``: (root, name, is package) when the run wants the file's project
-        summary back (``result.summary``), taken from the same parse.
+        summary back (``result.summary``), taken from the same parse; ``lean``: a summary
+        without what only other files read (no other file is known to import it).
         """
         result = FileResult(path)
         try:
-            return self._lint_bytes(result, data, path, ignored, text, view, module)
+            return self._lint_bytes(result, data, path, ignored, text, view, module, lean)
         finally:
             if module is not None and result.summary is None:
                 result.summary = _bare_summary(module)
@@ -156,6 +158,7 @@ class Linter:
     def _lint_bytes(
         self, result: FileResult, data: bytes, path: str, ignored: Iterable[str],
         text: str | None, view: dict[str, Any] | None, module: tuple[str, str, bool] | None,
+        lean: bool = False,
     ) -> FileResult:
         ignored = tuple(ignored)
 
@@ -198,11 +201,11 @@ class Linter:
         elif file_noqa:
             active = _without(active, file_noqa)
         facts = module is not None and any(found.has(i) for i in self._summary_words)
-        summarize = facts or module is not None and any(
-            found.has(i) for i in self._effect_words)
+        summarize = facts or module is not None and not lean and any(
+            found.has(i) for i in self._effect_words)  # (a lean summary has no effects)
         if not active and not check_noqa and not summarize:
             if module is not None:
-                result.summary = project_summary(None, tree, module)
+                result.summary = project_summary(None, tree, module, lean=lean)
             return result
         source = Source(text)
         try:
@@ -218,7 +221,7 @@ class Linter:
                 # other files' views and must not depend on this file's own view.
                 try:
                     result.summary = project_summary(model if summarize else None, tree, module,
-                                                     facts)
+                                                     facts, lean)
                 except Exception as exc:  # pragma: no cover - a bug in the summary
                     result.errors.append(InternalError(path, "project summary", _describe(exc)))
                 own = (self.speculate(result.summary) if result.summary and not skip_file

@@ -22,8 +22,13 @@ import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from trainlint.findings import Edit, Finding, Fix
+
+if TYPE_CHECKING:
+    from trainlint.engine import FileResult, Linter
+    from trainlint.runner import FixMode
 
 
 def intent_edits(fix: Fix, text: str | None) -> list[Edit]:
@@ -175,3 +180,29 @@ def unified_diff(path: str, before: str, after: str) -> str:
             fromfile=f"a/{path}", tofile=f"b/{path}",
         )
     )
+
+
+def fix_python(linter: Linter, data: bytes, shown: str, ignored: set[str], path: Path,
+               fix: FixMode, view: dict[str, Any] | None = None) -> FileResult:
+    """``--fix``/``--diff`` of one Python file whose lint found fixes: the file fixed,
+    linted again after each round, written atomically or shown as a diff."""
+    from trainlint.source import decode
+
+    text, encoding = decode(data)
+    last: list[FileResult] = []
+
+    def lint(t: str) -> list[Finding]:
+        r = linter.lint_bytes(t.encode("utf-8"), shown, ignored=ignored, text=t, view=view)
+        last.append(r)
+        return r.findings
+
+    new_text, applied, remaining = fix_text(text, lint, fix.unsafe)
+    result = last[-1]
+    result.findings = remaining
+    result.fixed = applied
+    if new_text != text:
+        if fix.diff:
+            result.diff = unified_diff(shown, text, new_text)
+        if fix.write:
+            write_atomic(path, encode_like(new_text, data, encoding))
+    return result

@@ -13,6 +13,7 @@ from typing import Any
 from trainlint.analysis.project import (
     ProjectIndex,
     digest,
+    import_deps,
     import_order,
     module_of,
     own_view,
@@ -77,9 +78,11 @@ class FixMode:
 def lint_file(
     linter: Linter, settings: Settings, path: Path, fix: FixMode | None = None,
     view: dict[str, Any] | None = None, module: tuple[str, str, bool] | None = None,
+    lean: bool = False,
 ) -> FileResult:
     """Lint one file. ``view``: what the project index knows for it; ``module``: its
-    (root, name, is package) when the run wants its project summary back."""
+    (root, name, is package) when the run wants its project summary back; ``lean``: the
+    summary may leave out what only the files importing it read."""
     shown = display_path(path)
     ignored = per_file_ignored(settings, path)
     data = read_file(path)
@@ -96,34 +99,12 @@ def lint_file(
         if fix is not None and fix.active:
             return fix_notebook(linter, data, shown, ignored, path, fix)
         return lint_notebook(linter, data, shown, ignored)
-    result = linter.lint_bytes(data, shown, ignored=ignored, view=view, module=module)
+    result = linter.lint_bytes(data, shown, ignored=ignored, view=view, module=module,
+                               lean=lean)
     if fix is not None and fix.active and _fixable(result, fix):
-        result = _fix_python(linter, data, shown, ignored, path, fix, view)
-    return result
+        from trainlint.fix import fix_python
 
-
-def _fix_python(linter: Linter, data: bytes, shown: str, ignored: set[str], path: Path,
-                fix: FixMode, view: dict[str, Any] | None = None) -> FileResult:
-    from trainlint.fix import encode_like, fix_text, unified_diff, write_atomic
-    from trainlint.source import decode
-
-    text, encoding = decode(data)
-    last: list[FileResult] = []
-
-    def lint(t: str) -> list[Finding]:
-        r = linter.lint_bytes(t.encode("utf-8"), shown, ignored=ignored, text=t, view=view)
-        last.append(r)
-        return r.findings
-
-    new_text, applied, remaining = fix_text(text, lint, fix.unsafe)
-    result = last[-1]
-    result.findings = remaining
-    result.fixed = applied
-    if new_text != text:
-        if fix.diff:
-            result.diff = unified_diff(shown, text, new_text)
-        if fix.write:
-            write_atomic(path, encode_like(new_text, data, encoding))
+        result = fix_python(linter, data, shown, ignored, path, fix, view)
     return result
 
 
@@ -147,20 +128,21 @@ _FULLER_EVERY = 16
 _files_since_fuller = 0
 
 
-#: One file's work: its path, its project view, and its module when its summary is wanted.
-WorkItem = tuple[Path, "dict[str, Any] | None", "tuple[str, str, bool] | None"]
+#: One file's work: its path, its project view, its module when its summary is wanted, and
+#: whether that summary may be lean (no other file of the run imports it).
+WorkItem = tuple[Path, "dict[str, Any] | None", "tuple[str, str, bool] | None", bool]
 
 
 def _work(item: Path | WorkItem) -> FileResult:
     global _files_since_fuller
     assert _WORKER is not None
     linter, settings, fix = _WORKER
-    path, view, module = (item, None, None) if isinstance(item, Path) else item
+    path, view, module, lean = (item, None, None, False) if isinstance(item, Path) else item
     if not gc.isenabled():  # the caller manages collection; leave it alone
-        return _lint_one(linter, settings, path, fix, view, module)
+        return _lint_one(linter, settings, path, fix, view, module, lean)
     try:
         with _collector_paused():
-            return _lint_one(linter, settings, path, fix, view, module)
+            return _lint_one(linter, settings, path, fix, view, module, lean)
     finally:
         _files_since_fuller += 1
         if _files_since_fuller >= _FULLER_EVERY:
@@ -186,9 +168,9 @@ def _collector_paused() -> Iterator[None]:
 
 def _lint_one(linter: Linter, settings: Settings, path: Path, fix: FixMode | None,
               view: dict[str, Any] | None = None,
-              module: tuple[str, str, bool] | None = None) -> FileResult:
+              module: tuple[str, str, bool] | None = None, lean: bool = False) -> FileResult:
     try:
-        return lint_file(linter, settings, path, fix, view, module)
+        return lint_file(linter, settings, path, fix, view, module, lean)
     except Exception as exc:  # never lose the rest of the run to one file
         return FileResult(display_path(path), errors=[InternalError(display_path(path), "engine", repr(exc))])
 
@@ -224,13 +206,15 @@ def _lint_all(items: list[WorkItem], selection: RuleSelection, settings: Setting
     return _run_pool(items, selection, settings, timings, fix, jobs)
 
 
-def _lint_imported_first(items: list[WorkItem], known: list[dict[str, Any]],
-                         selection: RuleSelection, settings: Settings, timings: bool,
+def _lint_imported_first(items: list[WorkItem], deps: list[list[int]],
+                         known: list[dict[str, Any]], selection: RuleSelection,
+                         settings: Settings, timings: bool,
                          fix: FixMode | None) -> list[FileResult]:
-    """Phase 1 in this process: each file after the files it imports (an import cycle
-    cut where it closes), linted with the view the summaries so far give it (``known``:
-    those the cache had). What another file learns from a file linted after it (a
-    caller's arguments) is not known yet: such a file is linted again in phase 2."""
+    """Phase 1 in this process: each file after the files it imports (``deps``, by
+    position in ``items``; an import cycle cut where it closes), linted with the view the
+    summaries so far give it (``known``: those the cache had). What another file learns
+    from a file linted after it (a caller's arguments) is not known yet: such a file is
+    linted again in phase 2."""
     _init_worker(selection, settings, timings, fix)
     assert _WORKER is not None
     linter = _WORKER[0]
@@ -238,7 +222,7 @@ def _lint_imported_first(items: list[WorkItem], known: list[dict[str, Any]],
     linter.speculate = index.speculate
     out: list[FileResult | None] = [None] * len(items)
     try:
-        for k in import_order([(path, mod) for path, _, mod in items], read_file):
+        for k in import_order(deps):
             r = _work(items[k])
             if r.summary is not None:
                 index.add(r.summary)
@@ -246,6 +230,24 @@ def _lint_imported_first(items: list[WorkItem], known: list[dict[str, Any]],
     finally:
         linter.speculate = own_view  # (the index goes with this phase)
     return out  # type: ignore[return-value]
+
+
+def _phase_one(first: list[int], paths: Sequence[Path],
+               modules: list[tuple[str, str, bool] | None], deps: list[list[int]],
+               lean: set[int], summaries: dict[int, dict[str, Any]],
+               selection: RuleSelection, settings: Settings, timings: bool,
+               fix: FixMode | None, jobs: int) -> list[FileResult]:
+    """Lint and summarise the files at positions ``first`` without a view (lean where in
+    ``lean``): in this process each after the files it imports, else in the pool."""
+    if not first:
+        return []
+    items: list[WorkItem] = [(paths[i], None, modules[i], i in lean) for i in first]
+    if jobs > 1 and len(items) >= 4:
+        return _lint_all(items, selection, settings, timings, fix, jobs)
+    at = {i: k for k, i in enumerate(first)}
+    known = [s for i, s in summaries.items() if i not in at]
+    return _lint_imported_first(items, [[at[d] for d in deps[i] if d in at] for i in first],
+                                known, selection, settings, timings, fix)
 
 
 def _fixable(result: FileResult, fix: FixMode | None) -> bool:
@@ -290,18 +292,23 @@ def run(
                 found = cache.get_summary(hashes[i], mod)
                 if found is not None:
                     summaries[i] = found
+    # A summary carries what only the files importing its file read (returns, kept
+    # parameters, step effects: half its cost) only where some file of the run may
+    # import it, by the import lines of the bytes; a package is always imported.
+    deps = import_deps([(p, modules[i]) for i, p in enumerate(paths)], read_file)
+    imported = {d for k, found in enumerate(deps) for d in found if d != k}
+    lean = {i for i, mod in enumerate(modules)
+            if mod is not None and not mod[2] and i not in imported}
+    for i in [i for i, s in summaries.items() if s.get("lean") and i not in lean]:
+        del summaries[i]  # (cached when no file imported it)
     # phase 1: files not summarised yet (every file on a cold run), linted without a view;
     # a fix run fixes nothing yet: its fixes wait for the views (phase 2)
-    first = [i for i in range(n) if i not in summaries]
     fresh: dict[int, FileResult] = {}
-    if first:
-        items: list[WorkItem] = [(paths[i], None, modules[i]) for i in first]
-        if jobs <= 1 or len(items) < 4:
-            done = _lint_imported_first(items, list(summaries.values()), selection, settings,
-                                        timings, fix if checking else None)
-        else:
-            done = _lint_all(items, selection, settings, timings, fix if checking else None,
-                             jobs)
+    views: dict[int, dict[str, Any] | None] = {}
+    first = [i for i in range(n) if i not in summaries]
+    while True:
+        done = _phase_one(first, paths, modules, deps, lean, summaries, selection, settings,
+                          timings, fix if checking else None, jobs)
         for i, r in zip(first, done, strict=True):
             fresh[i] = r
             if r.summary is not None:
@@ -309,15 +316,23 @@ def run(
                 if use_cache and i in hashes and not r.errors:
                     cache.put_summary(hashes[i], modules[i], r.summary)  # type: ignore[union-attr,arg-type]
             r.summary = None  # the index has it; the result travels without it
-    views: dict[int, dict[str, Any] | None] = {}
-    with _collector_paused():  # the summaries are every file's: nothing here is garbage
-        index = ProjectIndex(list(summaries.values())) if summaries else None
-        if index is not None:
-            for i in range(n):
-                mod = modules[i]
-                if mod is not None:
-                    views[i] = index.view(mod[0], mod[1])
-        del index, summaries
+        with _collector_paused():  # the summaries are every file's: nothing here is garbage
+            index = ProjectIndex(list(summaries.values())) if summaries else None
+            if index is not None:
+                for i in range(n):
+                    mod = modules[i]
+                    if mod is not None:
+                        views[i] = index.view(mod[0], mod[1])
+            # A view asked a lean summary for what it left out (an import the byte scan
+            # missed, a file's own factory): those files are summarised in full, again.
+            read = index.lean_read if index is not None else set()
+            first = [i for i in sorted(lean) if (mod := modules[i]) is not None
+                     and (mod[0], mod[1]) in read and summaries.get(i, {}).get("lean")]
+            lean.difference_update(first)
+            del index
+        if not first:
+            break
+    del summaries
     results: dict[int, FileResult] = {}
     keys: dict[int, str] = {}
     second: list[int] = []
@@ -343,7 +358,7 @@ def run(
             second.append(i)
     fresh.clear()
     if second:
-        done = _lint_all([(paths[i], views.get(i), None) for i in second], selection,
+        done = _lint_all([(paths[i], views.get(i), None, False) for i in second], selection,
                          settings, timings, fix, jobs)
         for i, r in zip(second, done, strict=True):
             results[i] = r

@@ -142,13 +142,11 @@ def imported_modules(data: bytes, module: str, is_pkg: bool) -> set[str]:
     return out
 
 
-def import_order(files: list[tuple[Path, tuple[str, str, bool] | None]],
-                 read: Callable[[Path], bytes | str]) -> list[int]:
-    """The positions of ``files`` (path, module) with every file after the files of the
-    list it imports, depth first in the given order; an import cycle is cut where it
-    closes. ``read`` gives a file's bytes (a str: it cannot be read)."""
-    if len(files) < 2:
-        return list(range(len(files)))  # (one file: nothing to read ahead for)
+def import_deps(files: list[tuple[Path, tuple[str, str, bool] | None]],
+                read: Callable[[Path], bytes | str]) -> list[list[int]]:
+    """For each of ``files`` (path, module), the positions of the files of the list its
+    import lines may name (:func:`imported_modules`). ``read`` gives a file's bytes (a
+    str: it cannot be read)."""
     where: dict[tuple[str, str], int] = {}
     for k, (_, mod) in enumerate(files):
         if mod is not None:
@@ -156,7 +154,7 @@ def import_order(files: list[tuple[Path, tuple[str, str, bool] | None]],
     deps: list[list[int]] = []
     for path, mod in files:
         found: list[int] = []
-        if mod is not None and where:
+        if mod is not None and len(where) > 1:
             data = read(path)
             if not isinstance(data, str):
                 for name in sorted(imported_modules(data, mod[1], mod[2])):
@@ -164,9 +162,16 @@ def import_order(files: list[tuple[Path, tuple[str, str, bool] | None]],
                     if dep is not None:
                         found.append(dep)
         deps.append(found)
+    return deps
+
+
+def import_order(deps: list[list[int]]) -> list[int]:
+    """The positions of the files whose imports are ``deps`` (:func:`import_deps`) with
+    every file after the files it imports, depth first in the given order; an import
+    cycle is cut where it closes."""
     order: list[int] = []
-    state = [0] * len(files)  # 0 new, 1 on the stack, 2 placed
-    for start in range(len(files)):
+    state = [0] * len(deps)  # 0 new, 1 on the stack, 2 placed
+    for start in range(len(deps)):
         if state[start]:
             continue
         stack = [(start, iter(deps[start]))]
@@ -188,10 +193,12 @@ def import_order(files: list[tuple[Path, tuple[str, str, bool] | None]],
 
 
 def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, bool],
-              facts: bool = True) -> dict:
+              facts: bool = True, lean: bool = False) -> dict:
     """The summary of one file (``model`` None: only what the tree's top level says;
     ``facts`` False: the model is there for the step effects only, the file has none of
-    the words the role facts need)."""
+    the words the role facts need; ``lean``: no other file of the run is known to import
+    it, so its functions' returns, kept parameters and effects, which only a caller in
+    another file reads, are left out: see :attr:`ProjectIndex.lean_read`)."""
     root, module, is_pkg = info
     fm = model if facts else None
     imports: dict[str, list[str]] = {}
@@ -224,14 +231,14 @@ def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, b
     classes: dict[str, dict] = {}
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            functions[stmt.name] = _function(model, fm, stmt, module, is_pkg, stmt.name)
+            functions[stmt.name] = _function(model, fm, stmt, module, is_pkg, stmt.name, lean)
         elif isinstance(stmt, ast.ClassDef):
             cls: dict[str, Any] = {"bases": [b for b in (_base(model, x, module, is_pkg)
                                                          for x in stmt.bases) if b]}
             for item in stmt.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     functions[f"{stmt.name}.{item.name}"] = _function(
-                        model, fm, item, module, is_pkg, f"{stmt.name}.{item.name}")
+                        model, fm, item, module, is_pkg, f"{stmt.name}.{item.name}", lean)
                     if item.name == "forward" and fm is not None and _returns_softmax(
                         fm, item
                     ):
@@ -250,6 +257,8 @@ def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, b
     uses = _uses(model, imports, module) if model is not None else []
     if uses:
         out["uses"] = uses
+    if lean:
+        out["lean"] = True
     return out
 
 
@@ -380,7 +389,7 @@ def _base(model: FileModel | None, node: ast.expr, module: str, is_pkg: bool) ->
 
 def _function(model: FileModel | None, full: FileModel | None,
               fn: ast.FunctionDef | ast.AsyncFunctionDef, module: str, is_pkg: bool,
-              qualname: str) -> dict:
+              qualname: str, lean: bool = False) -> dict:
     a = fn.args
     out: dict[str, Any] = {"params": [x.arg for x in (*a.posonlyargs, *a.args)]}
     if a.kwonlyargs:
@@ -389,6 +398,8 @@ def _function(model: FileModel | None, full: FileModel | None,
         keys = _kwargs_keys(fn, a.kwarg.arg)
         if keys:  # `kwargs["scheduler"]` / `kwargs.get("scheduler")`: call sites say what
             out["kwarg"] = [a.kwarg.arg, keys]
+    if lean:  # (the parameters and **kwargs keys stay: the file's own calls fill them)
+        return out
     if full is not None:
         ret = _returned_fact(full, fn)
         if ret is not None:
@@ -619,6 +630,10 @@ class ProjectIndex:
         # view reads its own module's, without going through every module's
         self._called: dict[tuple[str, str], set[str]] = {}
         self._effect_memo: dict[str, tuple[list[list[Any]], bool]] = {}
+        #: the lean summaries (see ``summarize``) whose left-out facts were asked for:
+        #: the views given are not the whole project's until those files are summarised
+        #: in full (``runner.run`` lints them again)
+        self.lean_read: set[tuple[str, str]] = set()
         # growing (see add): (root, module) -> the calls that module may resolve, not
         # resolved yet: [summary, callee, args, done]
         self._pending: dict[tuple[str, str], list[list[Any]]] | None = {} if growing else None
@@ -725,6 +740,14 @@ class ProjectIndex:
                                                {}).setdefault(name, []).append(cls)
         return True
 
+    def _function_facts(self, mod: dict, name: str) -> dict | None:
+        """``mod``'s entry for the function ``name``, to read what a lean summary leaves
+        out (returns, kept parameters, effects): such a read is noted in ``lean_read``."""
+        fn = mod["functions"].get(name)
+        if fn is not None and mod.get("lean"):
+            self.lean_read.add((mod["root"], mod["module"]))
+        return fn
+
     def _settle(self, root: str, fact: Fact) -> Fact | None:
         """An ``instance`` fact becomes what its class is: a model (softmax or not), a
         thread; a call of a project factory, what the factory returns; anything else
@@ -739,7 +762,7 @@ class ProjectIndex:
         if cls is None:
             # a project factory's product passed straight on:
             # `Trainer(model, opt, make_scheduler(opt, epochs))`
-            fn = mod["functions"].get(local)
+            fn = self._function_facts(mod, local)
             ret = fn.get("returns") if fn is not None else None
             return ret if ret is not None and ret[0] != "instance" else None
         if cls.get("softmax"):
@@ -833,7 +856,7 @@ class ProjectIndex:
     def _class_fact(self, mod: dict, local: str) -> Fact | None:
         cls = mod["classes"].get(local)
         if cls is None:
-            fn = mod["functions"].get(local)
+            fn = self._function_facts(mod, local)
             return fn.get("returns") if fn is not None else None
         if cls.get("softmax"):
             return [Role.MODEL.value, local, None, True]
@@ -914,7 +937,8 @@ class ProjectIndex:
 
     def _add_entry(self, out: dict[str, dict], key: str, root: str, mod: dict,
                    name: str) -> None:
-        fn = mod["functions"][name]
+        fn = self._function_facts(mod, name)
+        assert fn is not None  # (the callers found it there)
         keeps = fn.get("keeps")
         if "effects" not in fn:
             paths: list[Any] = [[]]
@@ -987,7 +1011,7 @@ class ProjectIndex:
         if found is None or depth + 1 >= MAX_EFFECT_DEPTH:
             return [[]], True
         mod, local = found
-        fn = mod["functions"].get(local)
+        fn = self._function_facts(mod, local)
         if fn is None or "effects" not in fn or f"{mod['module']}.{local}" in stack:
             return [[]], True
         paths, precise = self._effects(root, mod, local, depth + 1, stack)
