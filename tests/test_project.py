@@ -11,7 +11,7 @@ from trainlint.analysis.project import (
     ProjectIndex,
     absolute,
     digest,
-    import_deps,
+    import_graph,
     import_order,
     module_of,
 )
@@ -542,7 +542,7 @@ def test_files_are_linted_after_the_files_they_import(tmp_path):
     (tmp_path / "b.py").write_text("import pkg.a\n")  # a cycle: cut where it closes
     (tmp_path / "c.py").write_text("x = 1\n")
     (tmp_path / "d.py").write_text("from pkg.c import x\n")
-    order = [files[k][1][1] for k in import_order(import_deps(files, lambda p: p.read_bytes()))]
+    order = [files[k][1][1] for k in import_order(list(map(list, import_graph(files, lambda p: p.read_bytes()))))]
     # a's imports, each after its own (d after c); b, which imports a back, before a
     assert order == ["pkg.c", "d", "pkg.b", "pkg.a"]
 
@@ -554,24 +554,31 @@ def _summaries(files: list[Path], cache: Cache) -> dict[str, dict]:
             for p in files}
 
 
-def test_a_file_no_other_file_imports_is_summarised_lean(tmp_path):
+def test_what_no_other_file_imports_is_summarised_lean(tmp_path):
     """What only a caller in another file reads (a function's effects, returns, kept
-    parameters) is left out of the summary of a file no file of the run imports; its
-    parameters stay, for its own call sites."""
+    parameters) is summarised for the functions and classes other files of the run
+    import by name, all of a module imported whole, and nothing of a file no file
+    imports; the parameters stay, for the file's own call sites."""
     pkg = tmp_path / "chain"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "engine.py").write_text(ENGINE)
+    (pkg / "engine.py").write_text(ENGINE + "\n\ndef eval_step(model, batch):\n"
+                                   "    model.eval()\n")
     (pkg / "util.py").write_text(UTIL_ZERO)
     (pkg / "main.py").write_text(LOOP)
+    (pkg / "other.py").write_text("from . import util\n")
     files = sorted(pkg.glob("*.py"))
     cache = Cache(tmp_path / "cache", "test")
     runner.run(files, ALL, Settings(), jobs=1, cache=cache)
     summaries = _summaries(files, cache)
-    main = summaries["main.py"]
-    assert main["lean"] is True and main["functions"]["main"] == {"params": ["model", "loader"]}
-    engine = summaries["engine.py"]  # imported by main.py
-    assert "lean" not in engine and "effects" in engine["functions"]["train_step"]
+    main = summaries["main.py"]  # imported by no file
+    assert main["lean"] == []
+    assert main["functions"]["main"] == {"params": ["model", "loader"], "lean": True}
+    engine = summaries["engine.py"]  # main.py imports train_step from it
+    assert engine["lean"] == ["train_step"]
+    assert "effects" in engine["functions"]["train_step"]
+    assert engine["functions"]["eval_step"] == {"params": ["model", "batch"], "lean": True}
+    assert "lean" not in summaries["util.py"]  # `from . import util`: all of it
     assert "lean" not in summaries["__init__.py"]  # a package: imported by its modules
 
 
@@ -579,46 +586,33 @@ def test_a_file_no_other_file_imports_is_summarised_lean(tmp_path):
 @pytest.mark.parametrize(("fixture", "expected"), [
     ("xfile_zero_grad_neg", []), ("xfile_zero_grad_pos", [("train.py", 13, "TL103")])])
 def test_an_import_the_byte_scan_misses_costs_a_second_lint_not_a_finding(
-        tmp_path, monkeypatch, jobs, fixture, expected):
-    """`from . import (hooks,)` over two lines names hooks.py where the import scan reads
-    one line: hooks.py is summarised lean, train.py's view asks for the effects of
-    `hooks.after_step`, and hooks.py is linted again in full before any view is given
-    out. The findings are those of the one-line spelling: TL103 when `after_step` does not
-    zero the gradients, none when it does (without its effects, a false alarm)."""
+        tmp_path, jobs, fixture, expected):
+    """`import torch; from . import hooks` names hooks.py after a semicolon, where the
+    import scan reads the first statement of a line: hooks.py is summarised lean,
+    train.py's view asks for the effects of `hooks.after_step`, and hooks.py is linted
+    again in full before any view is given out. The findings are those of the plain
+    spelling: TL103 when `after_step` does not zero the gradients, none when it does
+    (without its effects, a false alarm)."""
     import shutil
 
-    def findings(import_lines: str) -> tuple[list, list[str]]:
+    def findings(import_lines: str) -> list:
         pkg = tmp_path / f"p{len(import_lines)}"
         shutil.copytree(FIXTURES / fixture, pkg)
         train = (pkg / "train.py").read_text()
         (pkg / "train.py").write_text(
             train.replace("from .hooks import after_step\n", import_lines)
             .replace(" after_step(", " hooks.after_step("))
-        linted: list[str] = []
-        real = runner._work
-
-        def counting(item):
-            linted.append(item[0].name)
-            return real(item)
-
-        if jobs == 1:  # (the pool's workers count in their own process)
-            monkeypatch.setattr(runner, "_work", counting)
         result = runner.run(sorted(pkg.glob("*.py")), ALL, Settings(), jobs=jobs)
-        monkeypatch.setattr(runner, "_work", real)
-        return [(Path(f.path).name, f.line, f.code) for f in result.findings], linted
+        return [(Path(f.path).name, f.line, f.code) for f in result.findings]
 
-    one_line, _ = findings("from . import hooks\n")
-    two_lines, linted = findings("from . import (\n    hooks,\n)\n")
-    assert one_line == expected
-    assert [(n, line + 2, c) for n, line, c in one_line] == two_lines
-    if jobs == 1:
-        assert linted.count("hooks.py") == 2
+    assert findings("from . import hooks\n") == expected
+    assert findings("import torch; from . import hooks\n") == expected
 
 
 def test_a_read_of_what_a_lean_summary_left_out_is_noted():
     lean = {"root": "/r", "module": "pkg.helpers", "pkg": False, "imports": {}, "stars": [],
-            "exported": {}, "defs": ["make"], "classes": {}, "calls": [], "lean": True,
-            "functions": {"make": {"params": ["opt"]}}}
+            "exported": {}, "defs": ["make"], "classes": {}, "calls": [], "lean": [],
+            "functions": {"make": {"params": ["opt"], "lean": True}}}
     caller = {"root": "/r", "module": "pkg.main", "pkg": False, "stars": [], "exported": {},
               "imports": {"make": [".helpers.make", "pkg.helpers.make"]}, "defs": [],
               "classes": {}, "calls": [], "functions": {}}
@@ -630,8 +624,9 @@ def test_a_read_of_what_a_lean_summary_left_out_is_noted():
 
 
 def test_a_lean_summary_from_the_cache_is_not_served_once_a_file_imports_it(tmp_path):
-    """hooks.py, cached lean while no file of the run imported it, is summarised in full
-    in the run that adds train.py, which imports it: no TL103 for the zero_grad in it."""
+    """hooks.py, cached lean while no file of the run imported it, is summarised again in
+    the run that adds train.py, which imports after_step from it: no TL103 for the
+    zero_grad in after_step."""
     import shutil
 
     pkg = tmp_path / "p"
@@ -639,7 +634,26 @@ def test_a_lean_summary_from_the_cache_is_not_served_once_a_file_imports_it(tmp_
     cache = Cache(tmp_path / "cache", "test")
     alone = [pkg / "__init__.py", pkg / "hooks.py"]
     runner.run(alone, ALL, Settings(), jobs=1, cache=cache)
-    assert _summaries(alone, cache)["hooks.py"]["lean"] is True
+    assert _summaries(alone, cache)["hooks.py"]["lean"] == []
     files = sorted(pkg.glob("*.py"))
     assert runner.run(files, ALL, Settings(), jobs=1, cache=cache).findings == []
     assert "effects" in _summaries(files, cache)["hooks.py"]["functions"]["after_step"]
+
+
+def test_import_lines_name_modules_and_what_is_imported_from_them():
+    from trainlint.analysis.project import imported_names
+
+    data = (b"import os, a.b as ab\n"
+            b"from . import hooks\n"
+            b"from .x import (  # noqa: F401\n    f,  # the first\n    g as gg,\n)\n"
+            b"from .y import a, \\\n    b\n"
+            b"from pkg.m import *\n"
+            b"def load():\n    from .inner import h\n")
+    assert imported_names(data, "pkg.train", False) == {
+        "os": None, "a.b": None,
+        "pkg": {"hooks"}, "pkg.hooks": None,  # (either may be the module)
+        "pkg.x": {"f", "g"}, "pkg.x.f": None, "pkg.x.g": None,
+        "pkg.y": {"a", "b"}, "pkg.y.a": None, "pkg.y.b": None,
+        "pkg.m": None,
+        "pkg.inner": {"h"}, "pkg.inner.h": None,
+    }

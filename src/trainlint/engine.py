@@ -138,19 +138,20 @@ class Linter:
     def lint_bytes(
         self, data: bytes, path: str, *, ignored: Iterable[str] = (), text: str | None = None,
         view: dict[str, Any] | None = None, module: tuple[str, str, bool] | None = None,
-        lean: bool = False,
+        keep: frozenset[str] | None = None,
     ) -> FileResult:
         """Lint one file's bytes. ``ignored``: selectors off for this file (per-file-ignores).
 
         ``text`` may carry an already-decoded module (notebooks); then ``data`` is only
         used for the trigger pre-filter. ``view``: what the project index knows for this
         file. ``module``: (root, name, is package) when the run wants the file's project
-        summary back (``result.summary``), taken from the same parse; ``lean``: a summary
-        without what only other files read (no other file is known to import it).
+        summary back (``result.summary``), taken from the same parse; ``keep``: the names
+        other files import from it, when known: what only they read is summarised for
+        those alone (``project.summarize``).
         """
         result = FileResult(path)
         try:
-            return self._lint_bytes(result, data, path, ignored, text, view, module, lean)
+            return self._lint_bytes(result, data, path, ignored, text, view, module, keep)
         finally:
             if module is not None and result.summary is None:
                 result.summary = _bare_summary(module)
@@ -158,7 +159,7 @@ class Linter:
     def _lint_bytes(
         self, result: FileResult, data: bytes, path: str, ignored: Iterable[str],
         text: str | None, view: dict[str, Any] | None, module: tuple[str, str, bool] | None,
-        lean: bool = False,
+        keep: frozenset[str] | None = None,
     ) -> FileResult:
         ignored = tuple(ignored)
 
@@ -201,11 +202,11 @@ class Linter:
         elif file_noqa:
             active = _without(active, file_noqa)
         facts = module is not None and any(found.has(i) for i in self._summary_words)
-        summarize = facts or module is not None and not lean and any(
-            found.has(i) for i in self._effect_words)  # (a lean summary has no effects)
+        summarize = facts or module is not None and keep != frozenset() and any(
+            found.has(i) for i in self._effect_words)  # (effects: of what is imported)
         if not active and not check_noqa and not summarize:
             if module is not None:
-                result.summary = project_summary(None, tree, module, lean=lean)
+                result.summary = project_summary(None, tree, module, keep=keep)
             return result
         source = Source(text)
         try:
@@ -221,7 +222,7 @@ class Linter:
                 # other files' views and must not depend on this file's own view.
                 try:
                     result.summary = project_summary(model if summarize else None, tree, module,
-                                                     facts, lean)
+                                                     facts, keep)
                 except Exception as exc:  # pragma: no cover - a bug in the summary
                     result.errors.append(InternalError(path, "project summary", _describe(exc)))
                 own = (self.speculate(result.summary) if result.summary and not skip_file

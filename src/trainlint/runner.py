@@ -13,7 +13,7 @@ from typing import Any
 from trainlint.analysis.project import (
     ProjectIndex,
     digest,
-    import_deps,
+    import_graph,
     import_order,
     module_of,
     own_view,
@@ -78,11 +78,11 @@ class FixMode:
 def lint_file(
     linter: Linter, settings: Settings, path: Path, fix: FixMode | None = None,
     view: dict[str, Any] | None = None, module: tuple[str, str, bool] | None = None,
-    lean: bool = False,
+    keep: frozenset[str] | None = None,
 ) -> FileResult:
     """Lint one file. ``view``: what the project index knows for it; ``module``: its
-    (root, name, is package) when the run wants its project summary back; ``lean``: the
-    summary may leave out what only the files importing it read."""
+    (root, name, is package) when the run wants its project summary back; ``keep``: the
+    names other files import from it, when known (``project.summarize``)."""
     shown = display_path(path)
     ignored = per_file_ignored(settings, path)
     data = read_file(path)
@@ -100,7 +100,7 @@ def lint_file(
             return fix_notebook(linter, data, shown, ignored, path, fix)
         return lint_notebook(linter, data, shown, ignored)
     result = linter.lint_bytes(data, shown, ignored=ignored, view=view, module=module,
-                               lean=lean)
+                               keep=keep)
     if fix is not None and fix.active and _fixable(result, fix):
         from trainlint.fix import fix_python
 
@@ -129,20 +129,21 @@ _files_since_fuller = 0
 
 
 #: One file's work: its path, its project view, its module when its summary is wanted, and
-#: whether that summary may be lean (no other file of the run imports it).
-WorkItem = tuple[Path, "dict[str, Any] | None", "tuple[str, str, bool] | None", bool]
+#: the names the other files import from it when known (None: the whole summary).
+WorkItem = tuple[Path, "dict[str, Any] | None", "tuple[str, str, bool] | None",
+                 "frozenset[str] | None"]
 
 
 def _work(item: Path | WorkItem) -> FileResult:
     global _files_since_fuller
     assert _WORKER is not None
     linter, settings, fix = _WORKER
-    path, view, module, lean = (item, None, None, False) if isinstance(item, Path) else item
+    path, view, module, keep = (item, None, None, None) if isinstance(item, Path) else item
     if not gc.isenabled():  # the caller manages collection; leave it alone
-        return _lint_one(linter, settings, path, fix, view, module, lean)
+        return _lint_one(linter, settings, path, fix, view, module, keep)
     try:
         with _collector_paused():
-            return _lint_one(linter, settings, path, fix, view, module, lean)
+            return _lint_one(linter, settings, path, fix, view, module, keep)
     finally:
         _files_since_fuller += 1
         if _files_since_fuller >= _FULLER_EVERY:
@@ -168,9 +169,10 @@ def _collector_paused() -> Iterator[None]:
 
 def _lint_one(linter: Linter, settings: Settings, path: Path, fix: FixMode | None,
               view: dict[str, Any] | None = None,
-              module: tuple[str, str, bool] | None = None, lean: bool = False) -> FileResult:
+              module: tuple[str, str, bool] | None = None,
+              keep: frozenset[str] | None = None) -> FileResult:
     try:
-        return lint_file(linter, settings, path, fix, view, module, lean)
+        return lint_file(linter, settings, path, fix, view, module, keep)
     except Exception as exc:  # never lose the rest of the run to one file
         return FileResult(display_path(path), errors=[InternalError(display_path(path), "engine", repr(exc))])
 
@@ -234,14 +236,15 @@ def _lint_imported_first(items: list[WorkItem], deps: list[list[int]],
 
 def _phase_one(first: list[int], paths: Sequence[Path],
                modules: list[tuple[str, str, bool] | None], deps: list[list[int]],
-               lean: set[int], summaries: dict[int, dict[str, Any]],
+               keep: dict[int, frozenset[str]], summaries: dict[int, dict[str, Any]],
                selection: RuleSelection, settings: Settings, timings: bool,
                fix: FixMode | None, jobs: int) -> list[FileResult]:
-    """Lint and summarise the files at positions ``first`` without a view (lean where in
-    ``lean``): in this process each after the files it imports, else in the pool."""
+    """Lint and summarise the files at positions ``first`` without a view (with ``keep``:
+    the names other files import from them, where known): in this process each after
+    the files it imports, else in the pool."""
     if not first:
         return []
-    items: list[WorkItem] = [(paths[i], None, modules[i], i in lean) for i in first]
+    items: list[WorkItem] = [(paths[i], None, modules[i], keep.get(i)) for i in first]
     if jobs > 1 and len(items) >= 4:
         return _lint_all(items, selection, settings, timings, fix, jobs)
     at = {i: k for k, i in enumerate(first)}
@@ -293,21 +296,29 @@ def run(
                 if found is not None:
                     summaries[i] = found
     # A summary carries what only the files importing its file read (returns, kept
-    # parameters, step effects: half its cost) only where some file of the run may
-    # import it, by the import lines of the bytes; a package is always imported.
-    deps = import_deps([(p, modules[i]) for i, p in enumerate(paths)], read_file)
-    imported = {d for k, found in enumerate(deps) for d in found if d != k}
-    lean = {i for i, mod in enumerate(modules)
-            if mod is not None and not mod[2] and i not in imported}
-    for i in [i for i, s in summaries.items() if s.get("lean") and i not in lean]:
-        del summaries[i]  # (cached when no file imported it)
+    # parameters, step effects: half its cost) for the names other files of the run may
+    # import from it, by the import lines of their bytes; all of it for a module imported
+    # whole (`import m`, `from pkg import m`, `from m import *`) and for a package.
+    graph = import_graph([(p, modules[i]) for i, p in enumerate(paths)], read_file)
+    deps = [list(imports) for imports in graph]
+    needed: dict[int, set[str] | None] = {}
+    for k, imports in enumerate(graph):
+        for d, names in imports.items():
+            if d != k:
+                had = needed.get(d, set())
+                needed[d] = None if names is None or had is None else had | names
+    keep = {i: frozenset(needed.get(i) or ()) for i, mod in enumerate(modules)
+            if mod is not None and not mod[2] and needed.get(i, ()) is not None}
+    for i in [i for i, s in summaries.items()
+              if "lean" in s and not (i in keep and keep[i] <= set(s["lean"]))]:
+        del summaries[i]  # (cached when the other files imported less of it)
     # phase 1: files not summarised yet (every file on a cold run), linted without a view;
     # a fix run fixes nothing yet: its fixes wait for the views (phase 2)
     fresh: dict[int, FileResult] = {}
     views: dict[int, dict[str, Any] | None] = {}
     first = [i for i in range(n) if i not in summaries]
     while True:
-        done = _phase_one(first, paths, modules, deps, lean, summaries, selection, settings,
+        done = _phase_one(first, paths, modules, deps, keep, summaries, selection, settings,
                           timings, fix if checking else None, jobs)
         for i, r in zip(first, done, strict=True):
             fresh[i] = r
@@ -326,9 +337,10 @@ def run(
             # A view asked a lean summary for what it left out (an import the byte scan
             # missed, a file's own factory): those files are summarised in full, again.
             read = index.lean_read if index is not None else set()
-            first = [i for i in sorted(lean) if (mod := modules[i]) is not None
-                     and (mod[0], mod[1]) in read and summaries.get(i, {}).get("lean")]
-            lean.difference_update(first)
+            first = [i for i in sorted(keep) if (mod := modules[i]) is not None
+                     and (mod[0], mod[1]) in read and "lean" in summaries.get(i, {})]
+            for i in first:
+                del keep[i]
             del index
         if not first:
             break
@@ -358,7 +370,7 @@ def run(
             second.append(i)
     fresh.clear()
     if second:
-        done = _lint_all([(paths[i], views.get(i), None, False) for i in second], selection,
+        done = _lint_all([(paths[i], views.get(i), None, None) for i in second], selection,
                          settings, timings, fix, jobs)
         for i, r in zip(second, done, strict=True):
             results[i] = r

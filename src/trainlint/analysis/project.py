@@ -109,64 +109,92 @@ def absolute(raw: str, module: str, is_pkg: bool) -> str:
 
 
 _IMPORT_LINE = re.compile(
-    rb"[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t(]+([\w, \t]*)|import[ \t]+([\w., \t]+))")
+    rb"[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]*(\(?)([\w, \t*]*)"
+    rb"|import[ \t]+([\w., \t]+))")
+_COMMENT = re.compile(rb"#[^\n]*")
 
 
-def imported_modules(data: bytes, module: str, is_pkg: bool) -> set[str]:
-    """The modules a file's import lines may name (``from pkg import sched`` names
-    ``pkg`` and ``pkg.sched``), read from its bytes before any parse: to order the
-    files of a run, never to judge one (a line the pattern misses costs time only)."""
-    out: set[str] = set()
+def imported_names(data: bytes, module: str, is_pkg: bool) -> dict[str, set[str] | None]:
+    """The modules a file's import lines may name, each with the names imported from it
+    (None: the module itself, or all of it): ``from pkg import sched`` names ``pkg``
+    (for ``sched``) and ``pkg.sched`` (None), either of which may be the module; ``import
+    m`` and ``from m import *`` name all of ``m``. Read from the bytes before any parse,
+    a parenthesised list over several lines included: to order the files of a run and
+    to leave out of a summary what no file imports, never to judge one (a line the
+    pattern misses costs time only, see ``runner.run``)."""
+    out: dict[str, set[str] | None] = {}
+
+    def name(base: str, imported: str) -> None:
+        if imported == "*":
+            out[base] = None
+            return
+        out[f"{base}.{imported}" if base else imported] = None
+        names = out.setdefault(base, set())
+        if names is not None:
+            names.add(imported)
+
     pos = data.find(b"import")
     while pos != -1:  # only the lines that spell `import`, each matched from its start
         start = data.rfind(b"\n", 0, pos) + 1
         end = data.find(b"\n", pos)
         end = len(data) if end == -1 else end
         m = _IMPORT_LINE.match(data, start, end)
+        listed: bytes | None
+        if m is not None and m.group(2) and b")" not in data[m.end():end]:
+            close = data.find(b")", end)  # `from m import (` and a list over lines
+            end = len(data) if close == -1 else close
+            listed = _COMMENT.sub(b"", data[m.start(3):end])
+        elif m is not None and data[m.end():end].rstrip(b" \t\r") == b"\\":
+            while data[:end].rstrip(b" \t\r").endswith(b"\\") and end < len(data):
+                nxt = data.find(b"\n", end + 1)  # `from m import a, \` and more lines
+                end = len(data) if nxt == -1 else nxt
+            listed = data[m.start(3):end].replace(b"\\", b" ")
+        else:
+            listed = m.group(3) if m is not None else None
         pos = data.find(b"import", end)
         if m is None:
             continue
-        if m.group(3) is not None:
-            for part in m.group(3).split(b","):
+        if m.group(4) is not None:
+            for part in m.group(4).split(b","):
                 words = part.split()
                 if words:
-                    out.add(words[0].decode("ascii", "replace"))
+                    out[words[0].decode("ascii", "replace")] = None
             continue
         base = absolute(m.group(1).decode("ascii", "replace"), module, is_pkg)
-        out.add(base)
-        for part in m.group(2).split(b","):
+        out.setdefault(base, set())
+        for part in (listed or b"").split(b","):
             words = part.split()
             if words:
-                name = words[0].decode("ascii", "replace")
-                out.add(f"{base}.{name}" if base else name)
+                name(base, words[0].decode("ascii", "replace"))
     return out
 
 
-def import_deps(files: list[tuple[Path, tuple[str, str, bool] | None]],
-                read: Callable[[Path], bytes | str]) -> list[list[int]]:
-    """For each of ``files`` (path, module), the positions of the files of the list its
-    import lines may name (:func:`imported_modules`). ``read`` gives a file's bytes (a
-    str: it cannot be read)."""
+def import_graph(files: list[tuple[Path, tuple[str, str, bool] | None]],
+                 read: Callable[[Path], bytes | str]) -> list[dict[int, set[str] | None]]:
+    """For each of ``files`` (path, module), the files of the list its import lines may
+    name (:func:`imported_names`), by position, each with the names it imports from
+    that file (None: all of it). ``read`` gives a file's bytes (a str: it cannot be
+    read)."""
     where: dict[tuple[str, str], int] = {}
     for k, (_, mod) in enumerate(files):
         if mod is not None:
             where.setdefault((mod[0], mod[1]), k)
-    deps: list[list[int]] = []
+    graph: list[dict[int, set[str] | None]] = []
     for path, mod in files:
-        found: list[int] = []
+        found: dict[int, set[str] | None] = {}
         if mod is not None and len(where) > 1:
             data = read(path)
             if not isinstance(data, str):
-                for name in sorted(imported_modules(data, mod[1], mod[2])):
+                for name, names in sorted(imported_names(data, mod[1], mod[2]).items()):
                     dep = where.get((mod[0], name))
                     if dep is not None:
-                        found.append(dep)
-        deps.append(found)
-    return deps
+                        found[dep] = names
+        graph.append(found)
+    return graph
 
 
 def import_order(deps: list[list[int]]) -> list[int]:
-    """The positions of the files whose imports are ``deps`` (:func:`import_deps`) with
+    """The positions of the files whose imports are ``deps`` (:func:`import_graph`) with
     every file after the files it imports, depth first in the given order; an import
     cycle is cut where it closes."""
     order: list[int] = []
@@ -193,12 +221,13 @@ def import_order(deps: list[list[int]]) -> list[int]:
 
 
 def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, bool],
-              facts: bool = True, lean: bool = False) -> dict:
+              facts: bool = True, keep: frozenset[str] | None = None) -> dict:
     """The summary of one file (``model`` None: only what the tree's top level says;
     ``facts`` False: the model is there for the step effects only, the file has none of
-    the words the role facts need; ``lean``: no other file of the run is known to import
-    it, so its functions' returns, kept parameters and effects, which only a caller in
-    another file reads, are left out: see :attr:`ProjectIndex.lean_read`)."""
+    the words the role facts need). ``keep``, when given, names the top-level functions
+    and classes the other files of the run import (by their bytes): the others' returns,
+    kept parameters and effects, which only a caller in another file reads, are left
+    out (their entries say ``"lean"``; see :attr:`ProjectIndex.lean_read`)."""
     root, module, is_pkg = info
     fm = model if facts else None
     imports: dict[str, list[str]] = {}
@@ -231,14 +260,16 @@ def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, b
     classes: dict[str, dict] = {}
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            functions[stmt.name] = _function(model, fm, stmt, module, is_pkg, stmt.name, lean)
+            functions[stmt.name] = _function(model, fm, stmt, module, is_pkg, stmt.name,
+                                             keep is not None and stmt.name not in keep)
         elif isinstance(stmt, ast.ClassDef):
             cls: dict[str, Any] = {"bases": [b for b in (_base(model, x, module, is_pkg)
                                                          for x in stmt.bases) if b]}
             for item in stmt.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     functions[f"{stmt.name}.{item.name}"] = _function(
-                        model, fm, item, module, is_pkg, f"{stmt.name}.{item.name}", lean)
+                        model, fm, item, module, is_pkg, f"{stmt.name}.{item.name}",
+                        keep is not None and stmt.name not in keep)
                     if item.name == "forward" and fm is not None and _returns_softmax(
                         fm, item
                     ):
@@ -257,8 +288,8 @@ def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, b
     uses = _uses(model, imports, module) if model is not None else []
     if uses:
         out["uses"] = uses
-    if lean:
-        out["lean"] = True
+    if keep is not None:
+        out["lean"] = sorted(keep)
     return out
 
 
@@ -399,6 +430,7 @@ def _function(model: FileModel | None, full: FileModel | None,
         if keys:  # `kwargs["scheduler"]` / `kwargs.get("scheduler")`: call sites say what
             out["kwarg"] = [a.kwarg.arg, keys]
     if lean:  # (the parameters and **kwargs keys stay: the file's own calls fill them)
+        out["lean"] = True
         return out
     if full is not None:
         ret = _returned_fact(full, fn)
@@ -630,9 +662,9 @@ class ProjectIndex:
         # view reads its own module's, without going through every module's
         self._called: dict[tuple[str, str], set[str]] = {}
         self._effect_memo: dict[str, tuple[list[list[Any]], bool]] = {}
-        #: the lean summaries (see ``summarize``) whose left-out facts were asked for:
-        #: the views given are not the whole project's until those files are summarised
-        #: in full (``runner.run`` lints them again)
+        #: the summaries with lean entries (see ``summarize``) whose left-out facts were
+        #: asked for: the views given are not the whole project's until those files are
+        #: summarised in full (``runner.run`` lints them again)
         self.lean_read: set[tuple[str, str]] = set()
         # growing (see add): (root, module) -> the calls that module may resolve, not
         # resolved yet: [summary, callee, args, done]
@@ -741,10 +773,10 @@ class ProjectIndex:
         return True
 
     def _function_facts(self, mod: dict, name: str) -> dict | None:
-        """``mod``'s entry for the function ``name``, to read what a lean summary leaves
-        out (returns, kept parameters, effects): such a read is noted in ``lean_read``."""
+        """``mod``'s entry for the function ``name``, to read what a lean entry leaves out
+        (returns, kept parameters, effects): such a read is noted in ``lean_read``."""
         fn = mod["functions"].get(name)
-        if fn is not None and mod.get("lean"):
+        if fn is not None and fn.get("lean"):
             self.lean_read.add((mod["root"], mod["module"]))
         return fn
 
