@@ -288,3 +288,24 @@ def test_children_read_by_the_grammar_plan_are_the_child_nodes():
         assert _children(node) == want, ast.dump(node)[:80]
     assert {"Dict", "arguments", "Compare", "Global", "MatchClass", "MatchMapping",
             "TryStar", "comprehension", "JoinedStr", "FormattedValue"} <= seen
+
+
+def test_a_remembered_value_answers_only_where_its_evaluation_would_make_no_cut():
+    """Flow.value remembers a node's value; each name of a chain costs two levels (the
+    name, its `+`), and depth 40 cuts. Asked first for x10 (21 deep, no cut), then for
+    x25, which reaches x10 at depth 30: the remembered GRAD would hide the cut that a
+    fresh evaluation makes."""
+    from trainlint.analysis.flow import Flow, Taint
+
+    lines = ["import torch", "", "", "def f(batch):", "    net = torch.nn.Linear(2, 2)",
+             "    x0 = net(batch)"]
+    lines += [f"    x{i} = x{i - 1} + 1" for i in range(1, 26)]
+    lines += ["    return x10, x25"]
+    model = _model("\n".join(lines) + "\n")
+    ret = next(n for n in ast.walk(model.tree) if isinstance(n, ast.Return))
+    x10, x25 = ret.value.elts  # type: ignore[union-attr]
+    fresh = Flow(model).value(x25)
+    flow = Flow(model)
+    assert flow.value(x10).taint is Taint.GRAD
+    assert flow.value(x25) == fresh and fresh.taint is not Taint.GRAD
+    assert flow.value(x10).taint is Taint.GRAD  # (remembered: asked again, same answer)

@@ -94,6 +94,11 @@ class Flow:
         # parameter values while evaluating a same-file helper's return value
         self._env: list[tuple[ast.AST, dict[str, Value]]] = []
         self._budget = 0
+        # value() outside helpers, per node: (value, height of its recursion, calls it
+        # made); only answers that no depth or budget cut shaped (see value)
+        self._values: dict[int, tuple[Value, int, int]] = {}
+        self._deepest = 0  # the deepest depth the running value() reached
+        self._cuts = 0  # depth or budget cuts so far
         # _defining_nodes' tables, built on first use
         self._owned: dict[int, list[ast.stmt]] | None = None
         self._walrus: set[int] = set()
@@ -203,8 +208,31 @@ class Flow:
         # bounds the work one top-level question may cost on pathological code.
         if depth == 0:
             self._budget = 3000
+        # A node's value outside a helper is a function of the node, but for the cuts:
+        # the answer of an evaluation that made no cut is given again, with its calls
+        # taken from the budget, where the same evaluation would make none either (the
+        # terms of one loss share most of their definition chains, and rules ask again).
+        key = id(expr)
+        memo = self._values if not self._env and (
+            key in self.model._scope_of or isinstance(expr, _Marker)) else None
+        if memo is not None:
+            hit = memo.get(key)
+            if hit is not None and depth + hit[1] <= 40 and self._budget - hit[2] > 0:
+                self._budget -= hit[2]
+                self._deepest = max(self._deepest, depth + hit[1])
+                return hit[0]
+        outer, cuts, budget = self._deepest, self._cuts, self._budget
+        self._deepest = depth
+        found = self._value(expr, depth)
+        if memo is not None and self._cuts == cuts:
+            memo[key] = (found, self._deepest - depth, budget - self._budget)
+        self._deepest = max(outer, self._deepest)
+        return found
+
+    def _value(self, expr: ast.AST, depth: int) -> Value:
         self._budget -= 1
         if depth > 40 or self._budget <= 0:
+            self._cuts += 1
             return UNKNOWN
         d = depth + 1
         if isinstance(expr, _Marker):
