@@ -657,3 +657,30 @@ def test_import_lines_name_modules_and_what_is_imported_from_them():
         "pkg.m": None,
         "pkg.inner": {"h"}, "pkg.inner.h": None,
     }
+
+
+TRAIN_NO_FACT_WORDS = '''from .hooks import after_step
+
+
+def train(model, optimizer, loader, meter):
+    for x, y in loader:
+        model(x).sum().backward()
+        optimizer.step()
+        after_step(model, optimizer, meter)
+'''
+
+
+def test_a_file_no_file_imports_still_says_what_it_calls(tmp_path):
+    """train.py, which no file imports and which spells none of the words of the role
+    facts, is summarised lean, from its model all the same: what it calls through its
+    imports (``uses``) is what its own view carries the callees' effects for."""
+    import shutil
+
+    pkg = tmp_path / "p"
+    shutil.copytree(FIXTURES / "xfile_zero_grad_neg", pkg)
+    (pkg / "train.py").write_text(TRAIN_NO_FACT_WORDS)
+    files = sorted(pkg.glob("*.py"))
+    cache = Cache(tmp_path / "cache", "test")
+    runner.run(files, ALL, Settings(), jobs=1, cache=cache)
+    train = _summaries(files, cache)["train.py"]
+    assert train["lean"] == [] and train["uses"] == [".hooks.after_step"]

@@ -202,8 +202,8 @@ class Linter:
         elif file_noqa:
             active = _without(active, file_noqa)
         facts = module is not None and any(found.has(i) for i in self._summary_words)
-        summarize = facts or module is not None and keep != frozenset() and any(
-            found.has(i) for i in self._effect_words)  # (effects: of what is imported)
+        summarize = facts or module is not None and any(
+            found.has(i) for i in self._effect_words)
         if not active and not check_noqa and not summarize:
             if module is not None:
                 result.summary = project_summary(None, tree, module, keep=keep)
