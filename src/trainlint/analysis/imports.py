@@ -41,7 +41,12 @@ _CANONICAL_PREFIXES = (
 )
 
 
+_PREFIXES = tuple(prefix for prefix, _ in _CANONICAL_PREFIXES)
+
+
 def canonical(qualname: str) -> str:
+    if not qualname.startswith(_PREFIXES):  # (most names: one test in C)
+        return qualname
     for prefix, repl in _CANONICAL_PREFIXES:
         if qualname.startswith(prefix):
             rest = qualname[len(prefix) :]

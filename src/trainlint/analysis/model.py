@@ -114,6 +114,7 @@ class FileModel:
         self.project: dict[str, Any] | None = None
         self._scope_chains: dict[int, list[ast.AST]] = {}
         self._qualnames: dict[int, str | None] = {}
+        self._resolved: dict[tuple[int, str], str | None] = {}  # (scope, name) -> import
         self._index()
 
     def memo(self, key: object, build: Callable[[FileModel], T]) -> T:
@@ -136,6 +137,7 @@ class FileModel:
             self.__dict__.pop(name, None)
         self._memo.clear()
         self._qualnames.clear()
+        self._resolved.clear()
 
     def release(self) -> None:
         """Drop the tree, the tables and every analysis once the file's rules have run.
@@ -349,7 +351,12 @@ class FileModel:
             cur = cur.value
         if not isinstance(cur, ast.Name):
             return None
-        base = self.imports.resolve_name(cur.id, self._scope_chain(cur))
+        # a name means the same everywhere in its innermost scope: resolved once there
+        key = (id(self._scope_of.get(id(cur), self.tree)), cur.id)
+        try:
+            base = self._resolved[key]
+        except KeyError:
+            base = self._resolved[key] = self.imports.resolve_name(cur.id, self._scope_chain(cur))
         if base is None:
             return None
         if parts:
