@@ -15,6 +15,7 @@ import ast
 import re
 from dataclasses import dataclass
 from enum import Enum
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from trainlint.analysis.model import call_name, dotted, walk_tree
@@ -98,7 +99,6 @@ class Roles:
         self._not_torch: set[Key] = set()
         self._looked: list[tuple[ast.AST, Binding | None]] | None = None
         self._keys: dict[int, Key | None] = {}
-        self._constructors: dict[str, Role | None] = {}
         #: per function: the values its `return` statements give, in walk_local order
         self._return_values: dict[int, list[ast.expr]] = {}
         # Bindings flow through names, attributes and factory returns in any order:
@@ -311,7 +311,7 @@ class Roles:
         qual = m.qualname(call.func)
         stmt: ast.AST = call
         if qual is not None:
-            role = self._role_of_constructor(qual)
+            role = constructor_role(qual)
             if role is not None:
                 return [Binding(role, qual, call, stmt)]
             if qual in SHARING_WRAPPERS and call.args:
@@ -350,45 +350,6 @@ class Roles:
 
             return [foreign_binding(m, call)]
         return [None]
-
-    def _role_of_constructor(self, qual: str) -> Role | None:
-        try:
-            return self._constructors[qual]
-        except KeyError:
-            found = self._constructors[qual] = self._constructor_role(qual)
-            return found
-
-    def _constructor_role(self, qual: str) -> Role | None:
-        parts = qual.split(".")
-        last = parts[-1]
-        if qual.startswith("torch.optim.lr_scheduler.") and last[:1].isupper():
-            return Role.SCHEDULER
-        if qual.startswith("torch.optim.") and last[:1].isupper() and last != "Optimizer":
-            return Role.OPTIMIZER
-        if qual.startswith("transformers") and re.match(r"get_\w*schedule", last):
-            return Role.SCHEDULER
-        if qual.startswith("transformers") and last in ("AdamW", "Adafactor"):
-            return Role.OPTIMIZER
-        if re.search(r"(^|\.)(optim|optimizers)\.[A-Z]", qual) and "lr_scheduler" not in qual:
-            return Role.OPTIMIZER
-        if qual.startswith("timm.optim.create_optimizer"):
-            return Role.OPTIMIZER
-        if qual in GRAD_SCALERS:
-            return Role.SCALER
-        if qual == "torch.utils.data.DataLoader":
-            return Role.LOADER
-        if qual == "torch.utils.data.DistributedSampler":
-            return Role.SAMPLER
-        if qual.startswith("torch.nn.") and len(parts) == 3 and last[:1].isupper():
-            if last.endswith("Loss"):
-                return Role.CRITERION
-            if last not in ("Parameter", "ParameterList", "ParameterDict", "Module"):
-                return Role.MODEL
-        if qual.startswith("torchvision.models.") and last[:1].islower():
-            return Role.MODEL
-        if qual in ("timm.create_model",):
-            return Role.MODEL
-        return None
 
     def _local_class(self, func: ast.AST) -> ast.ClassDef | None:
         if isinstance(func, ast.Name):
@@ -462,6 +423,42 @@ class Roles:
                 existing = self.bindings.get(key)
                 if not existing:
                     self.bindings[key] = [Binding(Role.MODEL, None, None, b.node)]
+
+
+@lru_cache(maxsize=4096)
+def constructor_role(qual: str) -> Role | None:
+    """The role of what calling ``qual`` builds, by its name alone (the same in every
+    file: remembered for the run)."""
+    parts = qual.split(".")
+    last = parts[-1]
+    if qual.startswith("torch.optim.lr_scheduler.") and last[:1].isupper():
+        return Role.SCHEDULER
+    if qual.startswith("torch.optim.") and last[:1].isupper() and last != "Optimizer":
+        return Role.OPTIMIZER
+    if qual.startswith("transformers") and re.match(r"get_\w*schedule", last):
+        return Role.SCHEDULER
+    if qual.startswith("transformers") and last in ("AdamW", "Adafactor"):
+        return Role.OPTIMIZER
+    if re.search(r"(^|\.)(optim|optimizers)\.[A-Z]", qual) and "lr_scheduler" not in qual:
+        return Role.OPTIMIZER
+    if qual.startswith("timm.optim.create_optimizer"):
+        return Role.OPTIMIZER
+    if qual in GRAD_SCALERS:
+        return Role.SCALER
+    if qual == "torch.utils.data.DataLoader":
+        return Role.LOADER
+    if qual == "torch.utils.data.DistributedSampler":
+        return Role.SAMPLER
+    if qual.startswith("torch.nn.") and len(parts) == 3 and last[:1].isupper():
+        if last.endswith("Loss"):
+            return Role.CRITERION
+        if last not in ("Parameter", "ParameterList", "ParameterDict", "Module"):
+            return Role.MODEL
+    if qual.startswith("torchvision.models.") and last[:1].islower():
+        return Role.MODEL
+    if qual in ("timm.create_model",):
+        return Role.MODEL
+    return None
 
 
 def parameter_owners(call: ast.Call) -> list[ast.expr]:
