@@ -154,6 +154,7 @@ class GradRecorder:
                 self._small.append(small_dense(p))
                 cpu = cpu and p.is_cpu
         self._cpu_small = measure and cpu and all(self._small)
+        self._floats = self._cpu_small  # every event's value a float (the CPU hooks')
         # weak: holding last step's grads would keep them alive while the step allocates
         # new ones, doubling gradient memory for the duration of the check
         self._grads_before: list[Any] = []
@@ -246,6 +247,7 @@ class GradRecorder:
         with torch.no_grad():  # a backward with create_graph=True; the CPU's is _cpu_hook
             values = max_abs(grads, small=all(small[i] for i in indices))
         step = self.step
+        self._floats = False
         self.events += [(step, i, v) for i, v in zip(indices, values, strict=True)]
         if self.stop_on_nonfinite:
             for i, number in zip(indices, as_numbers(values), strict=True):
@@ -280,6 +282,7 @@ class GradRecorder:
                 if self.measure:
                     with torch.no_grad():
                         value = max_abs([grad])[0]
+                    self._floats = False
                 self.events.append((self.step, index, value))
         self._grads_before = []
 
@@ -293,11 +296,12 @@ class GradRecorder:
     def table(self, steps: int) -> list[list[float | None]]:
         """``[step][param]``: the largest max |grad| recorded in that step, None if none."""
         out: list[list[float | None]] = [[None] * len(self.params) for _ in range(steps)]
-        it = iter(self.numbers())
+        # every event a float measured in its hook (_cpu_hook): no pass to read tensors
+        it = None if self._floats else iter(self.numbers())
         for step, index, value in self.events:
             if step >= steps:
                 continue
-            number = next(it) if value is not None else 0.0
+            number = value if it is None else next(it) if value is not None else 0.0
             row = out[step]
             old = row[index]
             if old is None or _greater(number, old):

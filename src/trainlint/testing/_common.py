@@ -55,18 +55,17 @@ def named_parameters(
     walk; the public call's generators (named_modules, _named_members) cost 1.4x a
     recursive walk in a check on a small model, and that 1.3x this loop. ``trainable``:
     only those that require grad and hold elements."""
-    from torch.nn import Module
-
+    base = _module_class()
     kind = type(model)
-    if kind.named_parameters is not Module.named_parameters or (
-        kind._named_members is not Module._named_members
+    if kind.named_parameters is not base.named_parameters or (
+        kind._named_members is not base._named_members
     ):
         return _kept(list(model.named_parameters()), trainable)
-    own_walk = Module.named_modules
+    own_walk = base.named_modules
     out: list[tuple[str, torch.Tensor]] = []
     params: set[int] = set()
     modules: set[int] = set()
-    stack: list[tuple[str, Module]] = [("", model)]
+    stack: list[tuple[str, torch.nn.Module]] = [("", model)]
     while stack:
         prefix, module = stack.pop()
         if id(module) in modules:
@@ -87,6 +86,20 @@ def named_parameters(
                 if child is not None
             ]
     return out
+
+
+def _module_class() -> type[torch.nn.Module]:
+    """``torch.nn.Module``, imported on the first call: a ``from torch.nn import`` per call
+    runs importlib's fromlist handling (torch.nn is a package) in every check."""
+    global _MODULE
+    if _MODULE is None:
+        from torch.nn import Module
+
+        _MODULE = Module
+    return _MODULE
+
+
+_MODULE: type[torch.nn.Module] | None = None
 
 
 def _kept(

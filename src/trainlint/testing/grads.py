@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from trainlint._runtime.steps import ParamSpec
 
 CHECK = "assert_grads_nonzero"
+_shape = attrgetter("shape")
 
 SYMPTOMS = {
     "no-gradient-anywhere": Symptom(
@@ -109,11 +111,12 @@ def _measure(
             run()
             recorder.end_step()
     per_param = zip(*recorder.table(steps), strict=True)  # [step][param] -> [param][step]
+    names = [n for n, _ in named]
     return GradsResult(
         steps=steps,
-        max_abs={n: values for (n, _), values in zip(named, per_param, strict=True)},
-        shapes={n: tuple(p.shape) for n, p in named},
-        ignored=tuple(sorted(ignored)),
+        max_abs=dict(zip(names, per_param, strict=True)),
+        shapes=dict(zip(names, map(tuple, map(_shape, recorder.params)), strict=True)),
+        ignored=tuple(sorted(ignored)) if ignored else (),
     )
 
 
