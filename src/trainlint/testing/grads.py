@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, table
-from trainlint.testing._common import Step, plural, steps_text, trainable
+from trainlint.testing._common import Step, model_step_runner, plural, steps_text, trainable
 
 if TYPE_CHECKING:
     import torch
@@ -82,13 +82,12 @@ def assert_grads_nonzero(
     Fails listing the parameters with no or all-zero gradients by module path and shape.
     """
     __tracebackhide__ = True
-    from trainlint._runtime.arguments import check_count, check_model
-    from trainlint._runtime.steps import StepRunner, match_params
+    run = model_step_runner(CHECK, model, step, steps, batches)
+    ignored: set[str] = set()
+    if ignore:
+        from trainlint._runtime.steps import match_params
 
-    check_model(CHECK, model, step)
-    check_count("steps", steps, 1)
-    run = StepRunner(step, batches, check=CHECK)
-    ignored = match_params(model, ignore, "ignore") if ignore else set()
+        ignored = match_params(model, ignore, "ignore")
     named = trainable(model, exclude=ignored)
     result = _measure(run, named, steps, ignored)
     gaps = _diagnose(result)

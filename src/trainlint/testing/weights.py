@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, fmt, symptom_texts, table
-from trainlint.testing._common import Step, named_parameters, plural
+from trainlint.testing._common import Step, model_step_runner, named_parameters, plural
 
 if TYPE_CHECKING:
     import torch
@@ -92,13 +92,12 @@ def assert_weights_updated(
     fail the check even where the weights happen to move.
     """
     __tracebackhide__ = True
-    from trainlint._runtime.arguments import check_count, check_model
-    from trainlint._runtime.steps import StepRunner, match_params
+    run = model_step_runner(CHECK, model, step, steps, batches)
+    frozen_names: set[str] = set()
+    if frozen:
+        from trainlint._runtime.steps import match_params
 
-    check_model(CHECK, model, step)
-    check_count("steps", steps, 1)
-    run = StepRunner(step, batches, check=CHECK)
-    frozen_names = match_params(model, frozen, "frozen") if frozen else set()
+        frozen_names = match_params(model, frozen, "frozen")
     named: list[tuple[str, torch.Tensor]] = []
     trainable: list[tuple[str, torch.Tensor]] = []
     frozen_list: list[tuple[str, torch.Tensor]] = []
