@@ -16,9 +16,6 @@ _OFF_HEAP = 1 << 20  # bytes
 _SPARE_MAX = 64 << 20  # bytes kept between checks, at most
 _spare: Any = None  # a mapping a finished snapshot left for the next
 _spare_lock = threading.Lock()
-# (dtype, shapes) -> views of one buffer that a finished small snapshot left for the next
-_small_spares: dict[Any, list[torch.Tensor]] = {}
-_SMALL_SPARES = 8  # sets of shapes kept, at most (each under _OFF_HEAP bytes)
 
 
 class Snapshot:
@@ -36,45 +33,18 @@ class Snapshot:
         # the parameters themselves, read under no_grad: `p.data = ...` rebinds the storage
         self.params = list(params)
         self._mapped: Any = None
-        self._key: Any = None  # (dtype, shapes) of a small model's copies in one buffer
         # in one pass: the bytes to copy, and whether all are dense floating tensors, and
-        # small ones (small_dense implies dense: the foreach path is the whole of changes()),
-        # and the dtypes, shapes and devices of the copies
+        # small ones (small_dense implies dense: the foreach path is the whole of changes())
         strided = torch.strided
-        total, self._dense, self._small, cpu = 0, True, True, True
-        dtypes: set[torch.dtype] = set()
-        shapes = []
+        total, self._dense, self._small = 0, True, True
         for p in self.params:
             total += (p.numel() * p.element_size() + 63) // 64 * 64
             self._dense = self._dense and p.layout is strided and p.dtype.is_floating_point
             self._small = self._small and small_dense(p)
-            dtypes.add(p.dtype)
-            shapes.append(p.shape)
-            cpu = cpu and p.is_cpu
         with torch.no_grad():
-            if self._small and cpu and len(dtypes) == 1 and total < _OFF_HEAP:
-                self._key = (dtypes.pop(), tuple(shapes))
-                self.before = self._copy_into_views(self._key)
-            else:
-                self.before = (total >= _OFF_HEAP and self._copy_off_heap()) or [
-                    p.clone() for p in self.params
-                ]
-
-    def _copy_into_views(self, key: Any) -> list[torch.Tensor]:
-        """Small CPU parameters of one dtype copied by one foreach copy into views of one
-        buffer, kept for the next snapshot of the same shapes, instead of a clone (an op
-        and an allocation) each."""
-        views = _small_spares.pop(key, None)  # atomic: two threads never share one
-        if views is None:
-            dtype, shapes = key
-            flat = torch.empty(sum(s.numel() for s in shapes), dtype=dtype)
-            views, offset = [], 0
-            for shape in shapes:
-                n = shape.numel()
-                views.append(flat[offset:offset + n].view(shape))
-                offset += n
-        torch._foreach_copy_(views, self.params)
-        return views
+            self.before = (total >= _OFF_HEAP and self._copy_off_heap()) or [
+                p.clone() for p in self.params
+            ]
 
     def _copy_off_heap(self) -> list[torch.Tensor] | None:
         """Large CPU parameters copied into one anonymous mmap, outside malloc: a
@@ -134,8 +104,6 @@ class Snapshot:
                 out = to_floats(list(torch._foreach_max(before)))
             else:
                 out = to_floats(max_abs(before, small=False))
-        if self._key is not None and len(_small_spares) < _SMALL_SPARES:
-            _small_spares[self._key] = before
         del before
         self._keep_spare()
         return out
