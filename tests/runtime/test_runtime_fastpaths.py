@@ -84,7 +84,7 @@ def test_the_recorder_measures_with_the_general_path_when_not_all_on_the_fast_on
             recorder.begin_step(0)
             sum((p.double() ** 2).sum() for p in params).backward()
             recorder.end_step()
-        assert recorder._cpu_small is fast
+        assert recorder._on_cpu is fast
         assert recorder.table(1)[0] == [float(p.grad.abs().max()) for p in params]
         for p in params:
             p.grad = None
@@ -96,7 +96,7 @@ def test_the_cpu_hooks_measure_create_graph_and_sparse_gradients_as_the_general_
     table = nn.Embedding(5, 2, sparse=True)
     params = [dense, table.weight]
     with GradRecorder(params) as recorder:
-        assert recorder._cpu_small
+        assert recorder._on_cpu
         recorder.begin_step(0)
         loss = (dense**3).sum() + table(torch.tensor([1, 3])).sum() * -2.0
         loss.backward(create_graph=True)  # the dense gradient has history
@@ -237,3 +237,26 @@ def test_named_parameters_walk_is_the_public_one():
         got = named_parameters(model, trainable=True)
         assert [n for n, _ in got] == [n for n, _ in kept]
         assert all(a is b for (_, a), (_, b) in zip(got, kept, strict=True))
+
+
+def test_large_cpu_gradients_are_measured_in_their_hooks_too():
+    """A CPU parameter past small_dense's size is measured by its hook's aminmax like the
+    small ones (one read pass), not by an engine callback: the same numbers, a NaN kept,
+    and max |-0.0| is 0.0."""
+    torch.manual_seed(0)
+    big = nn.Parameter(torch.randn(300, 300))  # 90,000 elements: not small_dense
+    small = nn.Parameter(torch.randn(5))
+    grads = [torch.randn(300, 300), -torch.zeros(300, 300), torch.randn(300, 300)]
+    grads[2][7, 7] = math.nan
+    for grad in grads:
+        with GradRecorder([big, small], stop_on_nonfinite=False) as recorder:
+            assert recorder._on_cpu
+            recorder.begin_step(0)
+            ((big * grad).sum() + small.sum()).backward()
+            recorder.end_step()
+        assert recorder._pending == [] and all(type(v) is float for _, _, v in recorder.events)
+        expected = [float(grad.abs().max()), 1.0]
+        got = recorder.table(1)[0]
+        assert _same(got, expected), (got, expected)  # type: ignore[arg-type]
+        assert str(got[0]) != "-0.0"
+        big.grad = small.grad = None

@@ -257,3 +257,34 @@ def test_processes_started_outside_a_check_are_no_later_check_s():
     with pytest.raises(CheckFailed, match="process 'the-step-s'") as info:
         assert_grads_nonzero(s.model, step)
     assert "not-the-step-s" not in str(info.value)
+
+
+def test_terminate_and_kill_are_patched_only_once_a_process_starts_and_restored_after():
+    from multiprocessing.process import BaseProcess
+
+    s = clean_setup()
+    ctx = multiprocessing.get_context("fork")
+    originals = {n: getattr(BaseProcess, n) for n in ("start", "terminate", "kill")}
+    seen: list[dict[str, bool]] = []
+
+    def note() -> None:
+        seen.append({n: getattr(BaseProcess, n) is originals[n] for n in originals})
+
+    def quiet_step() -> None:
+        note()
+        s.step()
+
+    assert_grads_nonzero(s.model, quiet_step)
+    assert seen[-1] == {"start": False, "terminate": True, "kill": True}
+
+    def step() -> None:
+        p = ctx.Process(target=_sleep_forever)
+        p.start()
+        note()
+        p.kill()
+        p.join()
+        s.step()
+
+    assert_grads_nonzero(s.model, step)  # the step's own kill is not an error
+    assert seen[-1] == {"start": False, "terminate": False, "kill": False}
+    assert {n: getattr(BaseProcess, n) for n in originals} == originals

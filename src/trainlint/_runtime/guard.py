@@ -247,20 +247,19 @@ def guarded(check: str) -> Callable[[F], F]:
 
         def checked(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
-            step = _first_step(args, kwargs)
             guard = Guard(check, kwargs.get("timeout", default))
             try:
                 with guard:
                     result = func(*args, **kwargs)
             except StepTimedOut:
-                _report_timeout(guard, step)
+                _report_timeout(guard, _first_step(args, kwargs))
             except BaseException as error:
                 note = problems_text(guard)
                 if note and hasattr(error, "add_note"):
                     error.add_note(note)
                 raise
             if guard.thread_errors or (guard.processes and guard.process_exits()):
-                _report_problems(guard, step)
+                _report_problems(guard, _first_step(args, kwargs))
             return result
 
         return wrapper  # type: ignore[return-value]

@@ -10,8 +10,10 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 # The guards running (in any thread): the multiprocessing processes started are theirs.
-# BaseProcess's start, terminate and kill are replaced while a guard runs: the first guard
-# to start puts ours on, the last to end puts the originals back, and no check leaves
+# BaseProcess's start is replaced while a guard runs, and its terminate and kill from the
+# first process started under a guard (the step can only stop what was started, and most
+# steps start none: two class attributes set and put back a check, not six); the first
+# guard to start puts ours on, the last to end puts the originals back, and no check leaves
 # multiprocessing patched after it (leaving them on would save ~5 us a check).
 _RUNNING: list[Any] = []
 _RUNNING_LOCK = threading.Lock()
@@ -20,7 +22,12 @@ _ORIGINAL: dict[str, Any] = {}
 
 def _start(process: Any) -> None:
     _ORIGINAL["start"](process)
-    for guard in list(_RUNNING):
+    with _RUNNING_LOCK:
+        if _RUNNING:  # (a wrapper left around ours may call it after the last guard)
+            _patch("terminate")
+            _patch("kill")
+        running = list(_RUNNING)
+    for guard in running:
         guard.processes.append(process)
 
 
@@ -39,16 +46,19 @@ def _kill(process: Any) -> None:
 _REPLACEMENTS = {"start": _start, "terminate": _terminate, "kill": _kill}
 
 
+def _patch(name: str) -> None:
+    """Put ours on the original (one that wraps ours, left on, stays: ours under it still
+    records). Called holding _RUNNING_LOCK."""
+    replacement = _REPLACEMENTS[name]
+    current = getattr(BaseProcess, name)
+    if current is not replacement and (name not in _ORIGINAL or current is _ORIGINAL[name]):
+        _ORIGINAL[name] = current
+        setattr(BaseProcess, name, replacement)
+
+
 def track_processes(guard: Any) -> None:
     with _RUNNING_LOCK:
-        for name, replacement in _REPLACEMENTS.items():
-            # on the original (one that wraps ours, left on, stays: ours under it
-            # still records)
-            current = getattr(BaseProcess, name)
-            if current is not replacement and (name not in _ORIGINAL
-                                               or current is _ORIGINAL[name]):
-                _ORIGINAL[name] = current
-                setattr(BaseProcess, name, replacement)
+        _patch("start")
         _RUNNING.append(guard)
 
 

@@ -1,9 +1,10 @@
 """Seeing each parameter's gradient as autograd accumulates it, at a fixed cost per backward.
 
 A check's step may be a fraction of a millisecond, so what runs inside it is kept small.
-Small dense CPU gradients are measured in their post-accumulate-grad hook: one ``aminmax``
-and two host reads each (foreach ops loop there anyway; no engine callback, ~10 us a
-check). Elsewhere the hook only notes the parameter, and a callback queued on the autograd
+CPU gradients are measured in their post-accumulate-grad hook: one ``aminmax`` and two
+host reads each (foreach ops loop there anyway, and a large gradient is read once, not
+twice as by abs + max; no engine callback, ~10 us a check). Elsewhere (CUDA) the hook only
+notes the parameter, and a callback queued on the autograd
 engine, run when that backward has accumulated every gradient, takes max |grad| of all of
 them with foreach ops, one per dtype and device group, read on the host at the end (per
 backward only to stop at a non-finite one). Either way before the rest of the step, so a
@@ -78,9 +79,10 @@ def max_abs(tensors: list[torch.Tensor], *, small: bool = False) -> list[torch.T
 
 def cpu_max_abs(t: torch.Tensor) -> float:
     """max |t| as a Python float from one ``aminmax``, to the bit what :func:`max_abs` gives
-    (NaN wins; max |-0.0| is 0.0): for a small dense CPU tensor, where foreach ops loop over
-    the tensors anyway (one aminmax each measured 0.6x the foreach abs + max of a 6-tensor
-    MLP's gradients). A tensor aminmax does not take (sparse) goes through max_abs."""
+    a small dense tensor (NaN wins; max |-0.0| is 0.0, where max_abs's one-by-one path says
+    -0.0): for a CPU tensor, where foreach ops loop over the tensors anyway (one aminmax each
+    measured 0.6x the foreach abs + max of a 6-tensor MLP's gradients) and a large one is
+    read once. A tensor aminmax does not take (sparse) goes through max_abs."""
     try:
         low, high = _aminmax(t)
     except RuntimeError:  # a gradient of another kind than its parameter (sparse)
@@ -147,13 +149,13 @@ class GradRecorder:
         self._bad: tuple[int, float] | None = None  # non-finite, to raise at backward's end
         self._numbers: list[float] | None = None
         self._hooks = HookSet()
-        self._small: list[bool] = []
-        cpu = True
-        if measure:  # small_dense and is_cpu of each parameter, in one pass
-            for p in self.params:
-                self._small.append(small_dense(p))
-                cpu = cpu and p.is_cpu
-        self._cpu_small = measure and cpu and all(self._small)
+        # CPU gradients of any size are measured in their hooks (_cpu_hook); small_dense is
+        # asked only elsewhere, where it picks foreach ops (six calls were a third of this)
+        self._on_cpu = measure and all(p.is_cpu for p in self.params)
+        self._small: list[bool] = (
+            [small_dense(p) for p in self.params] if measure and not self._on_cpu else []
+        )
+        self._floats = self._on_cpu  # every event's value a float (the CPU hooks')
         # weak: holding last step's grads would keep them alive while the step allocates
         # new ones, doubling gradient memory for the duration of the check
         self._grads_before: list[Any] = []
@@ -189,7 +191,7 @@ class GradRecorder:
 
             return note
 
-        if self._cpu_small:
+        if self._on_cpu:
             return self._cpu_hook(index)
 
         def hook(param: torch.Tensor) -> None:
@@ -203,9 +205,9 @@ class GradRecorder:
         return hook
 
     def _cpu_hook(self, index: dict[int, int]) -> Callable[[torch.Tensor], None]:
-        """Small dense CPU gradients, measured in the hook as floats (an aminmax, and host
-        reads that cost nothing on the CPU): an engine callback is queued only to stop the
-        step at the end of a backward that made a non-finite one."""
+        """CPU gradients, measured in the hook as floats (an aminmax, one read pass whatever
+        the size, and host reads that cost nothing on the CPU): an engine callback is queued
+        only to stop the step at the end of a backward that made a non-finite one."""
         fired = self._fired
         events = self.events
         stop = self.stop_on_nonfinite
@@ -246,6 +248,7 @@ class GradRecorder:
         with torch.no_grad():  # a backward with create_graph=True; the CPU's is _cpu_hook
             values = max_abs(grads, small=all(small[i] for i in indices))
         step = self.step
+        self._floats = False
         self.events += [(step, i, v) for i, v in zip(indices, values, strict=True)]
         if self.stop_on_nonfinite:
             for i, number in zip(indices, as_numbers(values), strict=True):
@@ -280,6 +283,7 @@ class GradRecorder:
                 if self.measure:
                     with torch.no_grad():
                         value = max_abs([grad])[0]
+                    self._floats = False
                 self.events.append((self.step, index, value))
         self._grads_before = []
 
@@ -293,11 +297,12 @@ class GradRecorder:
     def table(self, steps: int) -> list[list[float | None]]:
         """``[step][param]``: the largest max |grad| recorded in that step, None if none."""
         out: list[list[float | None]] = [[None] * len(self.params) for _ in range(steps)]
-        it = iter(self.numbers())
+        # every event a float measured in its hook (_cpu_hook): no pass to read tensors
+        it = None if self._floats else iter(self.numbers())
         for step, index, value in self.events:
             if step >= steps:
                 continue
-            number = next(it) if value is not None else 0.0
+            number = value if it is None else next(it) if value is not None else 0.0
             row = out[step]
             old = row[index]
             if old is None or _greater(number, old):

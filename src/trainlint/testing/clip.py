@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, fmt, table
-from trainlint.testing._common import Step, plural, trainable
+from trainlint.testing._common import Step, model_step_runner, plural, trainable
 
 if TYPE_CHECKING:
     import torch
@@ -92,12 +92,7 @@ def assert_clip_effective(
     events in that step.
     """
     __tracebackhide__ = True
-    from trainlint._runtime.arguments import check_count, check_model
-    from trainlint._runtime.steps import StepRunner
-
-    check_model(CHECK, model, step)
-    check_count("steps", steps, 1)
-    run = StepRunner(step, batches, check=CHECK)
+    run = model_step_runner(CHECK, model, step, steps, batches)
     named = trainable(model)
     result = _measure(run, named, steps)
     bad = _diagnose(result)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, fmt, table
-from trainlint.testing._common import Step, loss_value, trainable
+from trainlint.testing._common import Step, loss_value, model_step_runner, trainable
 
 if TYPE_CHECKING:
     import torch
@@ -58,12 +58,7 @@ def assert_finite_grads(
     gradient on CUDA; ``locate=False`` only records.
     """
     __tracebackhide__ = True
-    from trainlint._runtime.arguments import check_count, check_model
-    from trainlint._runtime.steps import StepRunner
-
-    check_model(CHECK, model, step)
-    check_count("steps", steps, 1)
-    run = StepRunner(step, batches, check=CHECK)
+    run = model_step_runner(CHECK, model, step, steps, batches)
     named = trainable(model)
     measured = _measure(model, run, named, steps, locate)
     first = _diagnose(measured, named)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, table
-from trainlint.testing._common import Step, plural, steps_text, trainable
+from trainlint.testing._common import Step, model_step_runner, plural, steps_text, trainable
 
 if TYPE_CHECKING:
     import torch
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from trainlint._runtime.steps import ParamSpec
 
 CHECK = "assert_grads_nonzero"
+_shape = attrgetter("shape")
 
 SYMPTOMS = {
     "no-gradient-anywhere": Symptom(
@@ -80,13 +82,12 @@ def assert_grads_nonzero(
     Fails listing the parameters with no or all-zero gradients by module path and shape.
     """
     __tracebackhide__ = True
-    from trainlint._runtime.arguments import check_count, check_model
-    from trainlint._runtime.steps import StepRunner, match_params
+    run = model_step_runner(CHECK, model, step, steps, batches)
+    ignored: set[str] = set()
+    if ignore:
+        from trainlint._runtime.steps import match_params
 
-    check_model(CHECK, model, step)
-    check_count("steps", steps, 1)
-    run = StepRunner(step, batches, check=CHECK)
-    ignored = match_params(model, ignore, "ignore") if ignore else set()
+        ignored = match_params(model, ignore, "ignore")
     named = trainable(model, exclude=ignored)
     result = _measure(run, named, steps, ignored)
     gaps = _diagnose(result)
@@ -109,11 +110,12 @@ def _measure(
             run()
             recorder.end_step()
     per_param = zip(*recorder.table(steps), strict=True)  # [step][param] -> [param][step]
+    names = [n for n, _ in named]
     return GradsResult(
         steps=steps,
-        max_abs={n: values for (n, _), values in zip(named, per_param, strict=True)},
-        shapes={n: tuple(p.shape) for n, p in named},
-        ignored=tuple(sorted(ignored)),
+        max_abs=dict(zip(names, per_param, strict=True)),
+        shapes=dict(zip(names, map(tuple, map(_shape, recorder.params)), strict=True)),
+        ignored=tuple(sorted(ignored)) if ignored else (),
     )
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, fmt, symptom_texts, table
-from trainlint.testing._common import Step, named_parameters, plural
+from trainlint.testing._common import Step, model_step_runner, named_parameters, plural
 
 if TYPE_CHECKING:
     import torch
@@ -91,18 +92,22 @@ def assert_weights_updated(
     fail the check even where the weights happen to move.
     """
     __tracebackhide__ = True
-    from trainlint._runtime.arguments import check_count, check_model
-    from trainlint._runtime.steps import StepRunner, match_params
+    run = model_step_runner(CHECK, model, step, steps, batches)
+    frozen_names: set[str] = set()
+    if frozen:
+        from trainlint._runtime.steps import match_params
 
-    check_model(CHECK, model, step)
-    check_count("steps", steps, 1)
-    run = StepRunner(step, batches, check=CHECK)
-    frozen_names = match_params(model, frozen, "frozen") if frozen else set()
-    named: list[tuple[str, torch.Tensor]] = [
-        (n, p) for n, p in named_parameters(model) if p.numel() > 0
-    ]
-    trainable = [(n, p) for n, p in named if p.requires_grad and n not in frozen_names]
-    frozen_list = [(n, p) for n, p in named if n in frozen_names]
+        frozen_names = match_params(model, frozen, "frozen")
+    named: list[tuple[str, torch.Tensor]] = []
+    trainable: list[tuple[str, torch.Tensor]] = []
+    frozen_list: list[tuple[str, torch.Tensor]] = []
+    for n, p in named_parameters(model):  # one pass, not three comprehensions
+        if p.numel() > 0:
+            named.append((n, p))
+            if n in frozen_names:
+                frozen_list.append((n, p))
+            elif p.requires_grad:
+                trainable.append((n, p))
     if not trainable and not frozen_list:
         raise ValueError("the model has no trainable parameters to check")
     result = _measure(run, steps, trainable, frozen_list)
@@ -123,22 +128,24 @@ def _measure(
     from trainlint._runtime.recorder import GradRecorder
     from trainlint._runtime.snapshot import Snapshot
 
-    watched = trainable + frozen_list
-    snapshot = Snapshot([p for _, p in watched])
-    recorder = GradRecorder([p for _, p in trainable], measure=False)
+    names = [n for n, _ in trainable]
+    params = [p for _, p in trainable]
+    snapshot = Snapshot(params + [p for _, p in frozen_list])
+    recorder = GradRecorder(params, measure=False)
     with recorder:
         for i in range(steps):
             recorder.begin_step(i)
             run()
             recorder.end_step()
-    changes = dict(zip((n for n, _ in watched), snapshot.changes(), strict=True))
+    changes = snapshot.changes()  # trainable first, then frozen: names are unique
     del snapshot
     fired = recorder.fired()
+    k = len(names)
     return WeightsResult(
         steps=steps,
-        change={n: changes[n] for n, _ in trainable},
-        frozen_change={n: changes[n] for n, _ in frozen_list},
-        got_grad={n: j in fired for j, (n, _) in enumerate(trainable)},
+        change=dict(zip(names, changes[:k], strict=True)),
+        frozen_change=dict(zip((n for n, _ in frozen_list), changes[k:], strict=True)),
+        got_grad={n: j in fired for j, n in enumerate(names)},
     )
 
 
@@ -242,8 +249,8 @@ def _optimizer_membership(
     if groups is None:
         raise TypeError(f"optimizer has no param_groups: {type(optimizer).__name__}")
     held = [p for group in groups for p in group["params"]]
-    ids = {id(p) for p in held}
-    model_ids = {id(p) for _, p in named}
+    ids = set(map(id, held))
+    model_ids = set(map(id, map(itemgetter(1), named)))
     notes = []
     missing = [n for n, p in trainable if id(p) not in ids]
     if missing:
