@@ -315,21 +315,28 @@ def _uses(model: FileModel, imports: dict[str, list[str]], module: str) -> list[
                 name = _receiver(t)
                 if name is not None:
                     built.add(name)
-    for node in (c for calls in model.calls.values() for c in calls):
-        func = node.func
-        parts: list[str] = []
-        while func.__class__ is ast.Attribute:
-            parts.append(func.attr)
-            func = func.value
-        if func.__class__ is not ast.Name:
-            continue
-        head = func.id
-        if head in imports:
-            out.add(".".join([imports[head][0], *reversed(parts)]))
-        elif len(parts) == 1 and head != "self":
-            methods.append((head, parts[0]))  # `tracker.record(...)`
-        elif len(parts) == 2 and head == "self":
-            methods.append((f"self.{parts[1]}", parts[0]))  # `self.tracker.record(...)`
+    for calls in model.calls.values():
+        for node in calls:
+            func = node.func
+            if func.__class__ is ast.Name:  # (most calls: no chain to walk)
+                if func.id in imports:
+                    out.add(imports[func.id][0])
+                continue
+            parts: list[str] = []
+            while func.__class__ is ast.Attribute:
+                parts.append(func.attr)
+                func = func.value
+            if func.__class__ is not ast.Name:
+                continue
+            head = func.id
+            if head in imports:
+                out.add(".".join([imports[head][0], *reversed(parts)]))
+            elif not built:
+                continue  # (no receiver a method call could be on)
+            elif len(parts) == 1 and head != "self":
+                methods.append((head, parts[0]))  # `tracker.record(...)`
+            elif len(parts) == 2 and head == "self":
+                methods.append((f"self.{parts[1]}", parts[0]))  # `self.tracker.record(...)`
     out.update(f"?.{m}" for recv, m in methods if recv in built)
     return sorted(out)
 
