@@ -296,7 +296,7 @@ def run(
                 if found is not None:
                     summaries[i] = found
     # A summary carries what only the files importing its file read (returns, kept
-    # parameters, step effects: half its cost) for the names other files of the run may
+    # parameters, step effects: most of its cost) for the names other files of the run may
     # import from it, by the import lines of their bytes; all of it for a module imported
     # whole (`import m`, `from pkg import m`, `from m import *`) and for a package.
     graph = import_graph([(p, modules[i]) for i, p in enumerate(paths)], read_file)
