@@ -21,20 +21,35 @@ def call_quals(model: FileModel, name: str) -> list[str | None]:
 @pytest.mark.parametrize(
     ("src", "name", "expected"),
     [
-        ("import torch.optim as optim\noptim.lr_scheduler.StepLR(o, 3)\n", "StepLR",
-         "torch.optim.lr_scheduler.StepLR"),
-        ("from torch.optim import lr_scheduler as sched\nsched.OneCycleLR(o)\n", "OneCycleLR",
-         "torch.optim.lr_scheduler.OneCycleLR"),
+        (
+            "import torch.optim as optim\noptim.lr_scheduler.StepLR(o, 3)\n",
+            "StepLR",
+            "torch.optim.lr_scheduler.StepLR",
+        ),
+        (
+            "from torch.optim import lr_scheduler as sched\nsched.OneCycleLR(o)\n",
+            "OneCycleLR",
+            "torch.optim.lr_scheduler.OneCycleLR",
+        ),
         ("from torch import nn\nnn.Linear(2, 3)\n", "Linear", "torch.nn.Linear"),
-        ("import torch.nn.functional as F\nF.cross_entropy(a, b)\n", "cross_entropy",
-         "torch.nn.functional.cross_entropy"),
-        ("import torch\ntorch.nn.utils.clip_grad.clip_grad_norm_(p, 1)\n", "clip_grad_norm_",
-         "torch.nn.utils.clip_grad_norm_"),
+        (
+            "import torch.nn.functional as F\nF.cross_entropy(a, b)\n",
+            "cross_entropy",
+            "torch.nn.functional.cross_entropy",
+        ),
+        (
+            "import torch\ntorch.nn.utils.clip_grad.clip_grad_norm_(p, 1)\n",
+            "clip_grad_norm_",
+            "torch.nn.utils.clip_grad_norm_",
+        ),
         ("from ray import remote\nremote(f)\n", "remote", "ray.remote"),
         ("import torch.nn\ntorch.nn.Linear(1, 1)\n", "Linear", "torch.nn.Linear"),
         ("float(x)\n", "float", "builtins.float"),
-        ("try:\n    import torch\nexcept ImportError:\n    torch = None\ntorch.load(p)\n",
-         "load", "torch.load"),
+        (
+            "try:\n    import torch\nexcept ImportError:\n    torch = None\ntorch.load(p)\n",
+            "load",
+            "torch.load",
+        ),
     ],
 )
 def test_alias_resolution(src, name, expected):

@@ -92,8 +92,12 @@ def test_json_and_full(run_cli, tree):
     assert code == 1 and len(data) == 1
     f = data[0]
     assert {k: f[k] for k in ("code", "name", "line", "column", "end_line", "end_column")} == {
-        "code": "TL301", "name": "retain-graph-in-loop", "line": 6, "column": 5,
-        "end_line": 6, "end_column": 37,
+        "code": "TL301",
+        "name": "retain-graph-in-loop",
+        "line": 6,
+        "column": 5,
+        "end_line": 6,
+        "end_column": 37,
     }
     assert f["severity"] == "error" and f["fix"]["applicability"] == "unsafe"
     code, out, _ = run_cli("check", "--show-source", str(root))
@@ -135,8 +139,14 @@ def test_rules_and_rule(run_cli):
     assert "TL002" in out and "off" in out
     code, out, _ = run_cli("rule", "TL301")
     assert code == 0
-    for section in ("## What it does", "## Why is this bad?", "## Example", "## Use instead",
-                    "## Fix safety", "## References"):
+    for section in (
+        "## What it does",
+        "## Why is this bad?",
+        "## Example",
+        "## Use instead",
+        "## Fix safety",
+        "## References",
+    ):
         assert section in out
     code, _, err = run_cli("rule", "TL999")
     assert code == 2 and "TL999" in err
@@ -148,12 +158,14 @@ def test_missing_path(run_cli, tmp_path):
 
 
 def test_config_found_upwards_and_per_file_ignores(run_cli, tree):
-    root = tree({
-        "pyproject.toml": '[tool.trainlint]\nignore = ["TL702"]\n'
-                          '[tool.trainlint.per-file-ignores]\n"legacy/*" = ["TL3"]\n',
-        "src/pkg/train.py": LEAK + LOAD.replace("import torch\n", ""),
-        "legacy/old.py": LEAK,
-    })
+    root = tree(
+        {
+            "pyproject.toml": '[tool.trainlint]\nignore = ["TL702"]\n'
+            '[tool.trainlint.per-file-ignores]\n"legacy/*" = ["TL3"]\n',
+            "src/pkg/train.py": LEAK + LOAD.replace("import torch\n", ""),
+            "legacy/old.py": LEAK,
+        }
+    )
     code, out, _ = run_cli("check", str(root / "src"), str(root / "legacy"))
     assert "train.py:6:5: TL301" in out
     assert "TL702" not in out
@@ -161,10 +173,12 @@ def test_config_found_upwards_and_per_file_ignores(run_cli, tree):
 
 
 def test_trainlint_toml_and_rule_options(run_cli, tree):
-    root = tree({
-        "trainlint.toml": '[rules.TL702]\nrequire-explicit = false\nreport-explicit-false = true\n',
-        "load.py": LOAD + "sd2 = torch.load(p, weights_only=False)\n",
-    })
+    root = tree(
+        {
+            "trainlint.toml": "[rules.TL702]\nrequire-explicit = false\nreport-explicit-false = true\n",
+            "load.py": LOAD + "sd2 = torch.load(p, weights_only=False)\n",
+        }
+    )
     code, out, _ = run_cli("check", str(root))
     assert code == 1
     assert "load.py:3:" in out and "load.py:2:" not in out
@@ -191,16 +205,19 @@ def test_bad_config_names_key_and_file(run_cli, tree):
 
 def test_unknown_code_in_per_file_ignores_names_key_and_file(run_cli, tree):
     # `TL1O1` with a letter O: it used to pass silently and ignore nothing
-    root = tree({
-        "pyproject.toml": '[tool.trainlint.per-file-ignores]\n"tests/*" = ["TL1O1"]\n',
-        "tests/test_a.py": LEAK,
-    })
+    root = tree(
+        {
+            "pyproject.toml": '[tool.trainlint.per-file-ignores]\n"tests/*" = ["TL1O1"]\n',
+            "tests/test_a.py": LEAK,
+        }
+    )
     code, out, err = run_cli("check", str(root))
     assert code == 2 and out == ""
     assert "TL1O1" in err and "per-file-ignores" in err and "tests/*" in err
     assert str(root / "pyproject.toml") in err
     (root / "pyproject.toml").write_text(
-        '[tool.trainlint.per-file-ignores]\n"tests/*" = ["TL3", "TL702"]\n')
+        '[tool.trainlint.per-file-ignores]\n"tests/*" = ["TL3", "TL702"]\n'
+    )
     code, out, _ = run_cli("check", str(root))
     assert code == 0, out
 
@@ -214,7 +231,9 @@ def test_explicit_config_flag(run_cli, tree):
 
 
 def test_exclude_and_extend_exclude(run_cli, tree):
-    root = tree({"gen/a.py": LEAK, "b.py": LEAK, "pyproject.toml": "[tool.trainlint]\nexclude=['gen']\n"})
+    root = tree(
+        {"gen/a.py": LEAK, "b.py": LEAK, "pyproject.toml": "[tool.trainlint]\nexclude=['gen']\n"}
+    )
     code, out, _ = run_cli("check", str(root))
     assert "b.py" in out and "gen" not in out
     code, out, _ = run_cli("check", "--exclude", "b.py", str(root))
@@ -249,8 +268,9 @@ def test_parallel_jobs_same_output(run_cli, tree):
 def test_module_entry_point(tmp_path):
     p = tmp_path / "t.py"
     p.write_text(LEAK)
-    proc = subprocess.run([sys.executable, "-m", "trainlint", "check", str(p)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainlint", "check", str(p)], capture_output=True, text=True
+    )
     assert proc.returncode == 1 and "TL301" in proc.stdout
 
 
@@ -263,8 +283,9 @@ def test_cache_warm_run_and_invalidation(run_cli, tree, monkeypatch):
     assert (root / ".trainlint_cache" / ".gitignore").read_text().strip().endswith("*")
     calls = []
     real = engine.Linter.lint_bytes
-    monkeypatch.setattr(engine.Linter, "lint_bytes",
-                        lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    monkeypatch.setattr(
+        engine.Linter, "lint_bytes", lambda self, *a, **k: calls.append(1) or real(self, *a, **k)
+    )
     code, warm, _ = run_cli("check", "--jobs", "1", str(root))
     assert warm == cold and code == 1 and calls == []
     # another selection is another cache entry
@@ -295,8 +316,9 @@ def test_cache_is_keyed_on_trainlints_own_code(tmp_path):
     from trainlint import cli
 
     package = tmp_path / "trainlint"
-    shutil.copytree(Path(cli.__file__).parent, package,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(cli.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__")
+    )
     before = cli.code_fingerprint(package)
     assert before == cli.code_fingerprint.__wrapped__(package)
     with (package / "notebook.py").open("a") as fh:
@@ -315,13 +337,17 @@ def test_every_finding_has_its_rules_severity(run_cli):
     findings = json.loads(snapshot.read_text(encoding="utf-8"))
     code, out, _ = run_cli("rules")
     listed = {ln.split()[0]: ln.split()[-1] for ln in out.splitlines() if ln.startswith("TL")}
-    mismatched = {(f["code"], f["severity"], listed[f["code"]]) for f in findings
-                  if f["severity"] != listed[f["code"]]}
+    mismatched = {
+        (f["code"], f["severity"], listed[f["code"]])
+        for f in findings
+        if f["severity"] != listed[f["code"]]
+    }
     assert mismatched == set()
     rules = builtin_rules()
     driver = json.loads(format_sarif([], rules))["runs"][0]["tool"]["driver"]["rules"]
     assert {r["id"]: r["defaultConfiguration"]["level"] for r in driver} == {
-        r.code: r.severity for r in rules}
+        r.code: r.severity for r in rules
+    }
     assert "TL702" in {f["code"] for f in findings}
     assert {f["severity"] for f in findings} == {"error", "warning"}
 
@@ -330,9 +356,20 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     # `trainlint check . | head -1`: the pipe closes while findings are still printed
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trainlint", "check", "--no-cache", "--output-format", "full",
-         "--statistics", "fixtures"],
-        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "trainlint",
+            "check",
+            "--no-cache",
+            "--output-format",
+            "full",
+            "--statistics",
+            "fixtures",
+        ],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # before the first finding is printed

@@ -98,8 +98,12 @@ def test_remote_forms_resolve_to_their_definitions():
     """)
     found = [(d.via, d.name, dict(d.args)["model"].id) for d in escapes(m).remote_dispatches]
     assert found == [
-        (Via.REMOTE, "f", "m1"), (Via.REMOTE, "f", "m2"), (Via.REMOTE, "g", "m3"),
-        (Via.REMOTE, "g", "m4"), (Via.ACTOR, "A", "m5"), (Via.ACTOR_METHOD, "fit", "m6"),
+        (Via.REMOTE, "f", "m1"),
+        (Via.REMOTE, "f", "m2"),
+        (Via.REMOTE, "g", "m3"),
+        (Via.REMOTE, "g", "m4"),
+        (Via.ACTOR, "A", "m5"),
+        (Via.ACTOR_METHOD, "fit", "m6"),
     ]
 
 
@@ -149,14 +153,20 @@ def test_lambda_targets_bind_the_call_they_make():
     (d,) = escapes(m).thread_dispatches  # a lambda with parameters is left unresolved
     assert d.target is not None and d.target.name == "train"
     assert [(p, ast.unparse(e)) for p, e in d.args] == [
-        ("model", "model"), ("opt", "opt"), ("shard", "shard_a")]
+        ("model", "model"),
+        ("opt", "opt"),
+        ("shard", "shard_a"),
+    ]
 
 
-@pytest.mark.parametrize(("loop", "expected"), [
-    ("for s in shards:", [7, 8, 9]),
-    # each thread gets a pair of its own: nothing shared
-    ("for model, opt, s in zip(models, optimizers, shards):", []),
-])
+@pytest.mark.parametrize(
+    ("loop", "expected"),
+    [
+        ("for s in shards:", [7, 8, 9]),
+        # each thread gets a pair of its own: nothing shared
+        ("for model, opt, s in zip(models, optimizers, shards):", []),
+    ],
+)
 def test_threads_started_through_lambdas_share_what_the_lambda_passes(loop, expected):
     from trainlint import lint_source
 

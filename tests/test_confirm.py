@@ -32,9 +32,17 @@ SECTION = "trainlint confirmation"
 def _no_inherited_coverage(monkeypatch):
     # An outer `coverage run` (subprocess measurement, its data file, its core) must not
     # reach the inner runs: they check which tracer is (or is not) there, and their data.
-    for name in ("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG", "COVERAGE_FILE",
-                 "COVERAGE_RCFILE", "COVERAGE_CORE", "COV_CORE_SOURCE", "COV_CORE_CONFIG",
-                 "COV_CORE_DATAFILE", "PYTEST_ADDOPTS"):
+    for name in (
+        "COVERAGE_PROCESS_START",
+        "COVERAGE_PROCESS_CONFIG",
+        "COVERAGE_FILE",
+        "COVERAGE_RCFILE",
+        "COVERAGE_CORE",
+        "COV_CORE_SOURCE",
+        "COV_CORE_CONFIG",
+        "COV_CORE_DATAFILE",
+        "PYTEST_ADDOPTS",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -62,7 +70,7 @@ def section(stdout: str) -> list[str]:
     lines = stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if SECTION in line and line.startswith("="))
     out = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if line.startswith("=") or line.startswith("_"):
             break
         out.append(line)
@@ -70,8 +78,15 @@ def section(stdout: str) -> list[str]:
 
 
 def entry(code, name, path, line, status, tests=(), confirmed_by=()):
-    return {"code": code, "name": name, "path": path, "line": line, "status": status,
-            "tests": list(tests), "confirmed_by": list(confirmed_by)}
+    return {
+        "code": code,
+        "name": name,
+        "path": path,
+        "line": line,
+        "status": status,
+        "tests": list(tests),
+        "confirmed_by": list(confirmed_by),
+    }
 
 
 def summary(confirmed, exercised, not_exercised):
@@ -138,8 +153,7 @@ TL401 = where(TRAIN, "a host sync", "self.model.weight")
 
 TRAIN_REPORT = {
     "findings": [
-        entry("TL302", "graph-accumulation", "pkg/train.py", TL302[0], "confirmed",
-              [LEAK], [LEAK]),
+        entry("TL302", "graph-accumulation", "pkg/train.py", TL302[0], "confirmed", [LEAK], [LEAK]),
         # ran by the failing test, but the memory check's failure explains TL302, not this
         entry("TL401", "host-sync-in-loop", "pkg/train.py", TL401[0], "exercised", [LEAK]),
         entry("TL301", "retain-graph-in-loop", "pkg/train.py", TL301[0], "exercised", [RETAIN]),
@@ -151,13 +165,16 @@ TRAIN_REPORT = {
 
 @pytest.fixture
 def train_project(pytester):
-    write(pytester.path, {
-        "pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-p no:cacheprovider'\n",
-        "pkg/__init__.py": "",
-        "pkg/train.py": TRAIN,
-        "tests/conftest.py": "import torch\n\ntorch.set_num_threads(1)\n",
-        "tests/test_train.py": TRAIN_TESTS,
-    })
+    write(
+        pytester.path,
+        {
+            "pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-p no:cacheprovider'\n",
+            "pkg/__init__.py": "",
+            "pkg/train.py": TRAIN,
+            "tests/conftest.py": "import torch\n\ntorch.set_num_threads(1)\n",
+            "tests/test_train.py": TRAIN_TESTS,
+        },
+    )
     return pytester
 
 
@@ -182,16 +199,24 @@ def test_findings_are_confirmed_exercised_or_not_exercised(train_project):
 def test_pytest_cov_collector_is_reused_and_its_report_still_works(train_project):
     from coverage import CoverageData
 
-    train_project.makepyfile(**{"tests/test_tracer": """
+    train_project.makepyfile(
+        **{
+            "tests/test_tracer": """
         import coverage
 
         def test_one_tracer(cov):
             # pytest-cov's Coverage is the only one started: trainlint did not stack its own
             assert cov is not None and coverage.Coverage.current() is cov
-        """})
+        """
+        }
+    )
     result = train_project.runpytest_subprocess(
-        "-p", "pytest_cov", "--cov=pkg", "--cov-report=term-missing",
-        "--trainlint", "--trainlint-report=out.json",
+        "-p",
+        "pytest_cov",
+        "--cov=pkg",
+        "--cov-report=term-missing",
+        "--trainlint",
+        "--trainlint-report=out.json",
     )
     result.assert_outcomes(passed=2, failed=1)
     report = json.loads((train_project.path / "out.json").read_text(encoding="utf-8"))
@@ -283,21 +308,24 @@ STUB_REPORT = {"findings": STUB_FINDINGS, "summary": summary(1, 1, 1)}
 
 
 def stub_project(pytester, pyproject: str = "") -> pytest.Pytester:
-    write(pytester.path, {
-        "pyproject.toml": pyproject or dedent("""
+    write(
+        pytester.path,
+        {
+            "pyproject.toml": pyproject
+            or dedent("""
             [tool.pytest.ini_options]
             addopts = "-p no:cacheprovider"
 
             [tool.trainlint]
             extend-exclude = ["pkg/legacy.py"]
             """),
-        "torch.py": STUB_TORCH,
-        "pkg/__init__.py": "",
-        "pkg/a.py": MODULE_A,
-        "pkg/b.py": MODULE_B,
-        "pkg/legacy.py": MODULE_A,
-        "pkg/never.py": MODULE_A,
-        "tests/conftest.py": """
+            "torch.py": STUB_TORCH,
+            "pkg/__init__.py": "",
+            "pkg/a.py": MODULE_A,
+            "pkg/b.py": MODULE_B,
+            "pkg/legacy.py": MODULE_A,
+            "pkg/never.py": MODULE_A,
+            "tests/conftest.py": """
             import pytest
             import torch
 
@@ -305,8 +333,9 @@ def stub_project(pytester, pyproject: str = "") -> pytest.Pytester:
             def loaded():
                 return torch.load("fixture")  # runs in a test, but conftest is not linted
             """,
-        "tests/test_stub.py": STUB_TESTS,
-    })
+            "tests/test_stub.py": STUB_TESTS,
+        },
+    )
     return pytester
 
 
@@ -341,7 +370,9 @@ def test_trainlint_paths_restrict_linting(pytester):
 
 
 def test_ini_options_turn_it_on(pytester):
-    stub_project(pytester, pyproject=dedent("""
+    stub_project(
+        pytester,
+        pyproject=dedent("""
         [tool.pytest.ini_options]
         addopts = "-p no:cacheprovider"
         trainlint = true
@@ -349,7 +380,8 @@ def test_ini_options_turn_it_on(pytester):
 
         [tool.trainlint]
         extend-exclude = ["pkg/legacy.py"]
-        """))
+        """),
+    )
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=2, failed=1)
     assert SECTION in result.stdout.str()
@@ -362,14 +394,16 @@ def test_ini_options_turn_it_on(pytester):
 
 
 def test_without_the_option_nothing_is_traced_or_imported(pytester):
-    pytester.makepyfile(test_quiet="""
+    pytester.makepyfile(
+        test_quiet="""
         import sys
 
         def test_nothing_loaded():
             assert sys.gettrace() is None
             assert "coverage" not in sys.modules
             assert "trainlint.confirm" not in sys.modules
-        """)
+        """
+    )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--trainlint-report=x.json")
     result.assert_outcomes(passed=1)
     assert SECTION not in result.stdout.str()
@@ -390,8 +424,15 @@ def test_the_users_own_coverage_run_is_borrowed_and_kept(pytester, runner):
             with (pytester.path / "pyproject.toml").open("a", encoding="utf-8") as f:
                 f.write('\n[tool.coverage.run]\ndynamic_context = "test_function"\n')
         result = pytester.run(
-            sys.executable, "-m", "coverage", "run", "--source=pkg", "-m", "pytest",
-            "--trainlint", "--trainlint-report=out.json",
+            sys.executable,
+            "-m",
+            "coverage",
+            "run",
+            "--source=pkg",
+            "-m",
+            "pytest",
+            "--trainlint",
+            "--trainlint-report=out.json",
         )
     result.assert_outcomes(passed=2, failed=1)
     assert json.loads((pytester.path / "out.json").read_text("utf-8")) == STUB_REPORT
@@ -403,8 +444,11 @@ def test_the_users_own_coverage_run_is_borrowed_and_kept(pytester, runner):
     if runner == "coverage_run":
         assert A_FAILS in contexts  # trainlint labelled the user's collector per test
     elif runner == "test_function":
-        assert contexts == {"test_stub.test_a_fails", "test_stub.test_b_passes",
-                            "test_stub.test_helpers"}  # left as coverage labelled them
+        assert contexts == {
+            "test_stub.test_a_fails",
+            "test_stub.test_b_passes",
+            "test_stub.test_helpers",
+        }  # left as coverage labelled them
     else:
         assert f"{A_FAILS}|run" in contexts  # left as pytest-cov labelled them
         assert all(c.rsplit("|", 1)[1] in ("setup", "run", "teardown") for c in contexts)
@@ -429,8 +473,16 @@ def test_a_bad_path_or_config_stops_the_session_at_once(pytester):
 
 
 def finding(path: Path, line: int, end_line: int | None = None, code: str = "TL302") -> Finding:
-    return Finding(code=code, name="n", path=str(path), line=line, column=1,
-                   end_line=end_line or line, end_column=2, message="m")
+    return Finding(
+        code=code,
+        name="n",
+        path=str(path),
+        line=line,
+        column=1,
+        end_line=end_line or line,
+        end_column=2,
+        message="m",
+    )
 
 
 def test_status_follows_the_tests_that_ran_the_line(tmp_path):
@@ -438,7 +490,9 @@ def test_status_follows_the_tests_that_ran_the_line(tmp_path):
     executed = {src: {3: {"t::b", "t::a"}, 7: {"t::b"}, 9: {"t::c"}}}
     report = build_report(
         [finding(src, 9, 11), finding(src, 3), finding(src, 7), finding(src, 5)],
-        executed, {"t::a": [CheckFailure("assert_x", ("TL302",))]}, rootdir=tmp_path,
+        executed,
+        {"t::a": [CheckFailure("assert_x", ("TL302",))]},
+        rootdir=tmp_path,
         order={"t::a": 0, "t::b": 1},
     )
     got = [(f.line, f.status, f.tests, f.confirmed_by) for f in report.findings]
@@ -461,19 +515,36 @@ def test_a_check_that_failed_for_another_rule_leaves_the_finding_exercised(tmp_p
     }
     report = build_report(
         [finding(src, 3, code="TL101"), finding(src, 5, code="TL401"), finding(src, 5)],
-        executed, failures, rootdir=tmp_path, order={"t::mem": 0, "t::clip": 1},
+        executed,
+        failures,
+        rootdir=tmp_path,
+        order={"t::mem": 0, "t::clip": 1},
     )
-    got = [(f.line, f.code, f.status, f.confirmed_by, f.confirming_checks, f.other_failures)
-           for f in report.findings]
+    got = [
+        (f.line, f.code, f.status, f.confirmed_by, f.confirming_checks, f.other_failures)
+        for f in report.findings
+    ]
     assert got == [
-        (3, "TL101", "confirmed", ("t::clip",), (("t::clip", "assert_clip_effective"),),
-         (("t::mem", "assert_memory_stable"),)),
+        (
+            3,
+            "TL101",
+            "confirmed",
+            ("t::clip",),
+            (("t::clip", "assert_clip_effective"),),
+            (("t::mem", "assert_memory_stable"),),
+        ),
         (5, "TL302", "confirmed", ("t::mem",), (("t::mem", "assert_memory_stable"),), ()),
         (5, "TL401", "exercised", (), (), (("t::mem", "assert_memory_stable"),)),
     ]
     # the JSON shape is the SPEC's: no extra keys
     assert set(report.to_json()["findings"][0]) == {
-        "code", "name", "path", "line", "status", "tests", "confirmed_by"
+        "code",
+        "name",
+        "path",
+        "line",
+        "status",
+        "tests",
+        "confirmed_by",
     }
 
 

@@ -18,21 +18,39 @@ def names(paths, root):
 
 
 def test_default_skips(tree):
-    root = tree({
-        "a.py": SRC, "b.pyi": SRC, "c.ipynb": "{}", "notes.txt": "x",
-        ".venv/lib/x.py": SRC, "myenv/pyvenv.cfg": "", "myenv/lib/y.py": SRC,
-        "build/z.py": SRC, "dist/z.py": SRC, "__pycache__/z.py": SRC,
-        "node_modules/z.py": SRC, ".git/hooks/z.py": SRC, "pkg/sub/d.py": SRC,
-        "pkg.egg-info/e.py": SRC,
-    })
+    root = tree(
+        {
+            "a.py": SRC,
+            "b.pyi": SRC,
+            "c.ipynb": "{}",
+            "notes.txt": "x",
+            ".venv/lib/x.py": SRC,
+            "myenv/pyvenv.cfg": "",
+            "myenv/lib/y.py": SRC,
+            "build/z.py": SRC,
+            "dist/z.py": SRC,
+            "__pycache__/z.py": SRC,
+            "node_modules/z.py": SRC,
+            ".git/hooks/z.py": SRC,
+            "pkg/sub/d.py": SRC,
+            "pkg.egg-info/e.py": SRC,
+        }
+    )
     got = names(discover([root], Settings(root=root)), root)
     assert got == ["a.py", "b.pyi", "c.ipynb", "pkg/sub/d.py"]
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_gitignore_honoured(tree):
-    root = tree({".gitignore": "generated/\n*_pb2.py\n", "a.py": SRC,
-                 "generated/g.py": SRC, "proto_pb2.py": SRC, "sub/b.py": SRC})
+    root = tree(
+        {
+            ".gitignore": "generated/\n*_pb2.py\n",
+            "a.py": SRC,
+            "generated/g.py": SRC,
+            "proto_pb2.py": SRC,
+            "sub/b.py": SRC,
+        }
+    )
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     got = names(discover([root], Settings(root=root)), root)
     assert got == ["a.py", "sub/b.py"]

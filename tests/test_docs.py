@@ -24,8 +24,9 @@ def _blocks(text: str, lang: str) -> list[str]:
 
 
 def test_readme_opens_with_the_lint_and_the_test_command_that_ci_runs():
-    commands = [ln for ln in _blocks(README, "bash")[0].splitlines()
-                if ln and not ln.startswith("#")]
+    commands = [
+        ln for ln in _blocks(README, "bash")[0].splitlines() if ln and not ln.startswith("#")
+    ]
     assert commands[0] == "pip install . && trainlint check fixtures/"
     assert commands[1].startswith("pip install torch==2.13.0 && pip install -e '.[test]'")
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
@@ -50,8 +51,10 @@ def test_diff_exit_status_is_in_the_readmes_list():
     assert "`--diff`" in status and "without an" in status
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pre_commit") is None or not shutil.which("git"),
-                    reason="needs pre-commit and git")
+@pytest.mark.skipif(
+    importlib.util.find_spec("pre_commit") is None or not shutil.which("git"),
+    reason="needs pre-commit and git",
+)
 def test_local_pre_commit_recipe_runs_as_written(tmp_path):
     (recipe,) = [b for b in _blocks(GETTING_STARTED, "yaml") if "repo: local" in b]
     sample = tmp_path / "sample"
@@ -64,12 +67,22 @@ def test_local_pre_commit_recipe_runs_as_written(tmp_path):
     shim = bin_dir / "trainlint"
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m trainlint "$@"\n')
     shim.chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PRE_COMMIT_HOME": str(tmp_path / "home"), "PRE_COMMIT_COLOR": "never"}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PRE_COMMIT_HOME": str(tmp_path / "home"),
+        "PRE_COMMIT_COLOR": "never",
+    }
     for args in (["init", "-q"], ["add", "."]):
         subprocess.run(["git", *args], cwd=sample, check=True, capture_output=True)
-    proc = subprocess.run([sys.executable, "-m", "pre_commit", "run", "--all-files"],
-                          cwd=sample, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "run", "--all-files"],
+        cwd=sample,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "train.py:2:6: TL702" in proc.stdout
 
@@ -78,10 +91,17 @@ def test_example_output_shows_the_messages_trainlint_prints():
     # a finding line in the docs is a message some fixture gets verbatim (the snapshot the
     # snapshot test keeps current): messages that grew a "what to do" part stay in step
     snapshot = (ROOT / "tests" / "snapshots" / "fixtures.full.txt").read_text(encoding="utf-8")
-    printed = {ln.split(": ", 1)[1] for ln in snapshot.splitlines()
-               if re.match(r"\S+:\d+:\d+: TL\d{3} ", ln)}
-    shown = [ln.split(": ", 1)[1] for text in (README, GETTING_STARTED)
-             for block in _blocks(text, "text") for ln in block.splitlines()
-             if re.match(r"\S+:\d+:\d+: TL\d{3} ", ln)]
+    printed = {
+        ln.split(": ", 1)[1]
+        for ln in snapshot.splitlines()
+        if re.match(r"\S+:\d+:\d+: TL\d{3} ", ln)
+    }
+    shown = [
+        ln.split(": ", 1)[1]
+        for text in (README, GETTING_STARTED)
+        for block in _blocks(text, "text")
+        for ln in block.splitlines()
+        if re.match(r"\S+:\d+:\d+: TL\d{3} ", ln)
+    ]
     assert shown
     assert [m for m in shown if m not in printed] == []

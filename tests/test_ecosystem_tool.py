@@ -31,8 +31,15 @@ def eco():
 
 
 def rec(path="a.py", line=1, code="TL401", text="x.item()", package="pkg", message="m"):
-    return {"package": package, "version": "1.0", "path": path, "line": line, "code": code,
-            "text": text, "message": message}
+    return {
+        "package": package,
+        "version": "1.0",
+        "path": path,
+        "line": line,
+        "code": code,
+        "text": text,
+        "message": message,
+    }
 
 
 def entry(verdict, reason="r", **kw):
@@ -47,12 +54,12 @@ def test_new_gone_and_matched_on_the_normalised_line_not_the_line_number(eco):
         entry("true", line=10, text="loss.item()"),
         entry("false", line=20, text="y.cpu()"),
         entry("noise", line=30, code="TL702", text="torch.load(p)"),  # no longer produced
-        entry("true", package="other", text="z.item()"),                # other package
+        entry("true", package="other", text="z.item()"),  # other package
     ]
     current = [
-        rec(line=14, text="loss.item()"),      # shifted by 4 lines: still the same finding
+        rec(line=14, text="loss.item()"),  # shifted by 4 lines: still the same finding
         rec(line=24, text="y.cpu()"),
-        rec(line=40, text="w.tolist()"),       # never reviewed
+        rec(line=40, text="w.tolist()"),  # never reviewed
     ]
     cmp = eco.compare(current, ledger, packages={"pkg"}, codes={"TL401", "TL702"})
     assert [r["text"] for r in cmp.new] == ["w.tolist()"]
@@ -72,8 +79,9 @@ def test_the_same_key_twice_pairs_in_line_order_and_the_far_entry_is_gone(eco):
 
 
 def test_more_findings_than_entries_for_a_key_are_new(eco):
-    cmp = eco.compare([rec(line=1), rec(line=9)], [entry("true", line=1)],
-                      packages={"pkg"}, codes=None)
+    cmp = eco.compare(
+        [rec(line=1), rec(line=9)], [entry("true", line=1)], packages={"pkg"}, codes=None
+    )
     assert [c["line"] for c, _ in cmp.matched] == [1]
     assert [r["line"] for r in cmp.new] == [9]
 
@@ -99,14 +107,15 @@ def test_precision_counts_noise_against_the_rule_and_ignores_unreviewed(eco):
 
 
 def test_per_rule_tally_and_the_check_gate(eco):
-    ledger = ([entry("true", line=i, text=f"t{i}") for i in range(8)]
-              + [entry("false", line=100, text="f"), entry("noise", line=101, text="n")]
-              + [entry("false", code="TL002", text="off")])
+    ledger = (
+        [entry("true", line=i, text=f"t{i}") for i in range(8)]
+        + [entry("false", line=100, text="f"), entry("noise", line=101, text="n")]
+        + [entry("false", code="TL002", text="off")]
+    )
     current = [rec(line=e["line"], code=e["code"], text=e["text"]) for e in ledger]
     cmp = eco.compare(current, ledger, packages={"pkg"}, codes=None)
     per_rule = eco.tally(cmp.verdict_of(), "code")
-    assert per_rule["TL401"] == {"findings": 10, "true": 8, "false": 1, "noise": 1,
-                                 "unreviewed": 0}
+    assert per_rule["TL401"] == {"findings": 10, "true": 8, "false": 1, "noise": 1, "unreviewed": 0}
     assert eco.precision(per_rule["TL401"]) == pytest.approx(0.8)
     # TL401 (default) at 0.8 fails; TL002 (off by default) at 0.0 does not.
     failures = eco.gate_failures(cmp, default_codes={"TL401"})
@@ -116,8 +125,9 @@ def test_per_rule_tally_and_the_check_gate(eco):
 
 
 def test_gate_fails_on_unreviewed_and_on_a_lost_true_finding(eco):
-    cmp = eco.compare([rec(text="new()")], [entry("true", text="was_true()")],
-                      packages={"pkg"}, codes=None)
+    cmp = eco.compare(
+        [rec(text="new()")], [entry("true", text="was_true()")], packages={"pkg"}, codes=None
+    )
     failures = eco.gate_failures(cmp, default_codes={"TL401"})
     assert any("not reviewed" in f for f in failures)
     assert any("reviewed as true are GONE" in f for f in failures)
@@ -132,8 +142,10 @@ def test_a_true_finding_moved_to_an_opt_in_option_may_be_gone(eco):
 
 
 def test_update_keeps_reviews_adds_new_and_prunes_only_when_asked(eco):
-    ledger = [entry("true", line=3, text="kept", reason="real"),
-              entry("noise", line=7, text="gone")]
+    ledger = [
+        entry("true", line=3, text="kept", reason="real"),
+        entry("noise", line=7, text="gone"),
+    ]
     current = [rec(line=5, text="kept", message="reworded"), rec(line=9, text="fresh")]
     cmp = eco.compare(current, ledger, packages={"pkg"}, codes=None)
     kept = eco.updated_ledger(cmp, prune=False)
@@ -159,8 +171,14 @@ def test_ledger_round_trip_and_validation(eco, tmp_path):
 
 
 def test_python_files_skip_vendored_folders_and_excludes(eco, tmp_path):
-    for rel in ("pkg/a.py", "pkg/third_party/v.py", "examples/b.py", "docs/conf.py",
-                "pkg/data.json", "pkg.egg-info/x.py"):
+    for rel in (
+        "pkg/a.py",
+        "pkg/third_party/v.py",
+        "examples/b.py",
+        "docs/conf.py",
+        "pkg/data.json",
+        "pkg.egg-info/x.py",
+    ):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("", encoding="utf-8")
     assert eco.python_files(tmp_path, ["docs"]) == ["examples/b.py", "pkg/a.py"]
@@ -185,7 +203,9 @@ def test_end_to_end_on_a_fake_package_without_downloading(eco, tmp_path, monkeyp
     packages = tmp_path / "packages.toml"
     packages.write_text(
         '[[package]]\nname = "fakepkg"\nversion = "0.1"\nartifact = "sdist"\n'
-        'filename = "fakepkg-0.1.tar.gz"\nsha256 = "0"\n', encoding="utf-8")
+        'filename = "fakepkg-0.1.tar.gz"\nsha256 = "0"\n',
+        encoding="utf-8",
+    )
     cache = tmp_path / "cache"
     root = cache / "src" / "fakepkg-0.1"
     (root / "fakepkg").mkdir(parents=True)
@@ -193,8 +213,16 @@ def test_end_to_end_on_a_fake_package_without_downloading(eco, tmp_path, monkeyp
     train = root / "fakepkg" / "train.py"
     train.write_text(FAKE_SOURCE, encoding="utf-8")
     ledger = tmp_path / "ledger.jsonl"
-    base = ["--packages-file", str(packages), "--ledger", str(ledger), "--cache-dir", str(cache),
-            "--select", "TL403"]
+    base = [
+        "--packages-file",
+        str(packages),
+        "--ledger",
+        str(ledger),
+        "--cache-dir",
+        str(cache),
+        "--select",
+        "TL403",
+    ]
 
     assert eco.main([*base, "--update", "--check"]) == 1  # the new finding is unreviewed
     out = capsys.readouterr().out

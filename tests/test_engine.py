@@ -125,25 +125,44 @@ def test_syntax_error_still_reported_without_triggers():
 
 
 def _notebook(cells):
-    return json.dumps({
-        "cells": [
-            {"cell_type": t, "metadata": {}, "source": s, **({"outputs": [], "execution_count": None} if t == "code" else {})}
-            for t, s in cells
-        ],
-        "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
-    })
+    return json.dumps(
+        {
+            "cells": [
+                {
+                    "cell_type": t,
+                    "metadata": {},
+                    "source": s,
+                    **({"outputs": [], "execution_count": None} if t == "code" else {}),
+                }
+                for t, s in cells
+            ],
+            "metadata": {},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        }
+    )
 
 
 def test_notebook_cells_magics_and_locations(run_cli, tree):
-    nb = _notebook([
-        ("markdown", "# Training\n"),
-        ("code", ["%matplotlib inline\n", "!pip install torch\n", "import torch\n"]),
-        ("code", ["%%time\n", "for x in loader:\n", "    loss = model(x).sum()\n",
-                  "    loss.backward(retain_graph=True)\n", "    opt.step()\n",
-                  "    opt.zero_grad()\n"]),
-        ("code", "%%bash\necho hi | grep h\n"),
-        ("code", "model?\n"),
-    ])
+    nb = _notebook(
+        [
+            ("markdown", "# Training\n"),
+            ("code", ["%matplotlib inline\n", "!pip install torch\n", "import torch\n"]),
+            (
+                "code",
+                [
+                    "%%time\n",
+                    "for x in loader:\n",
+                    "    loss = model(x).sum()\n",
+                    "    loss.backward(retain_graph=True)\n",
+                    "    opt.step()\n",
+                    "    opt.zero_grad()\n",
+                ],
+            ),
+            ("code", "%%bash\necho hi | grep h\n"),
+            ("code", "model?\n"),
+        ]
+    )
     root = tree({"train.ipynb": nb})
     code, out, _ = run_cli("check", str(root))
     assert code == 1

@@ -11,8 +11,18 @@ from trainlint.analysis.project import ProjectIndex
 
 
 def _summary(module, **kw):
-    base = {"root": "/r", "module": module, "pkg": False, "imports": {}, "stars": [],
-            "exported": {}, "defs": [], "functions": {}, "classes": {}, "calls": []}
+    base = {
+        "root": "/r",
+        "module": module,
+        "pkg": False,
+        "imports": {},
+        "stars": [],
+        "exported": {},
+        "defs": [],
+        "functions": {},
+        "classes": {},
+        "calls": [],
+    }
     base.update(kw)
     return base
 
@@ -27,17 +37,21 @@ def _project(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def _found(pkg: Path, code: str) -> list[tuple[str, int]]:
-    return sorted((Path(f.path).name, f.line) for f in lint_paths([pkg], jobs=1)
-                  if f.code == code)
+    return sorted((Path(f.path).name, f.line) for f in lint_paths([pkg], jobs=1) if f.code == code)
 
 
 def test_thread_classes_resolve_through_project_bases_and_cut_cycles():
-    index = ProjectIndex([
-        _summary("p.base", classes={"Base": {"bases": ["threading.Thread"], "thread": True}}),
-        _summary("p.mid", imports={"Base": [".base.Base", "p.base.Base"]},
-                 classes={"Mid": {"bases": ["p.base.Base"]}, "Leaf": {"bases": ["Mid"]}}),
-        _summary("p.loop", classes={"A": {"bases": ["B"]}, "B": {"bases": ["A"]}}),
-    ])
+    index = ProjectIndex(
+        [
+            _summary("p.base", classes={"Base": {"bases": ["threading.Thread"], "thread": True}}),
+            _summary(
+                "p.mid",
+                imports={"Base": [".base.Base", "p.base.Base"]},
+                classes={"Mid": {"bases": ["p.base.Base"]}, "Leaf": {"bases": ["Mid"]}},
+            ),
+            _summary("p.loop", classes={"A": {"bases": ["B"]}, "B": {"bases": ["A"]}}),
+        ]
+    )
     mid = index.modules[("/r", "p.mid")]
     assert index.is_thread_class("/r", mid, "Mid")
     assert index.is_thread_class("/r", mid, "Leaf")  # through a class of its own module
@@ -102,14 +116,16 @@ ENGINE_REMOTE = """
 def test_remote_learns_which_model_its_parameter_optimizer_holds_from_the_call_site(tmp_path):
     pkg = _project(tmp_path, {"engine.py": ENGINE_REMOTE})
     assert _found(pkg, "TL501") == []  # nothing says what `model` is: silent
-    (pkg / "main.py").write_text(textwrap.dedent("""
+    (pkg / "main.py").write_text(
+        textwrap.dedent("""
         import torch
         from .engine import fit_remote
 
         def main(data):
             model = torch.nn.Linear(4, 1)
             fit_remote(model, torch.optim.SGD(model.parameters(), lr=0.1), data)
-    """))
+    """)
+    )
     assert _found(pkg, "TL501") == [("engine.py", 12)]
 
 
@@ -205,7 +221,8 @@ def test_actor_built_from_parameter_model_and_optimizer(tmp_path):
     (pkg / "engine.py").write_text(textwrap.dedent(restored).lstrip())
     assert _found(pkg, "TL501") == []
     # no annotation and no call site: what `model` is cannot be told
-    plain = engine.format(restore="pass").replace("model: nn.Module, opt: optim.Optimizer",
-                                                  "model, opt")
+    plain = engine.format(restore="pass").replace(
+        "model: nn.Module, opt: optim.Optimizer", "model, opt"
+    )
     (pkg / "engine.py").write_text(textwrap.dedent(plain).lstrip())
     assert _found(pkg, "TL501") == []

@@ -33,7 +33,9 @@ def test_diff_writes_nothing(run_cli, tree):
     root = tree({"train.py": SRC})
     code, out, _ = run_cli("check", "--diff", str(root / "train.py"))
     assert code == 1
-    assert "+        self.layers = nn.ModuleList([nn.Linear(2, 2) for _ in range(3)])  # keep" in out
+    assert (
+        "+        self.layers = nn.ModuleList([nn.Linear(2, 2) for _ in range(3)])  # keep" in out
+    )
     assert "+model.load_state_dict(torch.load(path, weights_only=True))" in out
     assert "retain_graph" not in out  # unsafe fixes need --unsafe-fixes
     assert (root / "train.py").read_text() == SRC
@@ -63,8 +65,11 @@ def test_fix_safe_then_unsafe_and_idempotent(run_cli, tree):
 
 @pytest.mark.parametrize(
     ("prefix", "newline", "encoding"),
-    [(b"", b"\n", "utf-8"), (b"\xef\xbb\xbf", b"\r\n", "utf-8"),
-     (b"# -*- coding: latin-1 -*-\n", b"\n", "latin-1")],
+    [
+        (b"", b"\n", "utf-8"),
+        (b"\xef\xbb\xbf", b"\r\n", "utf-8"),
+        (b"# -*- coding: latin-1 -*-\n", b"\n", "latin-1"),
+    ],
 )
 def test_fix_preserves_bytes_outside_the_edit(run_cli, tree, prefix, newline, encoding):
     body = "name = 'caf\u00e9'\nimport torch\nm.load_state_dict(torch.load(p))  # \u00e9\n"
@@ -92,8 +97,9 @@ def test_interrupted_write_leaves_original(run_cli, tree, monkeypatch):
     from trainlint.runner import FixMode, run
 
     settings = Settings()
-    result = run([path], select_rules(builtin_rules(), settings), settings, jobs=1,
-                 fix=FixMode(write=True))
+    result = run(
+        [path], select_rules(builtin_rules(), settings), settings, jobs=1, fix=FixMode(write=True)
+    )
     assert result.exit_code == 2 and "disk full" in str(result.errors[0])
     assert path.read_text() == "import torch\nm.load_state_dict(torch.load(p))\n"
     assert [p.name for p in root.iterdir()] == ["a.py"]  # no temp file left behind
@@ -106,8 +112,19 @@ def test_fix_never_breaks_the_file(tree):
     def lint(text):
         if "BROKEN" in text:
             return []
-        return [Finding("TL999", "x", "a.py", 1, 1, 1, 2, "m",
-                        fix=Fix("safe", (Edit(1, 1, 1, 2, "BROKEN ("),)))]
+        return [
+            Finding(
+                "TL999",
+                "x",
+                "a.py",
+                1,
+                1,
+                1,
+                2,
+                "m",
+                fix=Fix("safe", (Edit(1, 1, 1, 2, "BROKEN ("),)),
+            )
+        ]
 
     text, applied, _ = fix_text("x = 1\n", lint, unsafe=False)
     assert text == "x = 1\n" and applied == 0
@@ -117,13 +134,28 @@ def test_notebook_fix_rewrites_only_changed_cells(run_cli, tree):
     nb = {
         "cells": [
             {"cell_type": "markdown", "metadata": {}, "source": ["# title\n"]},
-            {"cell_type": "code", "execution_count": 1, "metadata": {"tags": ["x"]},
-             "outputs": [{"output_type": "stream", "name": "stdout", "text": ["hi\n"]}],
-             "source": ["%matplotlib inline\n", "import torch\n", "m.load_state_dict(torch.load(p))"]},
-            {"cell_type": "code", "execution_count": 2, "metadata": {}, "outputs": [],
-             "source": "x = 1"},
+            {
+                "cell_type": "code",
+                "execution_count": 1,
+                "metadata": {"tags": ["x"]},
+                "outputs": [{"output_type": "stream", "name": "stdout", "text": ["hi\n"]}],
+                "source": [
+                    "%matplotlib inline\n",
+                    "import torch\n",
+                    "m.load_state_dict(torch.load(p))",
+                ],
+            },
+            {
+                "cell_type": "code",
+                "execution_count": 2,
+                "metadata": {},
+                "outputs": [],
+                "source": "x = 1",
+            },
         ],
-        "metadata": {"kernelspec": {"name": "python3"}}, "nbformat": 4, "nbformat_minor": 5,
+        "metadata": {"kernelspec": {"name": "python3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
     }
     text = json.dumps(nb, indent=1) + "\n"
     root = tree({"n.ipynb": text})
@@ -131,7 +163,9 @@ def test_notebook_fix_rewrites_only_changed_cells(run_cli, tree):
     assert code == 0, out
     new = json.loads((root / "n.ipynb").read_text())
     assert new["cells"][1]["source"] == [
-        "%matplotlib inline\n", "import torch\n", "m.load_state_dict(torch.load(p, weights_only=True))"
+        "%matplotlib inline\n",
+        "import torch\n",
+        "m.load_state_dict(torch.load(p, weights_only=True))",
     ]
     assert new["cells"][1]["outputs"] == nb["cells"][1]["outputs"]
     assert new["cells"][0] == nb["cells"][0] and new["cells"][2] == nb["cells"][2]
@@ -140,7 +174,9 @@ def test_notebook_fix_rewrites_only_changed_cells(run_cli, tree):
 
 
 def test_fix_writes_through_a_symlink_and_keeps_the_link(run_cli, tree):
-    root = tree({"real/a.py": "import torch\nm.load_state_dict(torch.load(p))\n", "links/.keep": ""})
+    root = tree(
+        {"real/a.py": "import torch\nm.load_state_dict(torch.load(p))\n", "links/.keep": ""}
+    )
     target = root / "real" / "a.py"
     os.chmod(target, 0o640)
     link = root / "links" / "a.py"
@@ -148,7 +184,9 @@ def test_fix_writes_through_a_symlink_and_keeps_the_link(run_cli, tree):
     code, out, _ = run_cli("check", "--fix", "--no-cache", str(link))
     assert code == 0 and "Fixed 1 finding" in out
     assert link.is_symlink() and os.readlink(link) == os.path.join("..", "real", "a.py")
-    assert target.read_text() == "import torch\nm.load_state_dict(torch.load(p, weights_only=True))\n"
+    assert (
+        target.read_text() == "import torch\nm.load_state_dict(torch.load(p, weights_only=True))\n"
+    )
     assert stat.S_IMODE(target.stat().st_mode) == 0o640
     # the temp file went beside the target, and nothing was left behind in either folder
     assert sorted(p.name for p in (root / "real").iterdir()) == ["a.py"]
@@ -156,9 +194,20 @@ def test_fix_writes_through_a_symlink_and_keeps_the_link(run_cli, tree):
 
 
 def test_fix_through_a_chain_of_symlinks_to_a_notebook(run_cli, tree):
-    nb = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {},
-                     "outputs": [], "source": ["import torch\n", "m.load_state_dict(torch.load(p))\n"]}],
-          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "metadata": {},
+                "outputs": [],
+                "source": ["import torch\n", "m.load_state_dict(torch.load(p))\n"],
+            }
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     root = tree({"nb.ipynb": json.dumps(nb, indent=1) + "\n"})
     (root / "one.ipynb").symlink_to("nb.ipynb")
     (root / "two.ipynb").symlink_to("one.ipynb")

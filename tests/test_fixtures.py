@@ -45,8 +45,11 @@ def findings_by_file():
     return by_file
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if p.suffix == ".py"],
-                         ids=lambda p: p.relative_to(FIXTURES).as_posix())
+@pytest.mark.parametrize(
+    "path",
+    [p for p in FILES if p.suffix == ".py"],
+    ids=lambda p: p.relative_to(FIXTURES).as_posix(),
+)
 def test_fixture(path, findings_by_file):
     rel = path.relative_to(FIXTURES).as_posix()
     got = findings_by_file.get(rel, Counter())

@@ -88,7 +88,7 @@ def test_no_plugins_gives_the_builtin_rules_without_pluggy(monkeypatch):
 # A file with the shapes the table-driven answers must get right: nested defs, lambdas
 # and classes; decorators and defaults (walked with their def, scoped outside it);
 # a torch alias called by a bare name; steps in a method and in a nested helper.
-TABLES = '''
+TABLES = """
 import torch
 from torch.autograd import backward as bw
 
@@ -131,7 +131,7 @@ def plain(xs):
     for x in xs:
         total += x
     return total
-'''
+"""
 
 
 def _model(text: str = TABLES) -> FileModel:
@@ -143,8 +143,11 @@ def test_walk_tree_is_ast_walk_without_contexts_and_operators():
 
     tree = ast.parse(TABLES + "y = a < b < c and not d or -e\n")
     for node in [tree, *(n for n in ast.walk(tree) if not isinstance(n, _LEAF_TYPES))]:
-        want = [id(n) for n in ast.walk(node)
-                if isinstance(n, ast.cmpop) or not isinstance(n, _LEAF_TYPES)]
+        want = [
+            id(n)
+            for n in ast.walk(node)
+            if isinstance(n, ast.cmpop) or not isinstance(n, _LEAF_TYPES)
+        ]
         assert [id(n) for n in walk_tree(node)] == want
 
 
@@ -163,14 +166,20 @@ def test_step_tables_answer_as_the_walks():
 
     model = _model()
     steps = model.steps
-    scopes = [*model.functions, *model.classes,
-              *(n for n in ast.walk(model.tree) if isinstance(n, ast.Lambda))]
+    scopes = [
+        *model.functions,
+        *model.classes,
+        *(n for n in ast.walk(model.tree) if isinstance(n, ast.Lambda)),
+    ]
     for fn in scopes:
         walked = any(
-            isinstance(n, ast.Call) and (ev := steps.classify(n)) is not None
-            and ev.kind in (Kind.BACKWARD, Kind.STEP) for n in walk_local(fn)
+            isinstance(n, ast.Call)
+            and (ev := steps.classify(n)) is not None
+            and ev.kind in (Kind.BACKWARD, Kind.STEP)
+            for n in walk_local(fn)
         )
         assert steps.has_own_step(fn) is walked, ast.dump(fn)[:60]
+
     # _may_train with and without its table of stopping points
     class Everything:
         def __contains__(self, item: object) -> bool:
@@ -207,7 +216,8 @@ def test_trigger_words_searched_by_token_answer_as_a_search_of_the_bytes():
         data = filler + body
         assert len(data) > 2048
         want = [
-            r.code for r, trig in linter._triggers
+            r.code
+            for r, trig in linter._triggers
             if not trig or any(linter._trigger_words[i] in data for i in trig)
         ]
         got = [r.code for r in linter._active_rules(data, None, "train.py", ())]
@@ -224,8 +234,12 @@ def test_a_view_words_search_answers_as_a_search_of_the_bytes_and_the_words():
 
     linter = Linter(select_rules(builtin_rules(), Settings(), cli_select=["ALL"]))
     filler = b"".join(b"value_%d = compute(value_%d)  # padding\n" % (i, i) for i in range(80))
-    for body, extra in [(b"x = 1\nimport", b" optim"), (b"y = a]", b" = b"),
-                        (b"z = 3\n", b" backward step( zero_grad"), (b"w = q +", b" x")]:
+    for body, extra in [
+        (b"x = 1\nimport", b" optim"),
+        (b"y = a]", b" = b"),
+        (b"z = 3\n", b" backward step( zero_grad"),
+        (b"w = q +", b" x"),
+    ]:
         for data in (body, filler + body):
             words = _Words(linter, data)
             words.has(0)  # (some answers already known)
@@ -247,7 +261,7 @@ def test_paths_are_told_apart_by_their_events_identity():
     assert [p[0] is second for p in _dedupe(paths)[:2]] == [False, True]
 
 
-GRAMMAR_CORNERS = '''
+GRAMMAR_CORNERS = """
 import a.b as c
 from . import d
 global_x = {**base, "k": 1}
@@ -269,7 +283,7 @@ def f(p, /, q=1, *args, r, s=2, t, **kw) -> int:  # type: ignore
     return f"{q!r:>{r}}"
 class C(Base, metaclass=M):
     a: int
-'''
+"""
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="`except*` is 3.11 syntax")
@@ -286,8 +300,18 @@ def test_children_read_by_the_grammar_plan_are_the_child_nodes():
         seen.add(type(node).__name__)
         want = [c for c in ast.iter_child_nodes(node) if not isinstance(c, skipped)]
         assert _children(node) == want, ast.dump(node)[:80]
-    assert {"Dict", "arguments", "Compare", "Global", "MatchClass", "MatchMapping",
-            "TryStar", "comprehension", "JoinedStr", "FormattedValue"} <= seen
+    assert {
+        "Dict",
+        "arguments",
+        "Compare",
+        "Global",
+        "MatchClass",
+        "MatchMapping",
+        "TryStar",
+        "comprehension",
+        "JoinedStr",
+        "FormattedValue",
+    } <= seen
 
 
 def test_a_remembered_value_answers_only_where_its_evaluation_would_make_no_cut():
@@ -297,8 +321,14 @@ def test_a_remembered_value_answers_only_where_its_evaluation_would_make_no_cut(
     fresh evaluation makes."""
     from trainlint.analysis.flow import Flow, Taint
 
-    lines = ["import torch", "", "", "def f(batch):", "    net = torch.nn.Linear(2, 2)",
-             "    x0 = net(batch)"]
+    lines = [
+        "import torch",
+        "",
+        "",
+        "def f(batch):",
+        "    net = torch.nn.Linear(2, 2)",
+        "    x0 = net(batch)",
+    ]
     lines += [f"    x{i} = x{i - 1} + 1" for i in range(1, 26)]
     lines += ["    return x10, x25"]
     model = _model("\n".join(lines) + "\n")

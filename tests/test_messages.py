@@ -11,9 +11,31 @@ from trainlint.rules import builtin_rules
 
 # A clause after the first (split at `: `, `; ` and sentence ends) says what to do.
 REMEDY_VERBS = {
-    "accumulate", "backpropagate", "build", "call", "clip", "compute", "divide", "drop",
-    "enable", "hold", "keep", "log", "move", "pass", "read", "remove", "reseed", "return",
-    "seed", "send", "start", "step", "store", "use", "wrap",
+    "accumulate",
+    "backpropagate",
+    "build",
+    "call",
+    "clip",
+    "compute",
+    "divide",
+    "drop",
+    "enable",
+    "hold",
+    "keep",
+    "log",
+    "move",
+    "pass",
+    "read",
+    "remove",
+    "reseed",
+    "return",
+    "seed",
+    "send",
+    "start",
+    "step",
+    "store",
+    "use",
+    "wrap",
 }
 # A remedy that is a call to make, not a verb: `ray.train.report(...)` from the workers.
 _CALL = re.compile(r"`[\w.]+\(")
@@ -30,12 +52,17 @@ def _says_what_to_do(message: str) -> bool:
 
 
 def _messages(rule) -> set[str]:
-    return {f.message for ex in rule.invalid for f in lint_example(rule, ex.source)
-            if f.code == rule.code}
+    return {
+        f.message
+        for ex in rule.invalid
+        for f in lint_example(rule, ex.source)
+        if f.code == rule.code
+    }
 
 
-@pytest.mark.parametrize("rule", [r for r in builtin_rules() if r.code not in META],
-                         ids=lambda r: r.code)
+@pytest.mark.parametrize(
+    "rule", [r for r in builtin_rules() if r.code not in META], ids=lambda r: r.code
+)
 def test_every_message_says_what_to_do(rule):
     for message in _messages(rule):
         assert _says_what_to_do(message), (rule.code, message)

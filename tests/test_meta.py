@@ -39,7 +39,8 @@ def test_metadata_and_docs(rule):
 
 def _rule_classes_defined_in(module):
     return [
-        obj for _, obj in inspect.getmembers(module, inspect.isclass)
+        obj
+        for _, obj in inspect.getmembers(module, inspect.isclass)
         if issubclass(obj, Rule) and obj is not Rule and obj.__module__ == module.__name__
     ]
 
@@ -65,7 +66,8 @@ RULES_DIR = Path(trainlint.rules.__file__).parent
 
 
 @pytest.mark.parametrize(
-    "path", sorted(p for p in RULES_DIR.rglob("*.py") if p.parent != RULES_DIR),
+    "path",
+    sorted(p for p in RULES_DIR.rglob("*.py") if p.parent != RULES_DIR),
     ids=lambda p: p.relative_to(RULES_DIR).as_posix(),
 )
 def test_rule_modules_import_no_other_rule_module(path):
@@ -73,8 +75,10 @@ def test_rule_modules_import_no_other_rule_module(path):
     family = path.parent.name
     allowed = {"trainlint.rules.base", f"trainlint.rules.{family}._shared", "trainlint.rules"}
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(
-            "trainlint.rules"
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("trainlint.rules")
         ):
             if path.name == "__init__.py" and node.module.startswith(f"trainlint.rules.{family}."):
                 continue  # the family package re-exports its rules
@@ -86,7 +90,8 @@ def _private(name: str) -> bool:
 
 
 @pytest.mark.parametrize(
-    "path", sorted(p for p in RULES_DIR.rglob("*.py") if p.parent != RULES_DIR),
+    "path",
+    sorted(p for p in RULES_DIR.rglob("*.py") if p.parent != RULES_DIR),
     ids=lambda p: p.relative_to(RULES_DIR).as_posix(),
 )
 def test_rules_use_only_public_names_of_analysis(path):

@@ -26,8 +26,15 @@ def notebook(*cells, indent=1):
         if isinstance(c, tuple):
             out.append({"cell_type": c[0], "metadata": {}, "source": c[1]})
         else:
-            out.append({"cell_type": "code", "execution_count": None, "metadata": {},
-                        "outputs": [], "source": c})
+            out.append(
+                {
+                    "cell_type": "code",
+                    "execution_count": None,
+                    "metadata": {},
+                    "outputs": [],
+                    "source": c,
+                }
+            )
     nb = {"cells": out, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     return json.dumps(nb, indent=indent) + "\n"
 
@@ -45,19 +52,24 @@ def check(run_cli, tree, nb, *args):
     ("cell", "masked"),
     [
         # `!cmd \` and `%pip \` with indented continuation lines: one magic, blank continuations
-        ("!pip install torch \\\n    torchvision \\\n    tqdm\nimport torch\n",
-         "pass\n\n\nimport torch\n"),
+        (
+            "!pip install torch \\\n    torchvision \\\n    tqdm\nimport torch\n",
+            "pass\n\n\nimport torch\n",
+        ),
         ("%pip install \\\n      numpy\nx = 1\n", "pass\n\nx = 1\n"),
         # `%` continuing an expression is the modulo operator, not a magic
         ('msg = ("%s of %s"\n       % (a, b))\n', 'msg = ("%s of %s"\n       % (a, b))\n'),
         ('msg = "%s of %s" \\\n    % (a, b)\n', 'msg = "%s of %s" \\\n    % (a, b)\n'),
-        ('s = """\n!not a shell line\n%not a magic\n"""\n',
-         's = """\n!not a shell line\n%not a magic\n"""\n'),
+        (
+            's = """\n!not a shell line\n%not a magic\n"""\n',
+            's = """\n!not a shell line\n%not a magic\n"""\n',
+        ),
         # a cell magic owns its cell; Python-bodied ones keep the body, masked in turn
-        ("%%capture out\n!pip install x\n%env A=1\nimport torch\n",
-         "pass\npass\npass\nimport torch\n"),
-        ("\n%%time\nfor i in range(3):\n    !echo $i\n",
-         "\npass\nfor i in range(3):\n    pass\n"),
+        (
+            "%%capture out\n!pip install x\n%env A=1\nimport torch\n",
+            "pass\npass\npass\nimport torch\n",
+        ),
+        ("\n%%time\nfor i in range(3):\n    !echo $i\n", "\npass\nfor i in range(3):\n    pass\n"),
         ("%%bash\nfor f in *; do\n  echo $f\ndone\n", "pass\n\n\n\n"),
         # indented magics keep the block non-empty; assignments keep their name
         ("if ok:\n    %time train()\n", "if ok:\n    pass\n"),
@@ -153,8 +165,7 @@ def test_a_broken_cell_leaves_the_other_cells_context_intact(run_cli, tree):
     nb = notebook(["import torch\n"], ["!ls ((\n", "x = (\n"], LEAK_CELL)
     code, out, _ = check(run_cli, tree, nb, "--output-format", "json")
     found = json.loads(out)
-    assert [(f["code"], f["cell"], f["line"]) for f in found] == [
-        ("TL001", 2, 2), ("TL301", 3, 4)]
+    assert [(f["code"], f["cell"], f["line"]) for f in found] == [("TL001", 2, 2), ("TL301", 3, 4)]
 
 
 def test_a_broken_cell_does_not_stop_fixes_in_other_cells(run_cli, tree):
@@ -183,7 +194,9 @@ def test_findings_print_in_cell_order(run_cli, tree):
     nb = notebook(["import torch\n"], LEAK_CELL, ["sd = torch.load(p)\n"])
     _, out, _ = check(run_cli, tree, nb)
     assert [ln.split(": ")[0] for ln in out.splitlines() if ln.startswith("nb.ipynb")] == [
-        "nb.ipynb:cell 2:4:5", "nb.ipynb:cell 3:1:6"]
+        "nb.ipynb:cell 2:4:5",
+        "nb.ipynb:cell 3:1:6",
+    ]
 
 
 def test_github_annotation_points_into_the_notebook_file_and_names_the_cell(run_cli, tree):
@@ -205,15 +218,34 @@ def test_sarif_region_is_on_the_notebook_file_with_the_cell_in_its_properties(ru
     assert (region["startLine"], region["startColumn"]) == (line, col)
     assert (region["endLine"], region["endColumn"]) == (line, col + 32)
     assert region["properties"] == {
-        "cell": 2, "cellLine": 4, "cellColumn": 5, "cellEndLine": 4, "cellEndColumn": 37}
+        "cell": 2,
+        "cellLine": 4,
+        "cellColumn": 5,
+        "cellEndLine": 4,
+        "cellEndColumn": 37,
+    }
 
 
 def test_notebook_file_positions_follow_escapes_and_one_string_sources(run_cli, tree):
     # source as one string, non-ASCII escaped as \\u00e9, a tab and quotes before the finding
     src = 'import torch\nname = "caf\u00e9\\t"; sd = torch.load(p)\n'
-    nb = json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "outputs": [],
-                                "execution_count": None, "source": src}],
-                     "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=2)
+    nb = json.dumps(
+        {
+            "cells": [
+                {
+                    "cell_type": "code",
+                    "metadata": {},
+                    "outputs": [],
+                    "execution_count": None,
+                    "source": src,
+                }
+            ],
+            "metadata": {},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        },
+        indent=2,
+    )
     _, out, _ = check(run_cli, tree, nb, "--output-format", "sarif")
     (result,) = json.loads(out)["runs"][0]["results"]
     region = result["locations"][0]["physicalLocation"]["region"]
@@ -239,8 +271,18 @@ def test_a_notebook_that_cannot_be_mapped_gets_no_cell_relative_file_line(tmp_pa
     monkeypatch.chdir(tmp_path)  # gone.ipynb does not exist (deleted after linting)
     f = Finding("TL301", "retain-graph-in-loop", "gone.ipynb", 4, 5, 4, 37, "m", cell=2)
     assert format_github([f]) == (
-        "::error file=gone.ipynb,title=TL301 retain-graph-in-loop::cell 2, line 4, col 5: TL301 m\n")
+        "::error file=gone.ipynb,title=TL301 retain-graph-in-loop::cell 2, line 4, col 5: TL301 m\n"
+    )
     region = json.loads(format_sarif([f]))["runs"][0]["results"][0]["locations"][0][
-        "physicalLocation"]["region"]
-    assert region == {"startLine": 1, "properties": {
-        "cell": 2, "cellLine": 4, "cellColumn": 5, "cellEndLine": 4, "cellEndColumn": 37}}
+        "physicalLocation"
+    ]["region"]
+    assert region == {
+        "startLine": 1,
+        "properties": {
+            "cell": 2,
+            "cellLine": 4,
+            "cellColumn": 5,
+            "cellEndLine": 4,
+            "cellEndColumn": 37,
+        },
+    }

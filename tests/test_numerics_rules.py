@@ -127,13 +127,11 @@ def test_backward_inside_a_named_autocast_context():
         "            loss = loss / gradient_accumulation_steps\n",
         "            loss = loss / gradient_accumulation_steps\n"
         "            scaler.scale(loss).backward()\n",
-    ).replace("        X, Y = get_batch(\"train\")\n        scaler.scale(loss).backward()\n",
-              "        X, Y = get_batch(\"train\")\n")
+    ).replace(
+        '        X, Y = get_batch("train")\n        scaler.scale(loss).backward()\n',
+        '        X, Y = get_batch("train")\n',
+    )
     assert lines(BackwardInsideAutocast, src) == [11]
-
-
-
-
 
 
 def test_softmax_messages_name_the_sink():
@@ -148,10 +146,6 @@ c = torch.log(F.softmax(x3, 1))
     assert "`cross_entropy`" in messages[0] and "double softmax" in messages[0]
     assert "`nll_loss`" in messages[1] and "log-probabilities" in messages[1]
     assert "log_softmax" in messages[2]
-
-
-
-
 
 
 NEVER_UPDATED = """

@@ -111,8 +111,11 @@ def _first_call(model: FileModel, name: str) -> ast.Call:
         ("s = StepLR(o, 1)\nTrainer(s).fit()\n", "escapes"),
         ("def f(sched):\n    sched.step()\ns = StepLR(o, 1)\nf(s)\n", "called"),
         ("def mk():\n    return StepLR(o, 1)\ns = mk()\ns.step()\n", "called"),
-        ("class T:\n    def __init__(self):\n        self.s = StepLR(o, 1)\n"
-         "    def end(self):\n        self.s.step()\n", "called"),
+        (
+            "class T:\n    def __init__(self):\n        self.s = StepLR(o, 1)\n"
+            "    def end(self):\n        self.s.step()\n",
+            "called",
+        ),
         ("s = [StepLR(o, 1)]\n", "escapes"),
     ],
 )

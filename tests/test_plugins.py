@@ -32,8 +32,12 @@ def test_third_party_rule_uses_the_same_harness():
 
 
 def test_plugin_from_config_key(run_cli, tree):
-    root = tree({"pyproject.toml": '[tool.trainlint]\nplugins = ["tl_example_plugin"]\n',
-                 "train.py": SEEDED})
+    root = tree(
+        {
+            "pyproject.toml": '[tool.trainlint]\nplugins = ["tl_example_plugin"]\n',
+            "train.py": SEEDED,
+        }
+    )
     code, out, _ = run_cli("check", "--no-cache", str(root))
     assert code == 1 and "train.py:3:5: EXT101 seed-inside-step" in out
     code, out, _ = run_cli("rules", cwd=root)
@@ -58,33 +62,41 @@ def test_plugin_from_entry_point(run_cli, tree, monkeypatch, tmp_path):
 
 
 def test_code_clash_names_both(run_cli, tree):
-    root = tree({"pyproject.toml": '[tool.trainlint]\nplugins = ["tl_clash_plugin"]\n',
-                 "a.py": "x = 1\n"})
+    root = tree(
+        {"pyproject.toml": '[tool.trainlint]\nplugins = ["tl_clash_plugin"]\n', "a.py": "x = 1\n"}
+    )
     code, _, err = run_cli("check", str(root))
     assert code == 2
     assert "TL301" in err and "built-in" in err and "tl_clash_plugin" in err
 
 
 def test_misspelled_hook_is_rejected(run_cli, tree):
-    root = tree({"pyproject.toml": '[tool.trainlint]\nplugins = ["tl_typo_plugin"]\n',
-                 "a.py": "x = 1\n"})
+    root = tree(
+        {"pyproject.toml": '[tool.trainlint]\nplugins = ["tl_typo_plugin"]\n', "a.py": "x = 1\n"}
+    )
     code, _, err = run_cli("check", str(root))
     assert code == 2 and "trainlint_rule" in err
 
 
 def test_unknown_plugin_module(run_cli, tree):
-    root = tree({"pyproject.toml": '[tool.trainlint]\nplugins = ["no_such_plugin_mod"]\n',
-                 "a.py": "x = 1\n"})
+    root = tree(
+        {
+            "pyproject.toml": '[tool.trainlint]\nplugins = ["no_such_plugin_mod"]\n',
+            "a.py": "x = 1\n",
+        }
+    )
     code, _, err = run_cli("check", str(root))
     assert code == 2 and "no_such_plugin_mod" in err
 
 
 def test_raising_plugin_rule_is_isolated(run_cli, tree):
-    root = tree({
-        "pyproject.toml": '[tool.trainlint]\nplugins = ["tl_broken_plugin"]\n'
-                          'extend-select = ["BRK"]\n',
-        "train.py": "import torch\nsd = torch.load(p)\n",
-    })
+    root = tree(
+        {
+            "pyproject.toml": '[tool.trainlint]\nplugins = ["tl_broken_plugin"]\n'
+            'extend-select = ["BRK"]\n',
+            "train.py": "import torch\nsd = torch.load(p)\n",
+        }
+    )
     code, out, err = run_cli("check", "--no-cache", "--output-format", "json", str(root))
     assert code == 2
     assert [f["code"] for f in json.loads(out)] == ["TL702"]

@@ -13,8 +13,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 needs_pre_commit = [
-    pytest.mark.skipif(importlib.util.find_spec("pre_commit") is None,
-                       reason="pre-commit not installed"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("pre_commit") is None, reason="pre-commit not installed"
+    ),
     pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git checkout of trainlint"),
 ]
 
@@ -31,7 +32,9 @@ def test_hooks_install_and_run(tmp_path):
     sample.mkdir()
     _git("init", "-q", cwd=sample)
     # the state dict goes to load_state_dict, so adding weights_only=True is a safe fix
-    (sample / "train.py").write_text("import torch\nsd = torch.load(path)\nmodel.load_state_dict(sd)\n")
+    (sample / "train.py").write_text(
+        "import torch\nsd = torch.load(path)\nmodel.load_state_dict(sd)\n"
+    )
     (sample / "clean.py").write_text("import torch\nsd = torch.load(path, weights_only=True)\n")
     _git("add", ".", cwd=sample)
     home = tmp_path / "pre-commit-home"
@@ -39,9 +42,22 @@ def test_hooks_install_and_run(tmp_path):
 
     def hook(name: str, *files: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "pre_commit", "try-repo", str(ROOT), name,
-             "--files", *files, "--verbose"],
-            cwd=sample, env=env, capture_output=True, text=True, timeout=600,
+            [
+                sys.executable,
+                "-m",
+                "pre_commit",
+                "try-repo",
+                str(ROOT),
+                name,
+                "--files",
+                *files,
+                "--verbose",
+            ],
+            cwd=sample,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
 
     proc = hook("trainlint", "train.py", "clean.py")

@@ -21,7 +21,7 @@ from trainlint.rules import builtin_rules
 
 ALL = select_rules(builtin_rules(), Settings())
 
-TRAINER = '''import torch
+TRAINER = """import torch
 
 
 class Trainer:
@@ -37,8 +37,8 @@ class Trainer:
                 self.model(x).sum().backward()
                 self.optimizer.step()
                 self.scheduler.step()
-'''
-MAIN = '''import torch
+"""
+MAIN = """import torch
 from torch.optim import lr_scheduler
 
 from .trainer import Trainer
@@ -48,7 +48,7 @@ def main(model, loader):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     sched = lr_scheduler.{sched}
     Trainer(model, opt, sched, loader).fit(90)
-'''
+"""
 STEPLR = "StepLR(opt, step_size=30)"
 ONECYCLE = "OneCycleLR(opt, max_lr=0.1, total_steps=90 * len(loader))"
 UNRELATED = "import torch\n\n\ndef helper(x):\n    return torch.relu(x)\n"
@@ -66,33 +66,50 @@ def test_module_names(tmp_path):
     assert module_of(tmp_path / "script.py") == (str(tmp_path), "script", False)
 
 
-@pytest.mark.parametrize(("raw", "module", "pkg", "want"), [
-    (".sched.make", "pkg.train", False, "pkg.sched.make"),
-    ("..util.f", "pkg.sub.train", False, "pkg.util.f"),
-    (".models", "pkg", True, "pkg.models"),
-    ("torch.nn", "pkg.train", False, "torch.nn"),
-])
+@pytest.mark.parametrize(
+    ("raw", "module", "pkg", "want"),
+    [
+        (".sched.make", "pkg.train", False, "pkg.sched.make"),
+        ("..util.f", "pkg.sub.train", False, "pkg.util.f"),
+        (".models", "pkg", True, "pkg.models"),
+        ("torch.nn", "pkg.train", False, "torch.nn"),
+    ],
+)
 def test_relative_imports_made_absolute(raw, module, pkg, want):
     assert absolute(raw, module, pkg) == want
 
 
 def _summary(module, **kw):
-    base = {"root": "/r", "module": module, "pkg": False, "imports": {}, "stars": [],
-            "exported": {}, "defs": [], "functions": {}, "classes": {}, "calls": []}
+    base = {
+        "root": "/r",
+        "module": module,
+        "pkg": False,
+        "imports": {},
+        "stars": [],
+        "exported": {},
+        "defs": [],
+        "functions": {},
+        "classes": {},
+        "calls": [],
+    }
     base.update(kw)
     return base
 
 
 def test_reexport_and_star_resolution():
-    sched = [ "scheduler", "StepLR", "epoch", False]
-    index = ProjectIndex([
-        _summary("pkg.factory", defs=["make"], functions={"make": {"params": ["opt"],
-                                                                   "returns": sched}}),
-        _summary("pkg", imports={"make": [".factory.make", "pkg.factory.make"]}),
-        _summary("pkg.common", stars=["pkg.factory"], exported={"torch": "torch"}),
-        _summary("pkg.train", imports={"make": ["pkg.make", "pkg.make"]},
-                 stars=["pkg.common"]),
-    ])
+    sched = ["scheduler", "StepLR", "epoch", False]
+    index = ProjectIndex(
+        [
+            _summary(
+                "pkg.factory",
+                defs=["make"],
+                functions={"make": {"params": ["opt"], "returns": sched}},
+            ),
+            _summary("pkg", imports={"make": [".factory.make", "pkg.factory.make"]}),
+            _summary("pkg.common", stars=["pkg.factory"], exported={"torch": "torch"}),
+            _summary("pkg.train", imports={"make": ["pkg.make", "pkg.make"]}, stars=["pkg.common"]),
+        ]
+    )
     assert index.resolve("/r", "pkg.make")[1] == "make"  # through the __init__ re-export
     view = index.view("/r", "pkg.train")
     assert view is not None
@@ -104,12 +121,16 @@ def test_reexport_and_star_resolution():
 def test_call_sites_give_parameter_facts_and_disagreement_drops_the_unit():
     epoch = ["scheduler", "StepLR", "epoch", False]
     it = ["scheduler", "OneCycleLR", "iteration", False]
-    callee = _summary("m.engine", defs=["run"],
-                      functions={"run": {"params": ["model", "sched"]}})
+    callee = _summary("m.engine", defs=["run"], functions={"run": {"params": ["model", "sched"]}})
     one = ProjectIndex([callee, _summary("m.a", calls=[["m.engine.run", [[1, epoch]]]])])
     assert one.view("/r", "m.engine")["params"] == {"run": {"sched": epoch}}
-    two = ProjectIndex([callee, _summary("m.a", calls=[["m.engine.run", [[1, epoch]]]]),
-                        _summary("m.b", calls=[["m.engine.run", [["sched", it]]]])])
+    two = ProjectIndex(
+        [
+            callee,
+            _summary("m.a", calls=[["m.engine.run", [[1, epoch]]]]),
+            _summary("m.b", calls=[["m.engine.run", [["sched", it]]]]),
+        ]
+    )
     assert two.view("/r", "m.engine")["params"]["run"]["sched"][2] is None
     assert digest(None) == ""
 
@@ -167,8 +188,9 @@ def test_cache_relints_a_file_and_its_dependents_only(project, tmp_path, monkeyp
 def test_fix_runs_need_no_index(project):
     from trainlint.runner import FixMode
 
-    result = runner.run(sorted(project.glob("*.py")), ALL, Settings(), jobs=1,
-                        fix=FixMode(diff=True))
+    result = runner.run(
+        sorted(project.glob("*.py")), ALL, Settings(), jobs=1, fix=FixMode(diff=True)
+    )
     assert result.errors == []
 
 
@@ -193,12 +215,14 @@ def test_fix_runs_see_the_findings_of_check(tmp_path):
     fixed = runner.run(files, ALL, Settings(), jobs=1, fix=FixMode(write=True))
     assert fixed.fixed == 1
     body = (pkg / "main.py").read_text().splitlines()
-    assert body[-2:] == ["            train_step(model, optimizer, batch)",
-                         "            scheduler.step()  # expect: TL202"]
+    assert body[-2:] == [
+        "            train_step(model, optimizer, batch)",
+        "            scheduler.step()  # expect: TL202",
+    ]
     assert runner.run(files, ALL, Settings(), jobs=1).findings == []
 
 
-ENGINE = '''import torch
+ENGINE = """import torch
 
 from .util import clear
 
@@ -207,10 +231,10 @@ def train_step(model, optimizer, batch):
     model(batch).sum().backward()
     optimizer.step()
     clear(optimizer)
-'''
+"""
 UTIL_ZERO = "import torch\n\n\ndef clear(opt):\n    opt.zero_grad()\n"
 UTIL_NONE = "import torch\n\n\ndef clear(opt):\n    return opt\n"
-LOOP = '''import torch
+LOOP = """import torch
 
 from .engine import train_step
 
@@ -220,7 +244,7 @@ def main(model, loader):
     for batch in loader:
         train_step(model, optimizer, batch)
         optimizer.step()
-'''
+"""
 
 
 def test_effects_follow_calls_across_files_transitively(tmp_path, monkeypatch):
@@ -236,10 +260,16 @@ def test_effects_follow_calls_across_files_transitively(tmp_path, monkeypatch):
     from trainlint.analysis.effects import view_of_file
 
     entry = view_of_file(str(pkg / "main.py"), __import__("ast").parse(LOOP))["calls"][
-        ".engine.train_step"]
+        ".engine.train_step"
+    ]
     assert entry["fn"] == "chain.engine.train_step"
-    assert entry["paths"] == [[["BACKWARD", None, 0, 0], ["STEP", ["p", "optimizer", ""], 0, 0],
-                               ["ZERO", ["p", "optimizer", ""], 0, 0]]]
+    assert entry["paths"] == [
+        [
+            ["BACKWARD", None, 0, 0],
+            ["STEP", ["p", "optimizer", ""], 0, 0],
+            ["ZERO", ["p", "optimizer", ""], 0, 0],
+        ]
+    ]
     cache = Cache(tmp_path / "cache", "test")
     _run(pkg, cache, monkeypatch)
     (pkg / "util.py").write_text(UTIL_NONE)
@@ -251,10 +281,12 @@ def test_cycles_across_files_are_cut(tmp_path):
     pkg = tmp_path / "cyc"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("import torch\nfrom .b import g\n\n\ndef f(opt):\n"
-                              "    opt.zero_grad()\n    g(opt)\n")
-    (pkg / "b.py").write_text("import torch\nfrom .a import f\n\n\ndef g(opt):\n"
-                              "    opt.step()\n    f(opt)\n")
+    (pkg / "a.py").write_text(
+        "import torch\nfrom .b import g\n\n\ndef f(opt):\n    opt.zero_grad()\n    g(opt)\n"
+    )
+    (pkg / "b.py").write_text(
+        "import torch\nfrom .a import f\n\n\ndef g(opt):\n    opt.step()\n    f(opt)\n"
+    )
     main = "import torch\nfrom .a import f\n\nfor x in loader:\n    x.backward()\n    f(o)\n"
     (pkg / "main.py").write_text(main)
     from trainlint.analysis.effects import view_of_file
@@ -272,11 +304,14 @@ def test_ambiguous_or_dynamic_calls_stay_silent(tmp_path):
     pkg = tmp_path / "amb"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "helpers.py").write_text("import torch\n\n\nclass Stepper:\n"
-                                    "    def run(self, opt):\n        opt.step()\n")
-    main = ("import torch\nfrom .helpers import Stepper\n\n\ndef main(loader, opt, flag):\n"
-            "    s = Stepper() if flag else None\n    for x in loader:\n"
-            "        sched.step()\n        s.run(opt)\n")
+    (pkg / "helpers.py").write_text(
+        "import torch\n\n\nclass Stepper:\n    def run(self, opt):\n        opt.step()\n"
+    )
+    main = (
+        "import torch\nfrom .helpers import Stepper\n\n\ndef main(loader, opt, flag):\n"
+        "    s = Stepper() if flag else None\n    for x in loader:\n"
+        "        sched.step()\n        s.run(opt)\n"
+    )
     (pkg / "main.py").write_text(main)
     result = runner.run(sorted(pkg.glob("*.py")), ALL, Settings(), jobs=1)
     assert result.findings == [] and result.errors == []
@@ -286,21 +321,26 @@ def test_a_method_of_an_instance_built_once_is_followed(tmp_path):
     pkg = tmp_path / "meth"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "helpers.py").write_text("import torch\n\n\nclass Stepper:\n"
-                                    "    def run(self, loss, opt):\n        loss.backward()\n"
-                                    "        opt.step()\n        opt.zero_grad()\n")
-    main = ("import torch\nfrom torch.optim.lr_scheduler import OneCycleLR\n"
-            "from .helpers import Stepper\n\n\ndef main(model, loader, opt):\n"
-            "    sched = OneCycleLR(opt, max_lr=0.1, total_steps=len(loader))\n"
-            "    s = Stepper()\n    for x in loader:\n"
-            "        sched.step()\n        s.run(model(x).sum(), opt)\n")
+    (pkg / "helpers.py").write_text(
+        "import torch\n\n\nclass Stepper:\n"
+        "    def run(self, loss, opt):\n        loss.backward()\n"
+        "        opt.step()\n        opt.zero_grad()\n"
+    )
+    main = (
+        "import torch\nfrom torch.optim.lr_scheduler import OneCycleLR\n"
+        "from .helpers import Stepper\n\n\ndef main(model, loader, opt):\n"
+        "    sched = OneCycleLR(opt, max_lr=0.1, total_steps=len(loader))\n"
+        "    s = Stepper()\n    for x in loader:\n"
+        "        sched.step()\n        s.run(model(x).sum(), opt)\n"
+    )
     (pkg / "main.py").write_text(main)
     result = runner.run(sorted(pkg.glob("*.py")), ALL, Settings(), jobs=1)
     assert [(Path(f.path).name, f.line, f.code) for f in result.findings] == [
-        ("main.py", 10, "TL202")]
+        ("main.py", 10, "TL202")
+    ]
 
 
-KW_TRAINER = '''import torch
+KW_TRAINER = """import torch
 
 
 class Trainer:
@@ -315,8 +355,8 @@ class Trainer:
                 torch.nn.functional.cross_entropy(self.model(x), y).backward()
                 self.optimizer.step()
                 self.scheduler.step()
-'''
-KW_MAIN = '''import torch
+"""
+KW_MAIN = """import torch
 from torch.optim.lr_scheduler import StepLR
 
 from .trainer import Trainer
@@ -325,7 +365,7 @@ from .trainer import Trainer
 def main(model, loader):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     Trainer(model, optimizer, loader, scheduler=StepLR(optimizer, step_size=30)).fit(90)
-'''
+"""
 
 
 @pytest.fixture
@@ -357,13 +397,20 @@ def test_keywords_into_kwargs_reach_the_constructor(kwargs_project):
     root, module, _ = module_of(kwargs_project / "trainer.py")
     view = ProjectIndex(summaries).view(root, module)
     assert view["params"]["Trainer.__init__"]['kwargs["scheduler"]'] == [
-        "scheduler", "StepLR", "epoch", False]
+        "scheduler",
+        "StepLR",
+        "epoch",
+        False,
+    ]
     for spelling in ('kwargs["scheduler"]', 'kwargs.get("scheduler")'):
         text = KW_TRAINER.replace('kwargs["scheduler"]', spelling)
         model = FileModel(ast.parse(text), Source(text), "trainer.py")
         apply_view(model, view)
-        value = next(n.value for n in ast.walk(model.tree) if isinstance(n, ast.Assign)
-                     and ast.unparse(n.targets[0]) == "self.scheduler")
+        value = next(
+            n.value
+            for n in ast.walk(model.tree)
+            if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "self.scheduler"
+        )
         binding = foreign_binding(model, value)
         assert binding is not None and binding.cls == "StepLR", spelling
 
@@ -376,9 +423,11 @@ def test_a_scheduler_passed_through_kwargs_is_judged_by_its_unit(kwargs_project,
     assert [(Path(f.path).name, f.code) for f in result.findings] == [("trainer.py", "TL201")]
     # the same trainer handed a per-iteration schedule is right
     main = kwargs_project / "main.py"
-    main.write_text(KW_MAIN.replace("StepLR(optimizer, step_size=30)",
-                                    "OneCycleLR(optimizer, max_lr=0.1, total_steps=9000)")
-                    .replace("import StepLR", "import OneCycleLR"))
+    main.write_text(
+        KW_MAIN.replace(
+            "StepLR(optimizer, step_size=30)", "OneCycleLR(optimizer, max_lr=0.1, total_steps=9000)"
+        ).replace("import StepLR", "import OneCycleLR")
+    )
     result = runner.run(sorted(kwargs_project.glob("*.py")), ALL, Settings(), jobs=1)
     assert result.findings == []
 
@@ -387,10 +436,12 @@ def test_a_method_of_an_attribute_built_once_in_the_class_is_followed(tmp_path):
     pkg = tmp_path / "attr"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "evaluation.py").write_text("import torch\n\n\nclass Evaluator:\n"
-                                       "    def run(self, model):\n        model.eval()\n"
-                                       "        return 0.0\n")
-    main = '''import torch
+    (pkg / "evaluation.py").write_text(
+        "import torch\n\n\nclass Evaluator:\n"
+        "    def run(self, model):\n        model.eval()\n"
+        "        return 0.0\n"
+    )
+    main = """import torch
 
 from .evaluation import Evaluator
 
@@ -408,11 +459,12 @@ class Trainer:
                 self.model(x).sum().backward()
                 self.optimizer.step()
             self.evaluator.run(self.model)
-'''
+"""
     (pkg / "main.py").write_text(main)
     result = runner.run(sorted(pkg.glob("*.py")), ALL, Settings(), jobs=1)
     assert [(Path(f.path).name, f.line, f.code) for f in result.findings] == [
-        ("main.py", 18, "TL701")]
+        ("main.py", 18, "TL701")
+    ]
 
 
 def test_an_order_inside_another_files_step_function_is_reported_there_only(tmp_path):
@@ -422,19 +474,21 @@ def test_an_order_inside_another_files_step_function_is_reported_there_only(tmp_
     (pkg / "engine.py").write_text(
         "import torch\n\n\ndef train_step(model, optimizer, scheduler, batch):\n"
         "    optimizer.zero_grad()\n    model(batch).sum().backward()\n"
-        "    scheduler.step()\n    optimizer.step()\n")
+        "    scheduler.step()\n    optimizer.step()\n"
+    )
     (pkg / "main.py").write_text(
         "import torch\n\nfrom .engine import train_step\n\n\n"
         "def main(model, loader, optimizer, scheduler):\n    for batch in loader:\n"
-        "        train_step(model, optimizer, scheduler, batch)\n")
+        "        train_step(model, optimizer, scheduler, batch)\n"
+    )
     result = runner.run(sorted(pkg.glob("*.py")), ALL, Settings(), jobs=1)
     assert [(Path(f.path).name, f.line, f.code) for f in result.findings] == [
-        ("engine.py", 7, "TL202")]
+        ("engine.py", 7, "TL202")
+    ]
 
 
 @pytest.mark.parametrize("spelling", ["t = ctx.training", "direct"])
-def test_a_scheduler_reached_through_an_attribute_chain_is_judged_by_its_unit(
-        tmp_path, spelling):
+def test_a_scheduler_reached_through_an_attribute_chain_is_judged_by_its_unit(tmp_path, spelling):
     """`Context(Training(net, opt, StepLR(...)))` built in main.py, stepped in engine.py
     as `t.scheduler` (`t = ctx.training`) or `ctx.training.scheduler`: the view carries
     the attribute facts of the classes `ctx` is an instance of (analysis.project)."""
@@ -444,25 +498,32 @@ def test_a_scheduler_reached_through_an_attribute_chain_is_judged_by_its_unit(
     shutil.copytree(FIXTURES / "ctx_chain_sched_pos", pkg)
     engine = pkg / "engine.py"
     if spelling == "direct":
-        engine.write_text(engine.read_text().replace("    t = ctx.training\n", "")
-                          .replace("t.", "ctx.training."))
+        engine.write_text(
+            engine.read_text().replace("    t = ctx.training\n", "").replace("t.", "ctx.training.")
+        )
     files = sorted(pkg.glob("*.py"))
     found = runner.run(files, ALL, Settings(), jobs=1).findings
     assert [(Path(f.path).name, f.code, f.line) for f in found] == [
-        ("engine.py", "TL201", 9 if spelling == "direct" else 10)]
+        ("engine.py", "TL201", 9 if spelling == "direct" else 10)
+    ]
     main = pkg / "main.py"
     text = main.read_text()
     # a second call site handing the same constructor another schedule: facts conflict
-    main.write_text(text + "\n\ndef other(loader):\n    net = nn.Linear(8, 1)\n"
-                    "    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
-                    "    ctx = Context(Training(net, opt, torch.optim.lr_scheduler.OneCycleLR(\n"
-                    "        opt, max_lr=0.1, total_steps=len(loader))))\n"
-                    "    train_one_epoch(ctx, loader)\n")
+    main.write_text(
+        text + "\n\ndef other(loader):\n    net = nn.Linear(8, 1)\n"
+        "    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "    ctx = Context(Training(net, opt, torch.optim.lr_scheduler.OneCycleLR(\n"
+        "        opt, max_lr=0.1, total_steps=len(loader))))\n"
+        "    train_one_epoch(ctx, loader)\n"
+    )
     assert runner.run(files, ALL, Settings(), jobs=1).findings == []
     # the link rebound in engine.py: nothing is known of it any more
     main.write_text(text)
-    engine.write_text(engine.read_text().replace(
-        "    for x, y", "    ctx.training = ctx.fresh()\n    for x, y", 1))
+    engine.write_text(
+        engine.read_text().replace(
+            "    for x, y", "    ctx.training = ctx.fresh()\n    for x, y", 1
+        )
+    )
     assert runner.run(files, ALL, Settings(), jobs=1).findings == []
     # the neg twin: a per-iteration schedule stepped per batch is right
     shutil.rmtree(pkg)
@@ -480,10 +541,11 @@ def test_a_summary_written_by_another_build_is_not_served(tmp_path):
     assert Cache(tmp_path / "cache", "config", code="build-2").get_summary("abc", module) is None
     # the configuration is no part of a summary's key
     assert Cache(tmp_path / "cache", "other", code="build-1").get_summary("abc", module) == {
-        "functions": {}}
+        "functions": {}
+    }
 
 
-ONE_FILE = '''import torch
+ONE_FILE = """import torch
 from torch.optim.lr_scheduler import StepLR
 
 
@@ -501,8 +563,8 @@ def main(model, loader, epochs=90):
     scheduler = StepLR(optimizer, step_size=30)
     for epoch in range(epochs):
         train_one_epoch(model, loader, optimizer, scheduler)
-'''
-OTHER_CALLER = '''import torch
+"""
+OTHER_CALLER = """import torch
 from torch.optim.lr_scheduler import OneCycleLR
 
 from .script import train_one_epoch
@@ -511,7 +573,7 @@ from .script import train_one_epoch
 def finetune(model, loader):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     train_one_epoch(model, loader, optimizer, OneCycleLR(optimizer, 0.1, total_steps=9))
-'''
+"""
 
 
 def test_a_view_the_file_gives_itself_needs_no_second_lint(tmp_path, monkeypatch):
@@ -537,12 +599,17 @@ def test_a_view_the_file_gives_itself_needs_no_second_lint(tmp_path, monkeypatch
 def test_files_are_linted_after_the_files_they_import(tmp_path):
     a = tmp_path / "a.py"
     a.write_text("from pkg import b\nfrom .c import thing\nimport d as dd, os\n")
-    files = [(tmp_path / n, ("/r", m, False)) for n, m in
-             [("a.py", "pkg.a"), ("b.py", "pkg.b"), ("c.py", "pkg.c"), ("d.py", "d")]]
+    files = [
+        (tmp_path / n, ("/r", m, False))
+        for n, m in [("a.py", "pkg.a"), ("b.py", "pkg.b"), ("c.py", "pkg.c"), ("d.py", "d")]
+    ]
     (tmp_path / "b.py").write_text("import pkg.a\n")  # a cycle: cut where it closes
     (tmp_path / "c.py").write_text("x = 1\n")
     (tmp_path / "d.py").write_text("from pkg.c import x\n")
-    order = [files[k][1][1] for k in import_order(list(map(list, import_graph(files, lambda p: p.read_bytes()))))]
+    order = [
+        files[k][1][1]
+        for k in import_order(list(map(list, import_graph(files, lambda p: p.read_bytes()))))
+    ]
     # a's imports, each after its own (d after c); b, which imports a back, before a
     assert order == ["pkg.c", "d", "pkg.b", "pkg.a"]
 
@@ -550,8 +617,10 @@ def test_files_are_linted_after_the_files_they_import(tmp_path):
 def _summaries(files: list[Path], cache: Cache) -> dict[str, dict]:
     from trainlint.cache import content_hash
 
-    return {p.name: cache.get_summary(content_hash(p.read_bytes()), module_of(p))  # type: ignore[arg-type]
-            for p in files}
+    return {
+        p.name: cache.get_summary(content_hash(p.read_bytes()), module_of(p))  # type: ignore[arg-type]
+        for p in files
+    }
 
 
 def test_what_no_other_file_imports_is_summarised_lean(tmp_path):
@@ -562,8 +631,7 @@ def test_what_no_other_file_imports_is_summarised_lean(tmp_path):
     pkg = tmp_path / "chain"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "engine.py").write_text(ENGINE + "\n\ndef eval_step(model, batch):\n"
-                                   "    model.eval()\n")
+    (pkg / "engine.py").write_text(ENGINE + "\n\ndef eval_step(model, batch):\n    model.eval()\n")
     (pkg / "util.py").write_text(UTIL_ZERO)
     (pkg / "main.py").write_text(LOOP)
     (pkg / "other.py").write_text("from . import util\n")
@@ -583,10 +651,13 @@ def test_what_no_other_file_imports_is_summarised_lean(tmp_path):
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
-@pytest.mark.parametrize(("fixture", "expected"), [
-    ("xfile_zero_grad_neg", []), ("xfile_zero_grad_pos", [("train.py", 13, "TL103")])])
+@pytest.mark.parametrize(
+    ("fixture", "expected"),
+    [("xfile_zero_grad_neg", []), ("xfile_zero_grad_pos", [("train.py", 13, "TL103")])],
+)
 def test_an_import_the_byte_scan_misses_costs_a_second_lint_not_a_finding(
-        tmp_path, jobs, fixture, expected):
+    tmp_path, jobs, fixture, expected
+):
     """`import torch; from . import hooks` names hooks.py after a semicolon, where the
     import scan reads the first statement of a line: hooks.py is summarised lean,
     train.py's view asks for the effects of `hooks.after_step`, and hooks.py is linted
@@ -600,8 +671,10 @@ def test_an_import_the_byte_scan_misses_costs_a_second_lint_not_a_finding(
         shutil.copytree(FIXTURES / fixture, pkg)
         train = (pkg / "train.py").read_text()
         (pkg / "train.py").write_text(
-            train.replace("from .hooks import after_step\n", import_lines)
-            .replace(" after_step(", " hooks.after_step("))
+            train.replace("from .hooks import after_step\n", import_lines).replace(
+                " after_step(", " hooks.after_step("
+            )
+        )
         result = runner.run(sorted(pkg.glob("*.py")), ALL, Settings(), jobs=jobs)
         return [(Path(f.path).name, f.line, f.code) for f in result.findings]
 
@@ -610,12 +683,31 @@ def test_an_import_the_byte_scan_misses_costs_a_second_lint_not_a_finding(
 
 
 def test_a_read_of_what_a_lean_summary_left_out_is_noted():
-    lean = {"root": "/r", "module": "pkg.helpers", "pkg": False, "imports": {}, "stars": [],
-            "exported": {}, "defs": ["make"], "classes": {}, "calls": [], "lean": [],
-            "functions": {"make": {"params": ["opt"], "lean": True}}}
-    caller = {"root": "/r", "module": "pkg.main", "pkg": False, "stars": [], "exported": {},
-              "imports": {"make": [".helpers.make", "pkg.helpers.make"]}, "defs": [],
-              "classes": {}, "calls": [], "functions": {}}
+    lean = {
+        "root": "/r",
+        "module": "pkg.helpers",
+        "pkg": False,
+        "imports": {},
+        "stars": [],
+        "exported": {},
+        "defs": ["make"],
+        "classes": {},
+        "calls": [],
+        "lean": [],
+        "functions": {"make": {"params": ["opt"], "lean": True}},
+    }
+    caller = {
+        "root": "/r",
+        "module": "pkg.main",
+        "pkg": False,
+        "stars": [],
+        "exported": {},
+        "imports": {"make": [".helpers.make", "pkg.helpers.make"]},
+        "defs": [],
+        "classes": {},
+        "calls": [],
+        "functions": {},
+    }
     index = ProjectIndex([lean, caller])
     index.view("/r", "pkg.helpers")  # its own view reads nothing it left out
     assert index.lean_read == set()
@@ -643,23 +735,32 @@ def test_a_lean_summary_from_the_cache_is_not_served_once_a_file_imports_it(tmp_
 def test_import_lines_name_modules_and_what_is_imported_from_them():
     from trainlint.analysis.project import imported_names
 
-    data = (b"import os, a.b as ab\n"
-            b"from . import hooks\n"
-            b"from .x import (  # noqa: F401\n    f,  # the first\n    g as gg,\n)\n"
-            b"from .y import a, \\\n    b\n"
-            b"from pkg.m import *\n"
-            b"def load():\n    from .inner import h\n")
+    data = (
+        b"import os, a.b as ab\n"
+        b"from . import hooks\n"
+        b"from .x import (  # noqa: F401\n    f,  # the first\n    g as gg,\n)\n"
+        b"from .y import a, \\\n    b\n"
+        b"from pkg.m import *\n"
+        b"def load():\n    from .inner import h\n"
+    )
     assert imported_names(data, "pkg.train", False) == {
-        "os": None, "a.b": None,
-        "pkg": {"hooks"}, "pkg.hooks": None,  # (either may be the module)
-        "pkg.x": {"f", "g"}, "pkg.x.f": None, "pkg.x.g": None,
-        "pkg.y": {"a", "b"}, "pkg.y.a": None, "pkg.y.b": None,
+        "os": None,
+        "a.b": None,
+        "pkg": {"hooks"},
+        "pkg.hooks": None,  # (either may be the module)
+        "pkg.x": {"f", "g"},
+        "pkg.x.f": None,
+        "pkg.x.g": None,
+        "pkg.y": {"a", "b"},
+        "pkg.y.a": None,
+        "pkg.y.b": None,
         "pkg.m": None,
-        "pkg.inner": {"h"}, "pkg.inner.h": None,
+        "pkg.inner": {"h"},
+        "pkg.inner.h": None,
     }
 
 
-TRAIN_NO_FACT_WORDS = '''from .hooks import after_step
+TRAIN_NO_FACT_WORDS = """from .hooks import after_step
 
 
 def train(model, optimizer, loader, meter):
@@ -667,7 +768,7 @@ def train(model, optimizer, loader, meter):
         model(x).sum().backward()
         optimizer.step()
         after_step(model, optimizer, meter)
-'''
+"""
 
 
 def test_a_file_no_file_imports_still_says_what_it_calls(tmp_path):

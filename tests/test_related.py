@@ -44,8 +44,11 @@ class SecondAfterFirst(Rule):
     invalid = [Invalid(SOURCE, line=2)]
 
     def check(self, model):
-        calls = {c.func.id: c for c in ast.walk(model.tree)
-                 if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+        calls = {
+            c.func.id: c
+            for c in ast.walk(model.tree)
+            if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+        }
         yield self.report(calls["second"], related=((calls["first"], "first() called here"),))
 
 
@@ -62,8 +65,9 @@ def test_related_location_in_every_output(tmp_path):
     assert [(r.line, r.column, r.message) for r in f.related] == [(1, 5, "first() called here")]
     assert "  = note: first() called here at 1:5" in full([f])
     data = json.loads(format_json([f]))[0]
-    assert data["related"] == [{"line": 1, "column": 5, "end_line": 1, "end_column": 12,
-                                "message": "first() called here"}]
+    assert data["related"] == [
+        {"line": 1, "column": 5, "end_line": 1, "end_column": 12, "message": "first() called here"}
+    ]
     assert Finding.from_dict(data) == f  # the cache round-trips it
     sarif = json.loads(format_sarif([f], [SecondAfterFirst]))
     [rel] = sarif["runs"][0]["results"][0]["relatedLocations"]
@@ -78,8 +82,12 @@ def test_findings_without_related_keep_their_json_shape(tmp_path):
     assert "related" not in json.loads(format_json([f]))[0]
 
 
-@pytest.mark.parametrize(("code", "source", "note"), [
-    ("TL101", """
+@pytest.mark.parametrize(
+    ("code", "source", "note"),
+    [
+        (
+            "TL101",
+            """
 import torch
 for x, y in loader:
     loss = model(x).sum()
@@ -87,16 +95,24 @@ for x, y in loader:
     opt.step()
     opt.zero_grad()
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-""", (6, "gradients cleared here")),
-    ("TL110", """
+""",
+            (6, "gradients cleared here"),
+        ),
+        (
+            "TL110",
+            """
 import torch
 for x, y in loader:
     opt.zero_grad()
     model(x).sum().backward()
     opt.step()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-""", (5, "the optimizer step it comes after")),
-    ("TL201", """
+""",
+            (5, "the optimizer step it comes after"),
+        ),
+        (
+            "TL201",
+            """
 import torch
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs)
@@ -106,8 +122,11 @@ for epoch in range(args.epochs):
         model(x).sum().backward()
         opt.step()
         sched.step()
-""", (3, "`T_max` sets the schedule's length here")),
-])
+""",
+            (3, "`T_max` sets the schedule's length here"),
+        ),
+    ],
+)
 def test_rules_point_at_the_other_place(code, source, note):
     from trainlint.rule_testing import lint_example
     from trainlint.rules import builtin_rules

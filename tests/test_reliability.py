@@ -167,11 +167,19 @@ def test_looping_symlinks_and_odd_names(run_cli, tree):
 
 def test_stdin(tmp_path):
     src = b"import torch\nmodel.load_state_dict(torch.load(p))\n"
-    proc = subprocess.run([sys.executable, "-m", "trainlint", "check", "-", "--stdin-filename",
-                           "train.py"], input=src, capture_output=True, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainlint", "check", "-", "--stdin-filename", "train.py"],
+        input=src,
+        capture_output=True,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 1 and b"train.py:2:23: TL702" in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "trainlint", "check", "--fix", "-"],
-                          input=src, capture_output=True, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainlint", "check", "--fix", "-"],
+        input=src,
+        capture_output=True,
+        cwd=tmp_path,
+    )
     assert proc.stdout == b"import torch\nmodel.load_state_dict(torch.load(p, weights_only=True))\n"
 
 
@@ -197,8 +205,9 @@ def test_no_pickle_anywhere_in_the_linter():
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = [a.name for a in node.names] + [getattr(node, "module", "") or ""]
-                assert not any(n.split(".")[0] in ("pickle", "dill", "marshal", "shelve")
-                               for n in names), path
+                assert not any(
+                    n.split(".")[0] in ("pickle", "dill", "marshal", "shelve") for n in names
+                ), path
 
 
 _PARENT = os.getpid()
@@ -244,8 +253,10 @@ def test_concurrent_runs_share_a_cache_safely(tmp_path):
         (tmp_path / name).write_text(text)
     (tmp_path / "pyproject.toml").write_text('[tool.trainlint]\ncache-dir = "shared-cache"\n')
     cmd = [sys.executable, "-m", "trainlint", "check", "--jobs", "1", str(tmp_path)]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
-             for _ in range(3)]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+        for _ in range(3)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 1 for p in procs), [o[1] for o in outs]
     assert len({o[0] for o in outs}) == 1 and outs[0][0].count(b"TL702") == 40

@@ -35,7 +35,8 @@ def _linter(*codes: str) -> Linter:
 def _fix(text: str, *codes: str, unsafe: bool = True) -> tuple[str, int, list]:
     linter = _linter(*codes)
     return fix_text(
-        text, lambda t: linter.lint_bytes(t.encode("utf-8"), "train.py", text=t).findings,
+        text,
+        lambda t: linter.lint_bytes(t.encode("utf-8"), "train.py", text=t).findings,
         unsafe,
     )
 
@@ -62,8 +63,9 @@ def test_fixture_fixes_to_its_twin(twin):
     assert comments == sorted(ln.split("#", 1)[1] for ln in fixed.splitlines() if "#" in ln)
 
 
-@pytest.mark.parametrize("name", ["tl603_helper_of_helper.py",
-                                  "tl603_multi_item_async_and_positional_disable.py"])
+@pytest.mark.parametrize(
+    "name", ["tl603_helper_of_helper.py", "tl603_multi_item_async_and_positional_disable.py"]
+)
 def test_fixtures_that_stay_unfixed(name):
     source = (ROOT / "fixtures" / "numerics" / name).read_text(encoding="utf-8")
     fixed, applied, left = _fix(source, "TL603")
@@ -81,12 +83,15 @@ for x, y in loader:
 """
 
 
-@pytest.mark.parametrize("between", [
-    "    try:\n        log(loss)\n    except ValueError:\n        pass\n",  # spans a try
-    "    if loss.item() > 1e3:\n        continue\n",  # a jump between
-    "    log(loss); log2(loss)\n",  # two statements on a line
-    "    max_norm = schedule(it)\n",  # the clip reads a name assigned in between
-])
+@pytest.mark.parametrize(
+    "between",
+    [
+        "    try:\n        log(loss)\n    except ValueError:\n        pass\n",  # spans a try
+        "    if loss.item() > 1e3:\n        continue\n",  # a jump between
+        "    log(loss); log2(loss)\n",  # two statements on a line
+        "    max_norm = schedule(it)\n",  # the clip reads a name assigned in between
+    ],
+)
 def test_move_left_undone_when_unsafe(between):
     source = LOOP.format(between=between)
     fixed, applied, left = _fix(source, "TL110")
@@ -113,7 +118,8 @@ def test_gradient_read_moves_before_the_step_unless_a_name_crosses():
     assert fixed.index("log(norm)") > fixed.index("optimizer.zero_grad()")
     # the step's result feeds the read: moving it would read a name not yet assigned
     source = READ_AFTER_ZERO.format(step="stats = optimizer.step()").replace(
-        "float(\"inf\"))", "float(\"inf\")) + stats")
+        'float("inf"))', 'float("inf")) + stats'
+    )
     fixed, applied, left = _fix(source, "TL101")
     assert fixed == source and applied == 0 and [f.code for f in left] == ["TL101"]
 
@@ -196,15 +202,35 @@ def test_json_carries_the_intent_and_round_trips():
 
 
 def test_notebook_cells_are_restructured_in_place(run_cli, tree):
-    cell = ["%load_ext autoreload\n", "for x, y in loader:\n", "    opt.zero_grad()\n",
-            "    crit(model(x), y).backward()\n", "    opt.step()\n",
-            "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # clip"]
-    nb = {"cells": [
-        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-         "source": ["import torch\n"]},
-        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-         "source": cell},
-    ], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    cell = [
+        "%load_ext autoreload\n",
+        "for x, y in loader:\n",
+        "    opt.zero_grad()\n",
+        "    crit(model(x), y).backward()\n",
+        "    opt.step()\n",
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # clip",
+    ]
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "metadata": {},
+                "outputs": [],
+                "source": ["import torch\n"],
+            },
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "metadata": {},
+                "outputs": [],
+                "source": cell,
+            },
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     root = tree({"n.ipynb": json.dumps(nb, indent=1) + "\n"})
     code, out, _ = run_cli("check", "--fix", "--select", "TL110", str(root / "n.ipynb"))
     assert code == 0, out
@@ -215,7 +241,8 @@ def test_notebook_cells_are_restructured_in_place(run_cli, tree):
 
 
 def test_missing_libcst_says_what_to_install_and_still_applies_text_fixes(
-        run_cli, tree, monkeypatch):
+    run_cli, tree, monkeypatch
+):
     import trainlint.fix as fix
 
     monkeypatch.setattr(fix, "_LIBCST", False)
@@ -226,8 +253,9 @@ def test_missing_libcst_says_what_to_install_and_still_applies_text_fixes(
     assert err.strip().splitlines()[-1] == fix.MISSING_LIBCST
     assert "weights_only=True" in (root / "t.py").read_text()  # the text fix was applied
     # not asked for a structural fix: no complaint
-    code, _, err = run_cli("check", "--fix", "--select", "TL702", "--jobs", "1", "--no-cache",
-                           str(root / "t.py"))
+    code, _, err = run_cli(
+        "check", "--fix", "--select", "TL702", "--jobs", "1", "--no-cache", str(root / "t.py")
+    )
     assert code == 0 and "libcst" not in err
 
 
@@ -240,8 +268,7 @@ def test_plain_check_never_imports_libcst(tmp_path):
         "assert 'libcst' not in sys.modules, 'libcst imported by a plain check'\n"
         "print('rc', rc)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=False)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert "rc 1" in out.stdout, out.stderr
 
 
@@ -250,8 +277,9 @@ def test_structural_fix_keeps_cookie_encoding_crlf_mode_and_the_link(run_cli, tr
     import stat
 
     # a latin-1 file with its cookie and CRLF endings, reached through a symlink
-    text = ("# -*- coding: latin-1 -*-\r\n" + LOOP.format(between="    # naïve clip\r\n")
-            .replace("max_norm", "1.0").replace("\n", "\r\n").replace("\r\r\n", "\r\n"))
+    text = "# -*- coding: latin-1 -*-\r\n" + LOOP.format(between="    # naïve clip\r\n").replace(
+        "max_norm", "1.0"
+    ).replace("\n", "\r\n").replace("\r\r\n", "\r\n")
     root = tree({"real/train.py": text.encode("latin-1")})
     target = root / "real" / "train.py"
     os.chmod(target, 0o640)

@@ -45,9 +45,14 @@ def test_fixture_output_matches_snapshot(name, capsys, monkeypatch):
 
         diff = "".join(
             difflib.unified_diff(
-                want.splitlines(keepends=True), got.splitlines(keepends=True),
-                f"snapshot/{name}", f"now/{name}", n=2,
+                want.splitlines(keepends=True),
+                got.splitlines(keepends=True),
+                f"snapshot/{name}",
+                f"now/{name}",
+                n=2,
             )
         )
-        pytest.fail(f"output differs from the snapshot (TRAINLINT_UPDATE_SNAPSHOTS=1 to accept):\n"
-                    f"{diff[:20000]}")
+        pytest.fail(
+            f"output differs from the snapshot (TRAINLINT_UPDATE_SNAPSHOTS=1 to accept):\n"
+            f"{diff[:20000]}"
+        )

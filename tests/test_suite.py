@@ -30,9 +30,22 @@ SLOW = {
 def test_sweeps_fuzzing_and_stress_are_marked_slow():
     files = sorted({node.split("::")[0] for node in SLOW})
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-         "-m", "slow", *files],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "slow",
+            *files,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     collected = {ln.strip() for ln in proc.stdout.splitlines() if "::" in ln}
@@ -41,8 +54,11 @@ def test_sweeps_fuzzing_and_stress_are_marked_slow():
 
 def test_ci_and_the_readme_run_everything_and_the_readme_shows_the_daily_command():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    runs = [ln.split("python -m pytest", 1)[1] for ln in ci.splitlines()
-            if "python -m pytest" in ln and not ln.startswith("#")]
+    runs = [
+        ln.split("python -m pytest", 1)[1]
+        for ln in ci.splitlines()
+        if "python -m pytest" in ln and not ln.startswith("#")
+    ]
     assert runs and all("-m" not in args and "slow" not in args for args in runs)
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert 'python -m pytest -m "not slow"' in readme

@@ -33,7 +33,8 @@ def _parses(path: Path) -> bool:
 def test_stdlib_sweep():
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(
-        p for p in stdlib.rglob("*.py")
+        p
+        for p in stdlib.rglob("*.py")
         if "site-packages" not in p.parts and "dist-packages" not in p.parts and p.is_file()
     )
     assert len(files) > 500

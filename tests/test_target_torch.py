@@ -49,14 +49,16 @@ def test_torch_requirement(deps, pin):
 
 
 def test_missing_weights_only_follows_the_project_pin(run_cli, tree):
-    root = tree({
-        "new/pyproject.toml": _pyproject("torch>=2.6,<3"),
-        "new/src/pkg/load.py": LOAD,
-        "old/pyproject.toml": _pyproject("torch>=2.2"),
-        "old/load.py": LOAD,
-        "none/pyproject.toml": _pyproject("numpy"),
-        "none/load.py": LOAD,
-    })
+    root = tree(
+        {
+            "new/pyproject.toml": _pyproject("torch>=2.6,<3"),
+            "new/src/pkg/load.py": LOAD,
+            "old/pyproject.toml": _pyproject("torch>=2.2"),
+            "old/load.py": LOAD,
+            "none/pyproject.toml": _pyproject("numpy"),
+            "none/load.py": LOAD,
+        }
+    )
     _, out, _ = run_cli("check", "--no-cache", str(root))
     found = _tl702(out)
     assert not [f for f in found if "new" in f]
@@ -73,24 +75,31 @@ def test_explicit_false_is_reported_on_every_torch(run_cli, tree):
 
 
 def test_target_torch_setting_wins_over_the_pin(run_cli, tree):
-    root = tree({
-        "pyproject.toml": _pyproject("torch>=2.6", tool='[tool.trainlint]\ntarget-torch = "2.4"\n'),
-        "load.py": LOAD,
-    })
+    root = tree(
+        {
+            "pyproject.toml": _pyproject(
+                "torch>=2.6", tool='[tool.trainlint]\ntarget-torch = "2.4"\n'
+            ),
+            "load.py": LOAD,
+        }
+    )
     _, out, _ = run_cli("check", "--no-cache", str(root))
     (found,) = _tl702(out)
     assert "`target-torch` 2.4" in found
-    (root / "pyproject.toml").write_text(_pyproject("torch>=2.1") + '[tool.trainlint]\n'
-                                         'target-torch = "2.6"\n')
+    (root / "pyproject.toml").write_text(
+        _pyproject("torch>=2.1") + '[tool.trainlint]\ntarget-torch = "2.6"\n'
+    )
     code, out, _ = run_cli("check", "--no-cache", str(root))
     assert code == 0 and not _tl702(out)
 
 
 def test_rule_table_target_torch_wins_over_the_setting(run_cli, tree):
-    root = tree({
-        "trainlint.toml": 'target-torch = "2.6"\n[rules.TL702]\ntarget-torch = "2.3"\n',
-        "load.py": LOAD,
-    })
+    root = tree(
+        {
+            "trainlint.toml": 'target-torch = "2.6"\n[rules.TL702]\ntarget-torch = "2.3"\n',
+            "load.py": LOAD,
+        }
+    )
     _, out, _ = run_cli("check", "--no-cache", str(root))
     assert "`target-torch` 2.3" in out
 
@@ -132,14 +141,16 @@ def test_findings_have_the_rule_severity(run_cli, tree):
 
 
 def test_pin_search_stops_at_a_project_root(tree):
-    root = tree({
-        "pyproject.toml": _pyproject("torch>=2.6"),
-        "vendored/trainlint.toml": "",
-        "vendored/pkg/load.py": LOAD,
-        "repo/.git/HEAD": "ref: refs/heads/main\n",
-        "repo/load.py": LOAD,
-        "inside/deeper/load.py": LOAD,
-    })
+    root = tree(
+        {
+            "pyproject.toml": _pyproject("torch>=2.6"),
+            "vendored/trainlint.toml": "",
+            "vendored/pkg/load.py": LOAD,
+            "repo/.git/HEAD": "ref: refs/heads/main\n",
+            "repo/load.py": LOAD,
+            "inside/deeper/load.py": LOAD,
+        }
+    )
     pins = TorchPins()
     assert pins.for_file(str(root / "vendored/pkg/load.py")) is None
     assert pins.for_file(str(root / "repo/load.py")) is None
@@ -154,10 +165,12 @@ def test_a_broken_pyproject_gives_no_pin(run_cli, tree):
 
 
 def test_safe_fix_only_into_load_state_dict(run_cli, tree):
-    root = tree({
-        "a.py": "import torch\nmodel.load_state_dict(torch.load(p))\n",
-        "b.py": "import torch\nckpt = torch.load(p)\nstart = ckpt['epoch']\n",
-    })
+    root = tree(
+        {
+            "a.py": "import torch\nmodel.load_state_dict(torch.load(p))\n",
+            "b.py": "import torch\nckpt = torch.load(p)\nstart = ckpt['epoch']\n",
+        }
+    )
     run_cli("check", "--fix", "--no-cache", str(root))
     assert "weights_only=True" in (root / "a.py").read_text()
     assert "weights_only" not in (root / "b.py").read_text()  # unsafe: needs --unsafe-fixes

@@ -29,8 +29,10 @@ def lint_source(
     """Lint one module's source. ``select``/``ignore`` take codes or prefixes."""
     settings = Settings(rule_options=dict(options or {}))
     selection = select_rules(
-        all_rules(settings), settings,
-        cli_select=list(select) if select is not None else None, cli_ignore=list(ignore),
+        all_rules(settings),
+        settings,
+        cli_select=list(select) if select is not None else None,
+        cli_ignore=list(ignore),
     )
     data = source.encode("utf-8") if isinstance(source, str) else source
     result = Linter(selection).lint_bytes(data, path)
@@ -55,8 +57,10 @@ def lint_paths(
     cfg = Path(config) if config else find_config(path_list[0] if path_list else Path.cwd())
     settings = load_config(cfg) if cfg else Settings()
     selection = select_rules(
-        all_rules(settings), settings,
-        cli_select=list(select) if select is not None else None, cli_ignore=list(ignore),
+        all_rules(settings),
+        settings,
+        cli_select=list(select) if select is not None else None,
+        cli_ignore=list(ignore),
     )
     files = list(discover(path_list, settings))
     return run(files, selection, settings, jobs=jobs).findings

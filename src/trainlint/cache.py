@@ -74,8 +74,9 @@ class Cache:
         except (OSError, ValueError):
             return None
 
-    def put_summary(self, content: str, module: tuple[str, str, bool],
-                    summary: dict[str, Any]) -> None:
+    def put_summary(
+        self, content: str, module: tuple[str, str, bool], summary: dict[str, Any]
+    ) -> None:
         key = self._summary_key(content, module)
         self._write(key, {"key": key, "summary": summary})
 
@@ -103,8 +104,9 @@ class Cache:
         entry = {
             "key": key,
             "parsed": result.parsed,
-            "findings": [{k: v for k, v in f.to_dict().items() if k != "path"}
-                         for f in result.findings],
+            "findings": [
+                {k: v for k, v in f.to_dict().items() if k != "path"} for f in result.findings
+            ],
         }
         self._write(key, entry)
 

@@ -57,41 +57,86 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="lint files, directories and notebooks")
     check.add_argument("paths", nargs="*", default=None, help='files or directories (default ".")')
     sel = check.add_argument_group("rule selection")
-    sel.add_argument("--select", action="append", metavar="CODES",
-                     help="codes or prefixes to enable (replaces the default set), e.g. TL1,TL301")
-    sel.add_argument("--ignore", action="append", metavar="CODES", help="codes or prefixes to disable")
-    sel.add_argument("--extend-select", action="append", metavar="CODES",
-                     help="codes or prefixes to enable in addition to the selection")
+    sel.add_argument(
+        "--select",
+        action="append",
+        metavar="CODES",
+        help="codes or prefixes to enable (replaces the default set), e.g. TL1,TL301",
+    )
+    sel.add_argument(
+        "--ignore", action="append", metavar="CODES", help="codes or prefixes to disable"
+    )
+    sel.add_argument(
+        "--extend-select",
+        action="append",
+        metavar="CODES",
+        help="codes or prefixes to enable in addition to the selection",
+    )
     out = check.add_argument_group("output")
-    out.add_argument("--output-format", default=None, metavar="FORMAT",
-                     help=f"how findings are printed: {', '.join(FORMATS)} or one a plugin "
-                     "adds (default: concise)")
-    out.add_argument("--show-source", action="store_true",
-                     help="show the offending source lines (same as --output-format full)")
+    out.add_argument(
+        "--output-format",
+        default=None,
+        metavar="FORMAT",
+        help=f"how findings are printed: {', '.join(FORMATS)} or one a plugin "
+        "adds (default: concise)",
+    )
+    out.add_argument(
+        "--show-source",
+        action="store_true",
+        help="show the offending source lines (same as --output-format full)",
+    )
     out.add_argument("--statistics", action="store_true", help="print counts per rule instead")
     out.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")
     out.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
     fixes = check.add_argument_group("fixes")
-    fixes.add_argument("--fix", action="store_true",
-                       help="apply safe fixes in place (atomically), then report what is left")
-    fixes.add_argument("--unsafe-fixes", action="store_true",
-                       help="also apply (with --fix/--diff) fixes marked unsafe")
-    fixes.add_argument("--diff", action="store_true",
-                       help="print the fixes as a unified diff and write nothing")
-    out.add_argument("--timings", action="store_true",
-                     help="print the time spent in each rule (to stderr)")
+    fixes.add_argument(
+        "--fix",
+        action="store_true",
+        help="apply safe fixes in place (atomically), then report what is left",
+    )
+    fixes.add_argument(
+        "--unsafe-fixes",
+        action="store_true",
+        help="also apply (with --fix/--diff) fixes marked unsafe",
+    )
+    fixes.add_argument(
+        "--diff", action="store_true", help="print the fixes as a unified diff and write nothing"
+    )
+    out.add_argument(
+        "--timings", action="store_true", help="print the time spent in each rule (to stderr)"
+    )
     files = check.add_argument_group("files")
-    files.add_argument("--config", metavar="PATH", help="config file (pyproject.toml or trainlint.toml)")
-    files.add_argument("--exclude", action="append", metavar="PATTERNS",
-                       help="glob patterns to skip (replaces the configured `exclude`)")
-    files.add_argument("--extend-exclude", action="append", metavar="PATTERNS",
-                       help="glob patterns to skip in addition")
-    files.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
-                       help="worker processes (default: all cores)")
-    files.add_argument("--stdin-filename", metavar="PATH",
-                       help="with `-` as the path: the name to report (and match config by)")
-    files.add_argument("--no-cache", action="store_true",
-                       help="do not read or write the content-hash cache")
+    files.add_argument(
+        "--config", metavar="PATH", help="config file (pyproject.toml or trainlint.toml)"
+    )
+    files.add_argument(
+        "--exclude",
+        action="append",
+        metavar="PATTERNS",
+        help="glob patterns to skip (replaces the configured `exclude`)",
+    )
+    files.add_argument(
+        "--extend-exclude",
+        action="append",
+        metavar="PATTERNS",
+        help="glob patterns to skip in addition",
+    )
+    files.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes (default: all cores)",
+    )
+    files.add_argument(
+        "--stdin-filename",
+        metavar="PATH",
+        help="with `-` as the path: the name to report (and match config by)",
+    )
+    files.add_argument(
+        "--no-cache", action="store_true", help="do not read or write the content-hash cache"
+    )
 
     rule = sub.add_parser("rule", help="explain one rule")
     rule.add_argument("code", help="rule code, e.g. TL301, or its name")
@@ -118,8 +163,7 @@ def cmd_debug_model(path: str) -> int:
         print(f"trainlint: error: {path}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except SourceError as exc:
-        print(f"trainlint: error: {path}:{exc.line}:{exc.column}: {exc.message}",
-              file=sys.stderr)
+        print(f"trainlint: error: {path}:{exc.line}:{exc.column}: {exc.message}", file=sys.stderr)
         return 1
     from trainlint.analysis.effects import view_of_file
     from trainlint.analysis.project import apply_view
@@ -144,8 +188,9 @@ def _load_settings(args: argparse.Namespace, paths: list[Path]) -> Settings:
 def cmd_rules(rules: Sequence[type[Rule]]) -> int:
     rows = [("CODE", "NAME", "DEFAULT", "FIX", "SEVERITY")]
     for r in rules:
-        rows.append((r.code, r.name, "on" if r.default_enabled else "off",
-                     r.fix_safety or "-", r.severity))
+        rows.append(
+            (r.code, r.name, "on" if r.default_enabled else "off", r.fix_safety or "-", r.severity)
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
@@ -178,7 +223,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         settings.extend_exclude += _patterns(args.extend_exclude) or []
     rules = all_rules(settings)
     selection = select_rules(
-        rules, settings,
+        rules,
+        settings,
         cli_select=_selectors(args.select),
         cli_ignore=_selectors(args.ignore),
         cli_extend_select=_selectors(args.extend_select),
@@ -191,15 +237,26 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from None
     fix = FixMode(write=args.fix and not args.diff, diff=args.diff, unsafe=args.unsafe_fixes)
     cache = None if args.no_cache or args.timings else _make_cache(settings, selection, rules)
-    result = run(files, selection, settings, jobs=args.jobs or settings.jobs, timings=args.timings,
-                 fix=fix if fix.active else None, cache=cache)
+    result = run(
+        files,
+        selection,
+        settings,
+        jobs=args.jobs or settings.jobs,
+        timings=args.timings,
+        fix=fix if fix.active else None,
+        cache=cache,
+    )
     if args.diff:
         for diff in result.diffs:
             sys.stdout.write(diff)
         if not args.quiet:
             left = len(result.findings)
-            rest = (f"; {_count(left, 'finding')} would remain (run without `--diff` to list "
-                    "them; they do not change the exit status)" if left else "")
+            rest = (
+                f"; {_count(left, 'finding')} would remain (run without `--diff` to list "
+                "them; they do not change the exit status)"
+                if left
+                else ""
+            )
             print(f"Would fix {_count(result.fixed, 'finding')}{rest}.", file=sys.stderr)
         for err in result.errors:
             print(f"trainlint: error: {err}", file=sys.stderr)
@@ -258,12 +315,14 @@ def _print_summary(result: RunResult, args: argparse.Namespace) -> None:
     if not n:
         print(f"All checks passed ({_count(result.files, 'file')}).")
         return
-    print(f"Found {_count(n, 'finding')} in {result.files_with_findings} of "
-          f"{_count(result.files, 'file')}.")
-    safe = sum(1 for f in result.findings
-               if f.fix is not None and f.fix.applicability == "safe")
-    unsafe = sum(1 for f in result.findings
-                 if f.fix is not None and f.fix.applicability == "unsafe")
+    print(
+        f"Found {_count(n, 'finding')} in {result.files_with_findings} of "
+        f"{_count(result.files, 'file')}."
+    )
+    safe = sum(1 for f in result.findings if f.fix is not None and f.fix.applicability == "safe")
+    unsafe = sum(
+        1 for f in result.findings if f.fix is not None and f.fix.applicability == "unsafe"
+    )
     if safe or (unsafe and args.unsafe_fixes):
         k = safe + (unsafe if args.unsafe_fixes else 0)
         flag = "--fix --unsafe-fixes" if args.unsafe_fixes and unsafe else "--fix"
@@ -284,9 +343,13 @@ def _check_stdin(args: argparse.Namespace) -> int:
     name = args.stdin_filename or "-"
     settings = _load_settings(args, [Path(name) if args.stdin_filename else Path.cwd()])
     rules = all_rules(settings)
-    selection = select_rules(rules, settings, cli_select=_selectors(args.select),
-                             cli_ignore=_selectors(args.ignore),
-                             cli_extend_select=_selectors(args.extend_select))
+    selection = select_rules(
+        rules,
+        settings,
+        cli_select=_selectors(args.select),
+        cli_ignore=_selectors(args.ignore),
+        cli_extend_select=_selectors(args.extend_select),
+    )
     data = sys.stdin.buffer.read()
     linter = Linter(selection)
     ignored = per_file_ignored(settings, Path(name)) if args.stdin_filename else set()
@@ -298,8 +361,12 @@ def _check_stdin(args: argparse.Namespace) -> int:
             text = None
         if text is not None:
             fixed, _, remaining = fix_text(
-                text, lambda t: linter.lint_bytes(t.encode("utf-8"), name, ignored=ignored,
-                                                  text=t).findings, args.unsafe_fixes)
+                text,
+                lambda t: (
+                    linter.lint_bytes(t.encode("utf-8"), name, ignored=ignored, text=t).findings
+                ),
+                args.unsafe_fixes,
+            )
             if args.fix and not args.diff:
                 sys.stdout.write(fixed)
                 if _missing_libcst(remaining, args):
@@ -326,14 +393,16 @@ def _make_cache(settings: Settings, selection: RuleSelection, rules: Sequence[ty
     if not directory.is_absolute():
         directory = (settings.root if settings.config_path else Path.cwd()) / directory
     code = code_fingerprint(Path(__file__).parent)
-    fingerprint = Cache.fingerprint_of([
-        sys.version_info[:2],  # what the parser accepts depends on the interpreter
-        code,
-        sorted(r.code for r in selection.rules),
-        selection.options,
-        sorted(f"{r.code}:{r.__module__}:{r.origin}" for r in rules),
-        settings.plugins,
-    ])
+    fingerprint = Cache.fingerprint_of(
+        [
+            sys.version_info[:2],  # what the parser accepts depends on the interpreter
+            code,
+            sorted(r.code for r in selection.rules),
+            selection.options,
+            sorted(f"{r.code}:{r.__module__}:{r.origin}" for r in rules),
+            settings.plugins,
+        ]
+    )
     return Cache(directory, fingerprint, code)
 
 

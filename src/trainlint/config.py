@@ -248,7 +248,9 @@ def select_rules(
         # rule's own table wins), so it is part of the options the cache is keyed on.
         for rule_cls in chosen:
             if TARGET_TORCH in rule_cls.options:
-                options.setdefault(rule_cls.code, {}).setdefault(TARGET_TORCH, settings.target_torch)
+                options.setdefault(rule_cls.code, {}).setdefault(
+                    TARGET_TORCH, settings.target_torch
+                )
     return RuleSelection(chosen, options, frozenset(by_code))
 
 
@@ -285,6 +287,7 @@ def path_matches(rel: str, pattern: str) -> bool:
 
 
 # -- the torch version a project targets ------------------------------------------------
+
 
 def _torch_setting(value: Any, key: str, where: Path | str) -> str:
     if not isinstance(value, str) or not _TORCH_VERSION_RE.match(value):

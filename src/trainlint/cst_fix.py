@@ -115,9 +115,7 @@ def _transform(stmts: list[cst.BaseStatement], intent: Intent) -> list[cst.BaseS
         return stmts[: intent.first] + [wrapped] + stmts[intent.last + 1 :]
     if intent.kind == "dedent":
         (with_stmt,) = stmts
-        if not isinstance(with_stmt, cst.With) or not isinstance(
-            with_stmt.body, cst.IndentedBlock
-        ):
+        if not isinstance(with_stmt, cst.With) or not isinstance(with_stmt.body, cst.IndentedBlock):
             return None
         inner = list(with_stmt.body.body)
         if not 1 <= intent.first < len(inner) or intent.last != len(inner) - 1:

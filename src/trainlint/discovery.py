@@ -19,9 +19,25 @@ from trainlint.config import Settings, path_matches, relative_posix
 EXTENSIONS = (".py", ".pyi", ".ipynb")
 SKIP_DIRS = frozenset(
     {
-        ".git", ".hg", ".svn", ".bzr", "__pycache__", "node_modules", "build", "dist",
-        ".tox", ".nox", ".venv", "venv", ".mypy_cache", ".pytest_cache", ".ruff_cache",
-        ".eggs", "site-packages", ".ipynb_checkpoints", ".trainlint_cache",
+        ".git",
+        ".hg",
+        ".svn",
+        ".bzr",
+        "__pycache__",
+        "node_modules",
+        "build",
+        "dist",
+        ".tox",
+        ".nox",
+        ".venv",
+        "venv",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".eggs",
+        "site-packages",
+        ".ipynb_checkpoints",
+        ".trainlint_cache",
     }
 )
 
@@ -51,16 +67,32 @@ def _git_files(directory: Path) -> set[Path] | None:
         return None
     try:
         proc = subprocess.run(
-            ["git", "-C", str(directory), "ls-files", "-z", "--cached", "--others",
-             "--exclude-standard", "--", "."],
-            capture_output=True, timeout=60, check=False,
+            [
+                "git",
+                "-C",
+                str(directory),
+                "ls-files",
+                "-z",
+                "--cached",
+                "--others",
+                "--exclude-standard",
+                "--",
+                ".",
+            ],
+            capture_output=True,
+            timeout=60,
+            check=False,
         )
     except (OSError, subprocess.SubprocessError):
         return None
     if proc.returncode != 0:
         return None
-    ignored = subprocess.run(["git", "-C", str(directory), "check-ignore", "-q", "."],
-                             capture_output=True, timeout=60, check=False)
+    ignored = subprocess.run(
+        ["git", "-C", str(directory), "check-ignore", "-q", "."],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     if ignored.returncode == 0:
         return None  # the named directory itself is ignored: the user asked for it anyway
     base = directory.resolve()

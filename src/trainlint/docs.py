@@ -44,7 +44,8 @@ def check_docs(root: Path | None = None) -> list[str]:
     docs = (root or _default_root()) / "docs"
     pages = render()
     stale = [
-        rel for rel, text in pages.items()
+        rel
+        for rel, text in pages.items()
         if not (docs / rel).is_file() or (docs / rel).read_text(encoding="utf-8") != text
     ]
     rules_dir = docs / "rules"

@@ -89,8 +89,17 @@ def add_keyword(model: FileModel, call: ast.Call, text: str) -> Edit | None:
 
 # -- restructuring intents (built from the ast; carried out by cst_fix) -------------------
 
-_JUMPS = (ast.Return, ast.Break, ast.Continue, ast.Raise, ast.Try, ast.Yield, ast.YieldFrom,
-          ast.Global, ast.Nonlocal) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
+_JUMPS = (
+    ast.Return,
+    ast.Break,
+    ast.Continue,
+    ast.Raise,
+    ast.Try,
+    ast.Yield,
+    ast.YieldFrom,
+    ast.Global,
+    ast.Nonlocal,
+) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
 _OWN_SCOPE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 
@@ -134,8 +143,7 @@ def _jumps(stmt: ast.stmt) -> bool:
         elif isinstance(node, _JUMPS):
             return True
         inner = in_loop or isinstance(node, _LOOPS)
-        todo.extend((c, inner) for c in ast.iter_child_nodes(node)
-                    if not isinstance(c, _OWN_SCOPE))
+        todo.extend((c, inner) for c in ast.iter_child_nodes(node) if not isinstance(c, _OWN_SCOPE))
     return False
 
 
@@ -147,15 +155,16 @@ def _indent_unit(model: FileModel, stmt: ast.stmt) -> str:
     if isinstance(parent, ast.stmt):
         outer = lines[parent.lineno - 1][: parent.col_offset]
         if own.startswith(outer) and len(own) > len(outer):
-            return own[len(outer):]
+            return own[len(outer) :]
     for node in ast.walk(model.tree):  # module level: the first indented block
         if isinstance(node, ast.stmt) and node.col_offset > 0:
             return lines[node.lineno - 1][: node.col_offset]
     return "    "
 
 
-def _region(model: FileModel, block: list[ast.stmt], lo: int, hi: int) -> tuple[
-        int, int, int, int] | None:
+def _region(
+    model: FileModel, block: list[ast.stmt], lo: int, hi: int
+) -> tuple[int, int, int, int] | None:
     """Span of ``block[lo..hi]`` if the statements sit one per line, alone on their lines."""
     region = block[lo : hi + 1]
     prev_end = 0
@@ -164,7 +173,7 @@ def _region(model: FileModel, block: list[ast.stmt], lo: int, hi: int) -> tuple[
             return None  # `a; b` on one line, or a decorator above the region's start
         prev_end = s.end_lineno or s.lineno
     first, last = region[0], region[-1]
-    if (first.lineno > 1 and hi + 1 < len(block) and block[hi + 1].lineno == prev_end):
+    if first.lineno > 1 and hi + 1 < len(block) and block[hi + 1].lineno == prev_end:
         return None
     if lo > 0 and block[lo - 1].end_lineno == first.lineno:
         return None
@@ -226,12 +235,14 @@ def _independent(moved: list[ast.stmt], passed: list[ast.stmt]) -> bool:
     neither writes what the other reads or writes."""
     m_reads, m_writes = _names(moved)
     p_reads, p_writes = _names(passed)
-    return not (_overlap(m_reads, p_writes) or _overlap(m_writes, p_reads)
-                or _overlap(m_writes, p_writes))
+    return not (
+        _overlap(m_reads, p_writes) or _overlap(m_writes, p_reads) or _overlap(m_writes, p_writes)
+    )
 
 
-def move_intent(model: FileModel, moved: list[ast.stmt], anchor: ast.stmt,
-                where: str = "before") -> Intent | None:
+def move_intent(
+    model: FileModel, moved: list[ast.stmt], anchor: ast.stmt, where: str = "before"
+) -> Intent | None:
     """Move the contiguous sibling statements ``moved`` just ``before``/``after`` ``anchor``.
 
     None (leave the finding unfixed) when they are not siblings, when the statements
@@ -263,8 +274,7 @@ def move_intent(model: FileModel, moved: list[ast.stmt], anchor: ast.stmt,
     to = a - lo + (1 if where == "after" else 0)
     if to in (pos[0] - lo, pos[-1] - lo + 1):
         return None  # already there
-    return Intent("move", *span, count=hi - lo + 1, first=pos[0] - lo, last=pos[-1] - lo,
-                  to=to)
+    return Intent("move", *span, count=hi - lo + 1, first=pos[0] - lo, last=pos[-1] - lo, to=to)
 
 
 def move_next_to(model: FileModel, node: ast.AST, anchor: ast.AST, where: str) -> Intent | None:
@@ -320,7 +330,7 @@ def append_to_block(model: FileModel, stmt: ast.stmt, code: str) -> Edit | None:
     if tail and not tail.startswith("#"):
         return None  # `a(); b()` or a one-line block: no clean place for a new line
     body = line.rstrip("\r\n")
-    nl = line[len(body):] or ("\r\n" if lines[0].endswith("\r\n") else "\n")
+    nl = line[len(body) :] or ("\r\n" if lines[0].endswith("\r\n") else "\n")
     return insert_at(end_line, len(body) + 1, f"{nl}{indent}{code}")
 
 
@@ -334,17 +344,17 @@ def torch_call(model: FileModel, node: ast.AST, qualname: str) -> str | None:
             for a in imp.names:
                 if qualname.startswith(a.name + "."):
                     local = a.asname or a.name
-                    spellings.append((local.split(".")[0], local + qualname[len(a.name):]))
+                    spellings.append((local.split(".")[0], local + qualname[len(a.name) :]))
         elif isinstance(imp, ast.ImportFrom) and imp.module and not imp.level:
             for a in imp.names:
                 full = f"{imp.module}.{a.name}"
                 if qualname == full or qualname.startswith(full + "."):
                     local = a.asname or a.name
-                    spellings.append((local, local + qualname[len(full):]))
+                    spellings.append((local, local + qualname[len(full) :]))
     for _local, spelled in sorted(spellings, key=lambda x: len(x[1])):
         head = spelled.split(".")[0]
         resolved = model.imports.resolve_name(head, scopes)
-        if resolved is not None and (resolved + spelled[len(head):]) == qualname:
+        if resolved is not None and (resolved + spelled[len(head) :]) == qualname:
             return spelled + "()"
     return None
 
@@ -361,8 +371,15 @@ def wrap_intent(model: FileModel, stmts: list[ast.stmt], header: str) -> Intent 
     span = _region(model, block, lo, hi)
     if span is None:
         return None
-    return Intent("wrap", *span, count=hi - lo + 1, first=0, last=hi - lo, header=header,
-                  indent=_indent_unit(model, stmts[0]))
+    return Intent(
+        "wrap",
+        *span,
+        count=hi - lo + 1,
+        first=0,
+        last=hi - lo,
+        header=header,
+        indent=_indent_unit(model, stmts[0]),
+    )
 
 
 def dedent_intent(model: FileModel, with_stmt: ast.With, first: ast.stmt) -> Intent | None:

@@ -58,7 +58,6 @@ class FileResult:
     view: str = ""
 
 
-
 class _Words:
     """Which of the linter's words (rules' triggers, the summary's words) one file's
     bytes spell: each word searched at most once, and only when asked."""
@@ -91,7 +90,7 @@ class _Words:
         searches made so far: the bytes' own answer, or an occurrence that ends in
         ``extra`` (and may start in the bytes' last few)."""
         data, words, has = self.data, self.words, self.has
-        end = data[max(0, len(data) - self.reach):] + extra
+        end = data[max(0, len(data) - self.reach) :] + extra
         return lambda i: has(i) or words[i] in end
 
 
@@ -136,8 +135,14 @@ class Linter:
 
     # -- public ---------------------------------------------------------------------------
     def lint_bytes(
-        self, data: bytes, path: str, *, ignored: Iterable[str] = (), text: str | None = None,
-        view: dict[str, Any] | None = None, module: tuple[str, str, bool] | None = None,
+        self,
+        data: bytes,
+        path: str,
+        *,
+        ignored: Iterable[str] = (),
+        text: str | None = None,
+        view: dict[str, Any] | None = None,
+        module: tuple[str, str, bool] | None = None,
         keep: frozenset[str] | None = None,
     ) -> FileResult:
         """Lint one file's bytes. ``ignored``: selectors off for this file (per-file-ignores).
@@ -157,8 +162,14 @@ class Linter:
                 result.summary = _bare_summary(module)
 
     def _lint_bytes(
-        self, result: FileResult, data: bytes, path: str, ignored: Iterable[str],
-        text: str | None, view: dict[str, Any] | None, module: tuple[str, str, bool] | None,
+        self,
+        result: FileResult,
+        data: bytes,
+        path: str,
+        ignored: Iterable[str],
+        text: str | None,
+        view: dict[str, Any] | None,
+        module: tuple[str, str, bool] | None,
         keep: frozenset[str] | None = None,
     ) -> FileResult:
         ignored = tuple(ignored)
@@ -170,7 +181,10 @@ class Linter:
             if on(SYNTAX_ERROR):
                 result.findings.append(
                     self._meta_finding(
-                        SYNTAX_ERROR, path, 1, 1,
+                        SYNTAX_ERROR,
+                        path,
+                        1,
+                        1,
                         f"file too large to analyse ({len(data) // 1024 // 1024} MiB > "
                         f"{MAX_FILE_BYTES // 1024 // 1024} MiB); skipped",
                     )
@@ -202,8 +216,7 @@ class Linter:
         elif file_noqa:
             active = _without(active, file_noqa)
         facts = module is not None and any(found.has(i) for i in self._summary_words)
-        summarize = facts or module is not None and any(
-            found.has(i) for i in self._effect_words)
+        summarize = facts or module is not None and any(found.has(i) for i in self._effect_words)
         if not active and not check_noqa and not summarize:
             if module is not None:
                 result.summary = project_summary(None, tree, module, keep=keep)
@@ -221,12 +234,16 @@ class Linter:
                 # First, from the model as the file alone gives it: the summary feeds the
                 # other files' views and must not depend on this file's own view.
                 try:
-                    result.summary = project_summary(model if summarize else None, tree, module,
-                                                     facts, keep)
+                    result.summary = project_summary(
+                        model if summarize else None, tree, module, facts, keep
+                    )
                 except Exception as exc:  # pragma: no cover - a bug in the summary
                     result.errors.append(InternalError(path, "project summary", _describe(exc)))
-                own = (self.speculate(result.summary) if result.summary and not skip_file
-                       and view is None else None)
+                own = (
+                    self.speculate(result.summary)
+                    if result.summary and not skip_file and view is None
+                    else None
+                )
                 if own:
                     # What is known of the file's view already: what its own call sites
                     # settle (a helper whose every call passes a model), and what the
@@ -269,8 +286,14 @@ class Linter:
         return code in self.enabled and not any(code.startswith(i) for i in ignored)
 
     # -- internals ------------------------------------------------------------------------
-    def _active_rules(self, data: bytes, view: dict[str, Any] | None, path: str,
-                      ignored: tuple[str, ...], words: _Words | None = None) -> list[Rule]:
+    def _active_rules(
+        self,
+        data: bytes,
+        view: dict[str, Any] | None,
+        path: str,
+        ignored: tuple[str, ...],
+        words: _Words | None = None,
+    ) -> list[Rule]:
         """The rules to run on ``data``: on for this file, and some trigger word present
         (the project view's facts stand in for words the file does not spell itself).
         ``words``: the file's word search, when the caller has one."""
@@ -307,12 +330,22 @@ class Linter:
             assert report.node is not None
             line, col, end_line, end_col = source.span(report.node)
         related = tuple(
-            Related(*source.span(node), what) for node, what in report.related
+            Related(*source.span(node), what)
+            for node, what in report.related
             if getattr(node, "lineno", None) is not None
         )
         return Finding(
-            rule.code, rule.name, path, line, col, end_line, end_col,
-            report.message, rule.severity, report.fix, related=related,
+            rule.code,
+            rule.name,
+            path,
+            line,
+            col,
+            end_line,
+            end_col,
+            report.message,
+            rule.severity,
+            report.fix,
+            related=related,
         )
 
     @staticmethod
@@ -361,8 +394,10 @@ class Linter:
                     # Codes of other tools, and of rules not enabled now, are not ours to
                     # judge; a trainlint code that no rule has can never suppress anything.
                     if code not in self.known and code.startswith(OWN_PREFIX):
-                        why = (f"unknown rule code `{code}`: correct it (see `trainlint "
-                               "rules`) or remove it")
+                        why = (
+                            f"unknown rule code `{code}`: correct it (see `trainlint "
+                            "rules`) or remove it"
+                        )
                     elif code in self.enabled and code not in used[line]:
                         why = f"{code} is not reported on this line: remove it"
                     else:
@@ -370,7 +405,10 @@ class Linter:
                     col = source.lines[line - 1].find("#") + 1
                     kept.append(
                         self._meta_finding(
-                            UNUSED_NOQA, path, line, max(col, 1),
+                            UNUSED_NOQA,
+                            path,
+                            line,
+                            max(col, 1),
                             f"unused `noqa` directive: {why}",
                         )
                     )
@@ -380,8 +418,18 @@ class Linter:
 def _bare_summary(module: tuple[str, str, bool]) -> dict[str, Any]:
     """The summary of a file with nothing to say (unreadable, too large, not parsed)."""
     root, name, is_pkg = module
-    return {"root": root, "module": name, "pkg": is_pkg, "imports": {}, "stars": [],
-            "exported": {}, "defs": [], "functions": {}, "classes": {}, "calls": []}
+    return {
+        "root": root,
+        "module": name,
+        "pkg": is_pkg,
+        "imports": {},
+        "stars": [],
+        "exported": {},
+        "defs": [],
+        "functions": {},
+        "classes": {},
+        "calls": [],
+    }
 
 
 def _builtincodes_of() -> frozenset[str]:

@@ -60,8 +60,9 @@ def libcst_available() -> bool:
     return _LIBCST
 
 
-MISSING_LIBCST = ("trainlint: fixes that move or wrap statements need libcst: "
-                  "pip install 'trainlint[fix]'")
+MISSING_LIBCST = (
+    "trainlint: fixes that move or wrap statements need libcst: pip install 'trainlint[fix]'"
+)
 
 
 def apply_edits(text: str, edits: list[Edit]) -> tuple[str, int]:
@@ -106,8 +107,8 @@ def selected_edits(findings: list[Finding], unsafe: bool, text: str | None = Non
 def needs_libcst(findings: list[Finding], unsafe: bool) -> bool:
     """A selected fix is left only because libcst is missing."""
     return not libcst_available() and any(
-        f.fix is not None and f.fix.intent is not None
-        and (f.fix.applicability == "safe" or unsafe) for f in findings
+        f.fix is not None and f.fix.intent is not None and (f.fix.applicability == "safe" or unsafe)
+        for f in findings
     )
 
 
@@ -121,8 +122,9 @@ def fix_text(
     applied = 0
     findings = lint(text)
     for _ in range(MAX_FIX_PASSES):
-        fixable = [f for f in findings if f.fix is not None and (
-            f.fix.applicability == "safe" or unsafe)]
+        fixable = [
+            f for f in findings if f.fix is not None and (f.fix.applicability == "safe" or unsafe)
+        ]
         if not fixable:
             break
         new_text, n = apply_edits(text, selected_edits(fixable, unsafe, text))
@@ -176,14 +178,23 @@ def write_atomic(path: Path, data: bytes) -> None:
 def unified_diff(path: str, before: str, after: str) -> str:
     return "".join(
         difflib.unified_diff(
-            before.splitlines(keepends=True), after.splitlines(keepends=True),
-            fromfile=f"a/{path}", tofile=f"b/{path}",
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            fromfile=f"a/{path}",
+            tofile=f"b/{path}",
         )
     )
 
 
-def fix_python(linter: Linter, data: bytes, shown: str, ignored: set[str], path: Path,
-               fix: FixMode, view: dict[str, Any] | None = None) -> FileResult:
+def fix_python(
+    linter: Linter,
+    data: bytes,
+    shown: str,
+    ignored: set[str],
+    path: Path,
+    fix: FixMode,
+    view: dict[str, Any] | None = None,
+) -> FileResult:
     """``--fix``/``--diff`` of one Python file whose lint found fixes: the file fixed,
     linted again after each round, written atomically or shown as a diff."""
     from trainlint.source import decode

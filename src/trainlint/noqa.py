@@ -51,13 +51,15 @@ def noqa_on_lines(source: Source, lines: set[int]) -> dict[int, list[str]]:
 # 3.12 a string literal is a regular language (an f-string cannot nest its own quotes or
 # hold a comment), so skipping strings finds exactly the comments `tokenize` would.
 _COMMENT_OR_STRING = re.compile(
-    "|".join((
-        r"(#[^\r\n]*)",                       # a comment: group 1
-        r"'''(?:[^'\\]|\\.|'(?!''))*'''",    # triple-quoted strings first
-        r'"""(?:[^"\\]|\\.|"(?!""))*"""',
-        r"'(?:[^'\\\r\n]|\\.)*'",
-        r'"(?:[^"\\\r\n]|\\.)*"',
-    )),
+    "|".join(
+        (
+            r"(#[^\r\n]*)",  # a comment: group 1
+            r"'''(?:[^'\\]|\\.|'(?!''))*'''",  # triple-quoted strings first
+            r'"""(?:[^"\\]|\\.|"(?!""))*"""',
+            r"'(?:[^'\\\r\n]|\\.)*'",
+            r'"(?:[^"\\\r\n]|\\.)*"',
+        )
+    ),
     re.DOTALL,
 )
 _SCAN_COMMENTS = sys.version_info < (3, 12)
@@ -104,14 +106,18 @@ _POSSESSIVE = sys.version_info >= (3, 11)
 def _to_directive() -> re.Pattern[str]:
     # compiled on first use: not every run reads a noqa comment (start-up, pre-commit)
     return re.compile(
-        "(?:" + "|".join((
-            r"""[^'"#]++""",
-            r"'''[^'\\]*+(?:(?:\\.|'(?!''))[^'\\]*+)*+'''",  # (unrolled: a run a step)
-            r'"""[^"\\]*+(?:(?:\\.|"(?!""))[^"\\]*+)*+"""',
-            r"'[^'\\\r\n]*+(?:\\.[^'\\\r\n]*+)*+'",
-            r'"[^"\\\r\n]*+(?:\\.[^"\\\r\n]*+)*+"',
-            rf"#(?!{_AT_NOQA})(?![^\r\n]*#{_AT_NOQA})[^\r\n]*+",  # a comment, no directive
-        )) + r")*+(#[^\r\n]*)?",
+        "(?:"
+        + "|".join(
+            (
+                r"""[^'"#]++""",
+                r"'''[^'\\]*+(?:(?:\\.|'(?!''))[^'\\]*+)*+'''",  # (unrolled: a run a step)
+                r'"""[^"\\]*+(?:(?:\\.|"(?!""))[^"\\]*+)*+"""',
+                r"'[^'\\\r\n]*+(?:\\.[^'\\\r\n]*+)*+'",
+                r'"[^"\\\r\n]*+(?:\\.[^"\\\r\n]*+)*+"',
+                rf"#(?!{_AT_NOQA})(?![^\r\n]*#{_AT_NOQA})[^\r\n]*+",  # a comment, no directive
+            )
+        )
+        + r")*+(#[^\r\n]*)?",
         re.DOTALL,
     )
 

@@ -94,6 +94,7 @@ def file_positions(text: str) -> FilePositions | None:
 def _walk_notebook(text: str, spans: dict[int, list[tuple[int, int]]]) -> None:
     """Record the literal spans of ``cells[i].source`` (a string or a list of strings),
     keyed by the cell's 0-based index; every other value is skipped by the C decoder."""
+
     def ws(i: int) -> int:
         return _WS.match(text, i).end()  # type: ignore[union-attr]  # `*` always matches
 
@@ -166,9 +167,11 @@ def _literal_offsets(text: str, start: int, end: int, out: list[int]) -> None:
             i += 1
         elif text[i + 1] != "u":
             i += 2
-        elif (0xD800 <= int(text[i + 2 : i + 6], 16) < 0xDC00
-              and text.startswith("\\u", i + 6)
-              and 0xDC00 <= int(text[i + 8 : i + 12], 16) < 0xE000):
+        elif (
+            0xD800 <= int(text[i + 2 : i + 6], 16) < 0xDC00
+            and text.startswith("\\u", i + 6)
+            and 0xDC00 <= int(text[i + 8 : i + 12], 16) < 0xE000
+        ):
             i += 12  # a surrogate pair decodes to one character
         else:
             i += 6
@@ -208,10 +211,14 @@ def remap(findings: Iterable[Finding], cells: CellMap) -> list[Finding]:
         for r in f.related:
             r_cell, r_line = cells.locate(r.line)
             r_end_cell, r_end = cells.locate(r.end_line)
-            related.append(replace(r, line=r_line, end_line=r_end if r_end_cell == r_cell
-                                   else r_line, cell=r_cell))
-        out.append(replace(f, line=line, end_line=end_line, cell=cell, fix=None,
-                           related=tuple(related)))
+            related.append(
+                replace(
+                    r, line=r_line, end_line=r_end if r_end_cell == r_cell else r_line, cell=r_cell
+                )
+            )
+        out.append(
+            replace(f, line=line, end_line=end_line, cell=cell, fix=None, related=tuple(related))
+        )
     return out
 
 
@@ -286,8 +293,9 @@ def _cell_sources(nb: dict[str, Any]) -> dict[int, str]:
     }
 
 
-def fix_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str],
-                 file_path: Any, mode: Any) -> FileResult:
+def fix_notebook(
+    linter: Linter, data: bytes, path: str, ignored: Iterable[str], file_path: Any, mode: Any
+) -> FileResult:
     """Fix code cells in place: edits map to (cell, line) positions of the module the
     cells were linted as, and restructuring intents are carried out on the cell's own
     source; only changed cells are rewritten, outputs and metadata are kept."""
@@ -314,11 +322,18 @@ def fix_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str],
                 if cells.locate(fix.intent.end_line)[0] != cell:
                     continue
                 shift = line - fix.intent.line
-                fix = replace(fix, edits=tuple(
-                    replace(e, line=e.line + shift, end_line=e.end_line + shift)
-                    for e in fix.edits), intent=fix.intent.shifted(shift))
-                if any(cells.locate(e.line)[0] != cell or cells.locate(e.end_line)[0] != cell
-                       for e in f.fix.edits):
+                fix = replace(
+                    fix,
+                    edits=tuple(
+                        replace(e, line=e.line + shift, end_line=e.end_line + shift)
+                        for e in fix.edits
+                    ),
+                    intent=fix.intent.shifted(shift),
+                )
+                if any(
+                    cells.locate(e.line)[0] != cell or cells.locate(e.end_line)[0] != cell
+                    for e in f.fix.edits
+                ):
                     continue
                 per_cell.setdefault(cell, []).extend(intent_edits(fix, sources[cell]))
                 continue
@@ -361,9 +376,11 @@ def nb_with(nb: dict[str, Any], sources: dict[int, str]) -> dict[str, Any]:
         if number in sources and isinstance(cell, dict) and cell_source(cell) != sources[number]:
             cell = dict(cell)
             src = sources[number]
-            cell["source"] = src.splitlines(keepends=True) if isinstance(
-                nb["cells"][number - 1].get("source"), list
-            ) else src
+            cell["source"] = (
+                src.splitlines(keepends=True)
+                if isinstance(nb["cells"][number - 1].get("source"), list)
+                else src
+            )
         cells.append(cell)
     return {**nb, "cells": cells}
 

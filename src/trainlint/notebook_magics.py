@@ -127,4 +127,3 @@ class _LogicalLines:
             i += 1
         if len(self.quote) == 1 and not self.backslash and not line.endswith("\\"):
             self.quote = ""  # an unterminated one-line string: a syntax error; resync here
-

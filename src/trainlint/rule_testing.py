@@ -27,8 +27,12 @@ def _dedent(source: str) -> str:
 
 
 def lint_example(
-    rule: type[Rule], source: str, *, options: dict[str, Any] | None = None,
-    path: str = "example.py", dedent: bool = True,
+    rule: type[Rule],
+    source: str,
+    *,
+    options: dict[str, Any] | None = None,
+    path: str = "example.py",
+    dedent: bool = True,
 ) -> list[Finding]:
     """Lint ``source`` with ``rule`` plus every default built-in rule; return ``rule``'s findings.
 
@@ -77,8 +81,7 @@ def run_example(rule: type[Rule], example: str | Valid | Invalid) -> None:
     """Assert one example behaves as declared; fixed text is checked for fixable rules."""
     example = _normalise(example)
     source = _dedent(example.source)
-    findings = lint_example(rule, source, options=example.options, path=example.path,
-                            dedent=False)
+    findings = lint_example(rule, source, options=example.options, path=example.path, dedent=False)
     if isinstance(example, Valid):
         if findings:
             raise AssertionError(
@@ -104,8 +107,7 @@ def run_example(rule: type[Rule], example: str | Valid | Invalid) -> None:
             raise AssertionError(
                 f"{rule.code}: fixed text differs\n--- got ---\n{fixed}\n--- want ---\n{want}"
             )
-        again = lint_example(rule, fixed, options=example.options, path=example.path,
-                             dedent=False)
+        again = lint_example(rule, fixed, options=example.options, path=example.path, dedent=False)
         if fix_example(rule, fixed, again) != fixed:
             raise AssertionError(f"{rule.code}: a second fix changes the text again")
     elif rule.fix_safety is not None and any(f.fix for f in findings):

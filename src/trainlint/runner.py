@@ -76,8 +76,12 @@ class FixMode:
 
 
 def lint_file(
-    linter: Linter, settings: Settings, path: Path, fix: FixMode | None = None,
-    view: dict[str, Any] | None = None, module: tuple[str, str, bool] | None = None,
+    linter: Linter,
+    settings: Settings,
+    path: Path,
+    fix: FixMode | None = None,
+    view: dict[str, Any] | None = None,
+    module: tuple[str, str, bool] | None = None,
     keep: frozenset[str] | None = None,
 ) -> FileResult:
     """Lint one file. ``view``: what the project index knows for it; ``module``: its
@@ -99,8 +103,7 @@ def lint_file(
         if fix is not None and fix.active:
             return fix_notebook(linter, data, shown, ignored, path, fix)
         return lint_notebook(linter, data, shown, ignored)
-    result = linter.lint_bytes(data, shown, ignored=ignored, view=view, module=module,
-                               keep=keep)
+    result = linter.lint_bytes(data, shown, ignored=ignored, view=view, module=module, keep=keep)
     if fix is not None and fix.active and _fixable(result, fix):
         from trainlint.fix import fix_python
 
@@ -112,8 +115,9 @@ def lint_file(
 _WORKER: tuple[Linter, Settings, FixMode | None] | None = None
 
 
-def _init_worker(selection: RuleSelection, settings: Settings, timings: bool,
-                 fix: FixMode | None = None) -> None:
+def _init_worker(
+    selection: RuleSelection, settings: Settings, timings: bool, fix: FixMode | None = None
+) -> None:
     global _WORKER
     _WORKER = (Linter(selection, timings=timings), settings, fix)
 
@@ -130,8 +134,9 @@ _files_since_fuller = 0
 
 #: One file's work: its path, its project view, its module when its summary is wanted, and
 #: the names the other files import from it when known (None: the whole summary).
-WorkItem = tuple[Path, "dict[str, Any] | None", "tuple[str, str, bool] | None",
-                 "frozenset[str] | None"]
+WorkItem = tuple[
+    Path, "dict[str, Any] | None", "tuple[str, str, bool] | None", "frozenset[str] | None"
+]
 
 
 def _work(item: Path | WorkItem) -> FileResult:
@@ -167,18 +172,31 @@ def _collector_paused() -> Iterator[None]:
         gc.enable()
 
 
-def _lint_one(linter: Linter, settings: Settings, path: Path, fix: FixMode | None,
-              view: dict[str, Any] | None = None,
-              module: tuple[str, str, bool] | None = None,
-              keep: frozenset[str] | None = None) -> FileResult:
+def _lint_one(
+    linter: Linter,
+    settings: Settings,
+    path: Path,
+    fix: FixMode | None,
+    view: dict[str, Any] | None = None,
+    module: tuple[str, str, bool] | None = None,
+    keep: frozenset[str] | None = None,
+) -> FileResult:
     try:
         return lint_file(linter, settings, path, fix, view, module, keep)
     except Exception as exc:  # never lose the rest of the run to one file
-        return FileResult(display_path(path), errors=[InternalError(display_path(path), "engine", repr(exc))])
+        return FileResult(
+            display_path(path), errors=[InternalError(display_path(path), "engine", repr(exc))]
+        )
 
 
-def _run_pool(paths: Sequence[Path | WorkItem], selection: RuleSelection, settings: Settings,
-              timings: bool, fix: FixMode | None, jobs: int) -> list[FileResult]:
+def _run_pool(
+    paths: Sequence[Path | WorkItem],
+    selection: RuleSelection,
+    settings: Settings,
+    timings: bool,
+    fix: FixMode | None,
+    jobs: int,
+) -> list[FileResult]:
     """Lint in worker processes; a worker that dies is retried in-process, never dropped."""
     # imported here: a run that stays in this process (one file, --jobs 1) never pays
     # for multiprocessing's import
@@ -200,18 +218,29 @@ def _run_pool(paths: Sequence[Path | WorkItem], selection: RuleSelection, settin
         return [_work(p) for p in paths]
 
 
-def _lint_all(items: list[WorkItem], selection: RuleSelection, settings: Settings,
-              timings: bool, fix: FixMode | None, jobs: int) -> list[FileResult]:
+def _lint_all(
+    items: list[WorkItem],
+    selection: RuleSelection,
+    settings: Settings,
+    timings: bool,
+    fix: FixMode | None,
+    jobs: int,
+) -> list[FileResult]:
     if jobs <= 1 or len(items) < 4:
         _init_worker(selection, settings, timings, fix)
         return [_work(item) for item in items]
     return _run_pool(items, selection, settings, timings, fix, jobs)
 
 
-def _lint_imported_first(items: list[WorkItem], deps: list[list[int]],
-                         known: list[dict[str, Any]], selection: RuleSelection,
-                         settings: Settings, timings: bool,
-                         fix: FixMode | None) -> list[FileResult]:
+def _lint_imported_first(
+    items: list[WorkItem],
+    deps: list[list[int]],
+    known: list[dict[str, Any]],
+    selection: RuleSelection,
+    settings: Settings,
+    timings: bool,
+    fix: FixMode | None,
+) -> list[FileResult]:
     """Phase 1 in this process: each file after the files it imports (``deps``, by
     position in ``items``; an import cycle cut where it closes), linted with the view the
     summaries so far give it (``known``: those the cache had). What another file learns
@@ -234,11 +263,19 @@ def _lint_imported_first(items: list[WorkItem], deps: list[list[int]],
     return out  # type: ignore[return-value]
 
 
-def _phase_one(first: list[int], paths: Sequence[Path],
-               modules: list[tuple[str, str, bool] | None], deps: list[list[int]],
-               keep: dict[int, frozenset[str]], summaries: dict[int, dict[str, Any]],
-               selection: RuleSelection, settings: Settings, timings: bool,
-               fix: FixMode | None, jobs: int) -> list[FileResult]:
+def _phase_one(
+    first: list[int],
+    paths: Sequence[Path],
+    modules: list[tuple[str, str, bool] | None],
+    deps: list[list[int]],
+    keep: dict[int, frozenset[str]],
+    summaries: dict[int, dict[str, Any]],
+    selection: RuleSelection,
+    settings: Settings,
+    timings: bool,
+    fix: FixMode | None,
+    jobs: int,
+) -> list[FileResult]:
     """Lint and summarise the files at positions ``first`` without a view (with ``keep``:
     the names other files import from them, where known): in this process each after
     the files it imports, else in the pool."""
@@ -249,14 +286,26 @@ def _phase_one(first: list[int], paths: Sequence[Path],
         return _lint_all(items, selection, settings, timings, fix, jobs)
     at = {i: k for k, i in enumerate(first)}
     known = [s for i, s in summaries.items() if i not in at]
-    return _lint_imported_first(items, [[at[d] for d in deps[i] if d in at] for i in first],
-                                known, selection, settings, timings, fix)
+    return _lint_imported_first(
+        items,
+        [[at[d] for d in deps[i] if d in at] for i in first],
+        known,
+        selection,
+        settings,
+        timings,
+        fix,
+    )
 
 
 def _fixable(result: FileResult, fix: FixMode | None) -> bool:
-    return fix is not None and result.parsed and any(
-        f.fix is not None and (f.fix.applicability == "safe" or fix.unsafe)
-        for f in result.findings)
+    return (
+        fix is not None
+        and result.parsed
+        and any(
+            f.fix is not None and (f.fix.applicability == "safe" or fix.unsafe)
+            for f in result.findings
+        )
+    )
 
 
 def run(
@@ -307,10 +356,16 @@ def run(
             if d != k:
                 had = needed.get(d, set())
                 needed[d] = None if names is None or had is None else had | names
-    keep = {i: frozenset(needed.get(i) or ()) for i, mod in enumerate(modules)
-            if mod is not None and not mod[2] and needed.get(i, ()) is not None}
-    for i in [i for i, s in summaries.items()
-              if "lean" in s and not (i in keep and keep[i] <= set(s["lean"]))]:
+    keep = {
+        i: frozenset(needed.get(i) or ())
+        for i, mod in enumerate(modules)
+        if mod is not None and not mod[2] and needed.get(i, ()) is not None
+    }
+    for i in [
+        i
+        for i, s in summaries.items()
+        if "lean" in s and not (i in keep and keep[i] <= set(s["lean"]))
+    ]:
         del summaries[i]  # (cached when the other files imported less of it)
     # phase 1: files not summarised yet (every file on a cold run), linted without a view;
     # a fix run fixes nothing yet: its fixes wait for the views (phase 2)
@@ -318,8 +373,19 @@ def run(
     views: dict[int, dict[str, Any] | None] = {}
     first = [i for i in range(n) if i not in summaries]
     while True:
-        done = _phase_one(first, paths, modules, deps, keep, summaries, selection, settings,
-                          timings, fix if checking else None, jobs)
+        done = _phase_one(
+            first,
+            paths,
+            modules,
+            deps,
+            keep,
+            summaries,
+            selection,
+            settings,
+            timings,
+            fix if checking else None,
+            jobs,
+        )
         for i, r in zip(first, done, strict=True):
             fresh[i] = r
             if r.summary is not None:
@@ -337,8 +403,13 @@ def run(
             # A view asked a lean summary for what it left out (an import the byte scan
             # missed, a file's own factory): those files are summarised in full, again.
             read = index.lean_read if index is not None else set()
-            first = [i for i in sorted(keep) if (mod := modules[i]) is not None
-                     and (mod[0], mod[1]) in read and "lean" in summaries.get(i, {})]
+            first = [
+                i
+                for i in sorted(keep)
+                if (mod := modules[i]) is not None
+                and (mod[0], mod[1]) in read
+                and "lean" in summaries.get(i, {})
+            ]
             for i in first:
                 del keep[i]
             del index
@@ -356,22 +427,35 @@ def run(
             assert cache is not None and pins is not None
             # A file's findings also depend on its project's torch pin (TL702): editing the
             # pin in pyproject.toml must re-lint files whose bytes did not change.
-            key = cache.key_of_hash(hashes[i], p.suffix, sorted(per_file_ignored(settings, p)),
-                                    extra=f"torch-pin={pins.for_file(str(p))};project={view_digest}")
+            key = cache.key_of_hash(
+                hashes[i],
+                p.suffix,
+                sorted(per_file_ignored(settings, p)),
+                extra=f"torch-pin={pins.for_file(str(p))};project={view_digest}",
+            )
             hit = cache.get(key, display_path(p))
             if hit is not None:
                 results[i] = hit
                 continue
             keys[i] = key
-        if i in fresh and view_digest == fresh[i].view and (checking or (
-                p.suffix != ".ipynb" and not _fixable(fresh[i], fix))):
+        if (
+            i in fresh
+            and view_digest == fresh[i].view
+            and (checking or (p.suffix != ".ipynb" and not _fixable(fresh[i], fix)))
+        ):
             results[i] = fresh[i]
         else:
             second.append(i)
     fresh.clear()
     if second:
-        done = _lint_all([(paths[i], views.get(i), None, None) for i in second], selection,
-                         settings, timings, fix, jobs)
+        done = _lint_all(
+            [(paths[i], views.get(i), None, None) for i in second],
+            selection,
+            settings,
+            timings,
+            fix,
+            jobs,
+        )
         for i, r in zip(second, done, strict=True):
             results[i] = r
     if use_cache:

@@ -39,7 +39,9 @@ def _tensors() -> list[torch.Tensor]:
 
 
 def _same(a: list[float], b: list[float]) -> bool:
-    return all((x != x and y != y) or (x == y and str(x) == str(y)) for x, y in zip(a, b, strict=True))
+    return all(
+        (x != x and y != y) or (x == y and str(x) == str(y)) for x, y in zip(a, b, strict=True)
+    )
 
 
 def test_one_aminmax_gives_the_foreach_maxima_to_the_bit():
@@ -212,7 +214,9 @@ def test_named_parameters_walk_is_the_public_one():
         def __init__(self) -> None:
             super().__init__()
             self.p = nn.Parameter(torch.ones(1))
-            self.a = nn.Sequential(nn.Linear(2, 2), shared, nn.ModuleDict({"x": nn.Linear(1, 1), "y": shared}))
+            self.a = nn.Sequential(
+                nn.Linear(2, 2), shared, nn.ModuleDict({"x": nn.Linear(1, 1), "y": shared})
+            )
             self.b = shared
             self.n = None
             self.register_parameter("q", None)

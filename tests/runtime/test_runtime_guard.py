@@ -34,8 +34,10 @@ def threaded_setup(crash: bool):
 
     def step():
         s.optimizer.zero_grad()
-        workers = [threading.Thread(target=worker, args=h, name=f"grad-worker-{i}")
-                   for i, h in enumerate(halves)]
+        workers = [
+            threading.Thread(target=worker, args=h, name=f"grad-worker-{i}")
+            for i, h in enumerate(halves)
+        ]
         for w in workers:
             w.start()
         for w in workers:

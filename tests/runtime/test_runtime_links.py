@@ -25,6 +25,7 @@ from trainlint.testing import CheckFailed
 CHECKS = [name for name in trainlint.testing.__all__ if name.startswith("assert_")]
 REGISTRY = {rule.code: rule for rule in builtin_rules()}
 
+
 def _linked_rules() -> list[object]:
     params = []
     for code, rule in sorted(REGISTRY.items()):
@@ -64,7 +65,9 @@ def test_rule_info_and_rules_confirmed_by_come_from_the_registry():
         info = rule_info(code)
         assert info is not None
         assert (info.name, info.message, info.confirm_with) == (
-            rule.name, rule.message, rule.confirm_with
+            rule.name,
+            rule.message,
+            rule.confirm_with,
         )
     assert rule_info("TL999") is None
     for check in CHECKS:
@@ -103,8 +106,16 @@ def _assert_report_confirms_only(failure: CheckFailed) -> None:
     root = Path("/project")
     path = root / "train.py"
     findings = [
-        Finding(code=code, name=rule.name, path=str(path), line=i, column=1, end_line=i,
-                end_column=2, message=rule.message)
+        Finding(
+            code=code,
+            name=rule.name,
+            path=str(path),
+            line=i,
+            column=1,
+            end_line=i,
+            end_column=2,
+            message=rule.message,
+        )
         for i, (code, rule) in enumerate(sorted(REGISTRY.items()), 1)
     ]
     executed = {path: {f.line: {"t::failing"} for f in findings}}
@@ -187,9 +198,7 @@ def test_weights_updated_confirms_only_its_rules():
 
     with pytest.raises(CheckFailed) as info:
         trainlint.testing.assert_weights_updated(model, step)
-    _assert_confirms_only_its_own(
-        info.value, "assert_weights_updated", "nothing-moved-no-gradient"
-    )
+    _assert_confirms_only_its_own(info.value, "assert_weights_updated", "nothing-moved-no-gradient")
     _assert_planted(info.value, "TL501")
 
 

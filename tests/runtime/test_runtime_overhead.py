@@ -42,8 +42,10 @@ def test_a_step_is_traced_once_and_its_run_functions_kept_for_later_checks():
         lintlink.reset_ran()
         StepRunner(step, None)()
         spans = list(lintlink._ran)
-        assert any(first <= _helper_the_step_runs.__code__.co_firstlineno <= last
-                   for _, first, last in spans), spans
+        assert any(
+            first <= _helper_the_step_runs.__code__.co_firstlineno <= last
+            for _, first, last in spans
+        ), spans
     assert profilers[0] is not None, "the first call is traced"
     assert profilers[1:] == [None, None], "later checks of the same step are not"
     # a new step function is traced again
@@ -125,11 +127,15 @@ def test_clip_norms_match_torchs_own_total_norm():
     def step() -> None:
         optimizer.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
-        totals.append(float(torch.nn.utils.get_total_norm(
-            [p.grad for p in model.parameters()]
-        )) if hasattr(torch.nn.utils, "get_total_norm") else float(torch.linalg.vector_norm(
-            torch.stack([torch.linalg.vector_norm(p.grad) for p in model.parameters()])
-        )))
+        totals.append(
+            float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]))
+            if hasattr(torch.nn.utils, "get_total_norm")
+            else float(
+                torch.linalg.vector_norm(
+                    torch.stack([torch.linalg.vector_norm(p.grad) for p in model.parameters()])
+                )
+            )
+        )
         nn.utils.clip_grad_norm_(model.parameters(), 1e9)
         optimizer.step()
 

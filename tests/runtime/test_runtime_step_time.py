@@ -17,7 +17,7 @@ import torch
 from runtime_helpers import clean_setup
 from torch import nn
 
-from trainlint.testing import CheckFailed, StepTimeResult, assert_step_time_stable
+from trainlint.testing import CheckFailed, StepTimeResult, assert_step_time_stable, step_time
 from trainlint.testing.step_time import SAMPLE_SECONDS
 
 
@@ -69,8 +69,11 @@ def growing_matmul() -> Callable[[], None]:
     return step
 
 
-def growing_graph() -> Callable[[], None]:
-    """A recurrent state never detached: each backward walks every earlier step (TL302)."""
+def growing_graph(backwards: Callable[[], int] = lambda: 1) -> Callable[[], None]:
+    """A recurrent state never detached: each backward walks every earlier step (TL302).
+
+    Each call runs ``backwards()`` backward passes (one, unless a test doubles some).
+    """
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 64))
     x = torch.randn(256, 64)
@@ -79,9 +82,39 @@ def growing_graph() -> Callable[[], None]:
 
     def step() -> None:
         state["hidden"] = state["hidden"] * 0.5 + model(x)
-        nn.functional.mse_loss(state["hidden"], y).backward(retain_graph=True)
+        loss = nn.functional.mse_loss(state["hidden"], y)
+        for _ in range(backwards()):
+            loss.backward(retain_graph=True)
 
     return step
+
+
+def caught(step: Callable[[], None]) -> CheckFailed:
+    """The check's failure on ``step``; if it passes, a test failure with what it measured."""
+    try:
+        result = assert_step_time_stable(step)
+    except CheckFailed as failure:
+        return failure
+    pytest.fail(
+        f"not reported as slower: {result.calls_per_sample} calls a sample, floors (ms) "
+        f"{result.early * 1e3:.3g} -> {result.late * 1e3:.3g} ({result.ratio:.2f}x), "
+        f"confirming {[round(c * 1e3, 3) for c in result.confirm]}"
+    )
+
+
+def sample_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """The index of the sample the check is timing (counting from the first timed one)."""
+    taken = [0]
+    timed = step_time._Clock.timed
+
+    def counting(self: step_time._Clock) -> float:
+        try:
+            return timed(self)
+        finally:
+            taken[0] += 1
+
+    monkeypatch.setattr(step_time._Clock, "timed", counting)
+    return lambda: taken[0]
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -98,28 +131,52 @@ def test_step_time_stable_passes_on_a_clean_step(seed):
 
 
 def test_step_time_stable_step_whose_work_grows():
-    with pytest.raises(CheckFailed) as info:
-        assert_step_time_stable(growing_matmul())
-    message = str(info.value)
+    failure = caught(growing_matmul())
+    message = str(failure)
     assert "later steps are" in message and "x slower than early ones" in message
     assert "Step times (ms, after 1 warmup)" in message
     assert "CPU time of the calling thread, one intra-op thread" in message
     assert "Fastest third of each window of 5-5 samples (ms)" in message
     assert "TL302 graph-accumulation" in message
-    result = info.value.result
+    result = failure.result
     assert result.clock == "thread_time"
-    assert result.ratio > 1.5 and len(result.confirm) == 2
-    assert result.early < result.late < result.confirm[0] < result.confirm[1]
+    # two confirming windows that each rose, or three when noise held one back
+    assert result.ratio > 1.5 and len(result.confirm) in (2, 3)
+    assert result.early < result.late < result.confirm[-1]
 
 
 def test_step_time_stable_graph_that_grows_each_step():
-    with pytest.raises(CheckFailed, match="slower"):
-        assert_step_time_stable(growing_graph())
+    assert "slower" in str(caught(growing_graph()))
 
 
 def test_step_time_stable_growing_work_is_caught_beside_busy_neighbours():
-    with busy_neighbours(), pytest.raises(CheckFailed, match="slower"):
-        assert_step_time_stable(growing_matmul())
+    with busy_neighbours():
+        assert "slower" in str(caught(growing_matmul()))
+
+
+def test_step_time_stable_growth_is_caught_when_one_window_was_slowed(monkeypatch):
+    # A busy machine can slow one window of a growing step (a shared host's stolen time
+    # is charged to the thread on some virtual machines). Planted: the second window of
+    # the ten samples runs every backward twice. The first confirming window then is
+    # faster than it; the growth must still be found in the windows after.
+    index = sample_index(monkeypatch)
+    failure = caught(growing_graph(lambda: 2 if 5 <= index() < 10 else 1))
+    confirm = failure.result.confirm
+    assert len(confirm) >= 3 and confirm[0] < failure.result.late
+
+
+def test_step_time_stable_a_slowdown_that_holds_is_not_a_slow_step(monkeypatch):
+    # The step's work triples from the sixth sample on and then stays: slower, but not
+    # slower with every step (a CPU that clocked down, a cache now shared): not reported.
+    index = sample_index(monkeypatch)
+    s = clean_setup()
+
+    def step():
+        for _ in range(3 if index() >= 5 else 1):
+            s.step()
+
+    result = assert_step_time_stable(step)
+    assert result.ratio > 2 and result.confirm  # slower, looked at again, not reported
 
 
 def test_step_time_stable_a_machine_that_gets_busier_is_not_a_slow_step():
@@ -140,7 +197,9 @@ def test_step_time_stable_a_machine_that_gets_busier_is_not_a_slow_step():
         result = assert_step_time_stable(step)
     finally:
         stop_neighbours(neighbours)
-    assert neighbours and result.ratio < 1.5
+    # the verdict, not the ratio: the CPU time of the same work still moves on a busy
+    # machine, which the confirming windows tell from growth
+    assert neighbours and result.clock == "thread_time"
 
 
 def test_step_time_stable_time_spent_sleeping_is_not_a_slow_step():

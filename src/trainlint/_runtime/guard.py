@@ -93,8 +93,11 @@ class Guard:
     def __enter__(self) -> Guard:
         self._started = time.monotonic()
         # set(dict) copies in C, no thread switch halfway (a comprehension could raise)
-        self._threads_before = (set(_ACTIVE) if _ACTIVE is not None
-                                else {t.ident for t in threading.enumerate() if t.ident})
+        self._threads_before = (
+            set(_ACTIVE)
+            if _ACTIVE is not None
+            else {t.ident for t in threading.enumerate() if t.ident}
+        )
         if _has_children():
             self._children_before = set(_child_pids())
         self._previous_hook = threading.excepthook
@@ -209,8 +212,7 @@ def _user_frame(tb: Any) -> str:
     frames = [
         f
         for f in traceback.extract_tb(tb)
-        if f"{os.sep}torch{os.sep}" not in f.filename
-        and f"{os.sep}threading.py" not in f.filename
+        if f"{os.sep}torch{os.sep}" not in f.filename and f"{os.sep}threading.py" not in f.filename
     ]
     if not frames:
         return ""
@@ -281,9 +283,7 @@ def problems_text(guard: Guard) -> str:
         text = f"{type(e.error).__name__}: {e.error}".rstrip(": ")
         if len(text) > 200:
             text = text[:197] + "..."
-        lines.append(
-            f"thread {e.thread!r} raised {text}" + (f" (at {e.where})" if e.where else "")
-        )
+        lines.append(f"thread {e.thread!r} raised {text}" + (f" (at {e.where})" if e.where else ""))
     for p in guard.process_exits():
         how = (
             f"was killed by signal {-p.exitcode}"
@@ -304,9 +304,7 @@ def _report_problems(guard: Guard, step: Any) -> None:
     if n_threads:
         what.append(f"{n_threads} thread" + ("s" if n_threads != 1 else "") + " raised")
     if n_procs:
-        what.append(
-            f"{n_procs} process" + ("es" if n_procs != 1 else "") + " exited with an error"
-        )
+        what.append(f"{n_procs} process" + ("es" if n_procs != 1 else "") + " exited with an error")
     fail(
         guard.check,
         "the step's measurements passed, but " + " and ".join(what),

@@ -61,9 +61,7 @@ class Explanation:
 def _registry() -> dict[str, RuleInfo]:
     from trainlint.rules import builtin_rules
 
-    return {
-        r.code: RuleInfo(r.code, r.name, r.message, r.confirm_with) for r in builtin_rules()
-    }
+    return {r.code: RuleInfo(r.code, r.name, r.message, r.confirm_with) for r in builtin_rules()}
 
 
 def rule_info(code: str) -> RuleInfo | None:

@@ -96,9 +96,10 @@ def _code_span(code: types.CodeType) -> tuple[str, int, int] | None:
     if known is None:
         known = _project[path] = os.path.isfile(path) and _is_project_file(path)
     if not known or code.co_name.startswith("<"):  # lambdas, comprehensions: their parent
-        return None                                 # function's span covers them
-    last = max((line for _, _, line in code.co_lines() if line is not None),
-               default=code.co_firstlineno)
+        return None  # function's span covers them
+    last = max(
+        (line for _, _, line in code.co_lines() if line is not None), default=code.co_firstlineno
+    )
     return os.path.realpath(path), code.co_firstlineno, last
 
 

@@ -71,8 +71,7 @@ def max_abs(tensors: list[torch.Tensor], *, small: bool = False) -> list[torch.T
         return list(torch._foreach_max(torch._foreach_abs(tensors)))  # the common case
     for indices in groups.values():
         picked = [tensors[i] for i in indices]
-        for i, value in zip(indices, torch._foreach_max(torch._foreach_abs(picked)),
-                            strict=True):
+        for i, value in zip(indices, torch._foreach_max(torch._foreach_abs(picked)), strict=True):
             out[i] = value
     return out
 

@@ -97,9 +97,7 @@ def rules_section(check: str, explanation: Explanation) -> str:
 
     lines = []
     if explanation.rules:
-        lines.append(
-            "Static rules that explain this symptom (`trainlint rule CODE` for details):"
-        )
+        lines.append("Static rules that explain this symptom (`trainlint rule CODE` for details):")
         lines += [line(i.code, i.name, i.message) for i in confirmed if i is not None]
     if related:
         lines.append(

@@ -58,8 +58,11 @@ class Snapshot:
         if total < _OFF_HEAP:  # first: most models a check runs on in tests are small
             return None
         if not all(
-            p.device.type == "cpu" and p.layout is torch.strided and p.dtype.is_floating_point
-            and not p.dtype.is_complex for p in params
+            p.device.type == "cpu"
+            and p.layout is torch.strided
+            and p.dtype.is_floating_point
+            and not p.dtype.is_complex
+            for p in params
         ):
             return None
         global _spare

@@ -146,4 +146,3 @@ def max_abs_values(pairs: Sequence[Extrema]) -> list[float]:
         nan if low != low or high != high else (high if high >= -low else -low)
         for low, high in zip(flat[::2], flat[1::2], strict=True)
     ]
-

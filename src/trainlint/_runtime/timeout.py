@@ -104,8 +104,7 @@ def all_stacks(skip: int | None = None) -> str:
             continue
         frames = traceback.extract_stack(frame)
         here = {
-            os.path.realpath(os.path.join(os.path.dirname(__file__), name))
-            for name in _GUARD_FILES
+            os.path.realpath(os.path.join(os.path.dirname(__file__), name)) for name in _GUARD_FILES
         }
         frames = traceback.StackSummary.from_list(
             [f for f in frames if os.path.realpath(f.filename) not in here]

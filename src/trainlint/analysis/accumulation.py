@@ -49,7 +49,8 @@ def _bounded_key(model: FileModel, stmt: ast.Assign) -> bool:
             return False  # an attribute, a slice, a call, arithmetic: assume it varies
     return not any(
         isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and sub.id in names
-        for lp in loops for sub in walk_local(lp)
+        for lp in loops
+        for sub in walk_local(lp)
     )
 
 
@@ -84,8 +85,10 @@ def accumulations(model: FileModel) -> Iterator[tuple[ast.stmt, ast.AST, ast.AST
         elif isinstance(node, ast.Assign) and len(node.targets) == 1:
             t = node.targets[0]
             v = node.value
-            if isinstance(t, (ast.Name, ast.Attribute)) and isinstance(v, ast.BinOp) and (
-                isinstance(v.op, ast.Add) and dotted(v.left) == dotted(t) is not None
+            if (
+                isinstance(t, (ast.Name, ast.Attribute))
+                and isinstance(v, ast.BinOp)
+                and (isinstance(v.op, ast.Add) and dotted(v.left) == dotted(t) is not None)
             ):
                 yield node, t, v.right
             elif isinstance(t, ast.Subscript) and isinstance(t.value, (ast.Name, ast.Attribute)):
@@ -99,9 +102,11 @@ def accumulations(model: FileModel) -> Iterator[tuple[ast.stmt, ast.AST, ast.AST
             if not isinstance(parent, ast.Expr):
                 continue
             value = call.args[-1]
-            if name == "extend" and isinstance(value, (ast.List, ast.Tuple)) and len(
-                value.elts
-            ) == 1:
+            if (
+                name == "extend"
+                and isinstance(value, (ast.List, ast.Tuple))
+                and len(value.elts) == 1
+            ):
                 value = value.elts[0]
             root = _container_root(func.value)
             if root is not None:
@@ -129,8 +134,9 @@ def accumulations_across_steps(
         # one iteration) and the accumulator comes from outside it (a parameter, an
         # attribute, a global)
         anchor: ast.AST = stmt
-        if not any(id(lp) in training_loops and _persists_across(model, target, lp)
-                   for lp in loops):
+        if not any(
+            id(lp) in training_loops and _persists_across(model, target, lp) for lp in loops
+        ):
             step_anchor = _step_function_anchor(model, stmt, target)
             if step_anchor is None:
                 continue
@@ -143,6 +149,7 @@ def kept_parameters(model: FileModel, fn: FunctionNode) -> dict[str, str]:
     attribute, a global, a container it was handed), with that accumulator as written:
     ``def update(self, loss): self.history.append(loss)`` -> ``{"loss": "self.history"}``.
     A dict entry overwritten under one key does not grow and is not counted."""
+
     def build(m: FileModel) -> dict[int, dict[str, str]]:
         out: dict[int, dict[str, str]] = {}
         for stmt, target, value in accumulations(m):
@@ -153,18 +160,21 @@ def kept_parameters(model: FileModel, fn: FunctionNode) -> dict[str, str]:
                 value = value.left  # `self.sum += val * n`: the product keeps val's graph
             if not isinstance(value, ast.Name):
                 continue
-            params = {a.arg for a in (*owner.args.posonlyargs, *owner.args.args,
-                                      *owner.args.kwonlyargs)} - {"self", "cls"}
+            params = {
+                a.arg for a in (*owner.args.posonlyargs, *owner.args.args, *owner.args.kwonlyargs)
+            } - {"self", "cls"}
             name = dotted(target)
             found = m.flow.definition(value.id, value)
-            if value.id not in params or name is None or (
-                    found is not None and found[0] is not owner):
+            if (
+                value.id not in params
+                or name is None
+                or (found is not None and found[0] is not owner)
+            ):
                 continue  # not the parameter as passed (rebound before)
             if isinstance(stmt, ast.Assign) and _bounded_key(m, stmt):
                 continue
             found = m.flow.definition(name.split(".", 1)[0], stmt)
-            if found is not None and found[0] is not owner and m.function_of(
-                    found[0]) is owner:
+            if found is not None and found[0] is not owner and m.function_of(found[0]) is owner:
                 continue  # a container made in the call: gone after it
             out.setdefault(id(owner), {})[value.id] = name
         return out
@@ -214,8 +224,11 @@ def kept_by_calls(model: FileModel) -> Iterator[tuple[ast.Call, ast.expr, str, s
                     holder = argument(entry, call, root)
                     step = model.steps.per_step(call)
                     loop = step[0].node if step is not None else None
-                    if holder is None or not isinstance(loop, LOOP_NODES) or not (
-                            _persists_across(model, holder, loop)):
+                    if (
+                        holder is None
+                        or not isinstance(loop, LOOP_NODES)
+                        or not (_persists_across(model, holder, loop))
+                    ):
                         continue
                     accumulator = f"{dotted(holder) or root}{dot}{rest}"
                 elif root == "self" and receiver is not None and dotted(receiver):

@@ -21,11 +21,30 @@ from trainlint.analysis.roles import Role
 
 # Methods that keep a tensor's values (reshaping, casting, selecting): probabilities stay
 # probabilities and logits stay logits through them (`.view(-1, C)`, `.float()`).
-SAME_VALUES = frozenset({
-    "view", "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose",
-    "contiguous", "float", "double", "half", "bfloat16", "to", "type", "clone", "gather",
-    "view_as", "reshape_as", "cuda", "cpu",
-})
+SAME_VALUES = frozenset(
+    {
+        "view",
+        "reshape",
+        "flatten",
+        "squeeze",
+        "unsqueeze",
+        "permute",
+        "transpose",
+        "contiguous",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "to",
+        "type",
+        "clone",
+        "gather",
+        "view_as",
+        "reshape_as",
+        "cuda",
+        "cpu",
+    }
+)
 
 
 def _no_arguments(call: ast.Call) -> bool:
@@ -80,8 +99,9 @@ def layer_sources(model: FileModel, expr: ast.AST, layer: Layer) -> list[ast.AST
     return _sources(model, expr, layer, 0, frozenset())
 
 
-def _sources(model: FileModel, expr: ast.AST, layer: Layer, depth: int,
-             classes: frozenset[int]) -> list[ast.AST]:
+def _sources(
+    model: FileModel, expr: ast.AST, layer: Layer, depth: int, classes: frozenset[int]
+) -> list[ast.AST]:
     if depth > 8:
         return []
     d = depth + 1
@@ -110,8 +130,9 @@ def _sources(model: FileModel, expr: ast.AST, layer: Layer, depth: int,
     return _module_output(model, expr, layer, d, classes)
 
 
-def _module_output(model: FileModel, call: ast.Call, layer: Layer, depth: int,
-                   classes: frozenset[int]) -> list[ast.AST]:
+def _module_output(
+    model: FileModel, call: ast.Call, layer: Layer, depth: int, classes: frozenset[int]
+) -> list[ast.AST]:
     func = call.func
     cls: ast.ClassDef | None = None
     if isinstance(func, ast.Name) and func.id == "self":
@@ -120,8 +141,10 @@ def _module_output(model: FileModel, call: ast.Call, layer: Layer, depth: int,
             return []
     elif isinstance(func, (ast.Name, ast.Attribute)):
         binding = model.roles.lookup(func)
-        if binding is not None and layer.project_flag and getattr(
-            binding, layer.project_flag, False
+        if (
+            binding is not None
+            and layer.project_flag
+            and getattr(binding, layer.project_flag, False)
         ):
             return [call]  # a project model whose `forward` (in its own file) ends in it
         if binding is None or binding.call is None:
@@ -134,8 +157,11 @@ def _module_output(model: FileModel, call: ast.Call, layer: Layer, depth: int,
                 return [last]
             return []
         ctor = binding.call
-        if (binding.role is not Role.MODEL or not isinstance(ctor.func, ast.Name)
-                or model.qualname(ctor.func) is not None):
+        if (
+            binding.role is not Role.MODEL
+            or not isinstance(ctor.func, ast.Name)
+            or model.qualname(ctor.func) is not None
+        ):
             return []
         cls = model.class_named(ctor.func.id)
     if cls is None or id(cls) in classes:

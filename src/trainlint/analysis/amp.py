@@ -9,10 +9,12 @@ from trainlint.analysis.model import FileModel, call_name, is_false, keyword
 from trainlint.analysis.roles import Role, name_role
 from trainlint.analysis.steps import Event, Path, backward_value, condition_literal
 
-AMP_WORD = re.compile(r"(^|_)amp($|_)|fp16|bf16|float16|(^|_)half$|mixed|precision|scaler|"
-                      r"autocast", re.IGNORECASE)
-NEGATED_WORD = re.compile(r"(^|_)(no|disable|disabled|without|skip)(_|$)|fp32|full",
-                          re.IGNORECASE)
+AMP_WORD = re.compile(
+    r"(^|_)amp($|_)|fp16|bf16|float16|(^|_)half$|mixed|precision|scaler|"
+    r"autocast",
+    re.IGNORECASE,
+)
+NEGATED_WORD = re.compile(r"(^|_)(no|disable|disabled|without|skip)(_|$)|fp32|full", re.IGNORECASE)
 
 
 def literally_disabled(call: ast.Call | None) -> bool:
@@ -64,8 +66,10 @@ class Scalers:
             return None
         if isinstance(expr, ast.Call):
             func = expr.func
-            if call_name(expr) == "scale" and isinstance(func, ast.Attribute) and (
-                self.is_scaler(func.value)
+            if (
+                call_name(expr) == "scale"
+                and isinstance(func, ast.Attribute)
+                and (self.is_scaler(func.value))
             ):
                 return expr
             return None
@@ -82,9 +86,10 @@ class Scalers:
         cached = self._scaled.get(id(event.node))
         if cached is None:
             node = event.node
-            cached = isinstance(node, ast.Call) and self.scale_call(
-                backward_value(self.model, node)
-            ) is not None
+            cached = (
+                isinstance(node, ast.Call)
+                and self.scale_call(backward_value(self.model, node)) is not None
+            )
             self._scaled[id(event.node)] = cached
         return cached
 
@@ -97,8 +102,11 @@ def guard_condition(guard: tuple[ast.If, bool]) -> tuple[str, bool, ast.expr]:
 
 
 def names_in(expr: ast.AST) -> list[str]:
-    return [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(expr)
-            if isinstance(n, (ast.Name, ast.Attribute))]
+    return [
+        n.id if isinstance(n, ast.Name) else n.attr
+        for n in ast.walk(expr)
+        if isinstance(n, (ast.Name, ast.Attribute))
+    ]
 
 
 def off_amp_branch(event: Event, source: Event) -> bool:

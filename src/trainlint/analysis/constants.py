@@ -13,8 +13,25 @@ NONNEG = object()  # an unknown quantity >= 0 (a warmup length: it may well be 0
 # `math` functions and constants worth evaluating: a schedule written with them
 # (`0.5 * (1 + math.cos(math.pi * t))`) is a number at step 0 like any other.
 _MATH_FUNCTIONS = {
-    "cos", "sin", "tan", "exp", "log", "log2", "log10", "log1p", "expm1", "sqrt", "pow",
-    "floor", "ceil", "trunc", "fabs", "tanh", "atan", "radians", "degrees",
+    "cos",
+    "sin",
+    "tan",
+    "exp",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "expm1",
+    "sqrt",
+    "pow",
+    "floor",
+    "ceil",
+    "trunc",
+    "fabs",
+    "tanh",
+    "atan",
+    "radians",
+    "degrees",
 }
 _MATH_CONSTANTS = {"pi", "e", "tau", "inf"}
 
@@ -63,8 +80,9 @@ class ConstantEvaluator:
         if isinstance(node, ast.BinOp):
             return self._binop(node.op, self.expr(node.left, env), self.expr(node.right, env))
         if isinstance(node, ast.Compare) and len(node.ops) == 1:
-            return self._compare(node.ops[0], self.expr(node.left, env),
-                                 self.expr(node.comparators[0], env))
+            return self._compare(
+                node.ops[0], self.expr(node.left, env), self.expr(node.comparators[0], env)
+            )
         if isinstance(node, ast.IfExp):
             t = self.expr(node.test, env)
             if isinstance(t, bool):
@@ -80,8 +98,11 @@ class ConstantEvaluator:
             qual = self.model.qualname(node.func) or ""
             if qual in ("pow", "builtins.pow") and len(args) == 2:
                 return self._binop(ast.Pow(), args[0], args[1])
-            if qual.startswith("math.") and qual[5:] in _MATH_FUNCTIONS and args and all(
-                is_number(a) for a in args
+            if (
+                qual.startswith("math.")
+                and qual[5:] in _MATH_FUNCTIONS
+                and args
+                and all(is_number(a) for a in args)
             ):
                 try:
                     return getattr(math, qual[5:])(*args)
@@ -95,17 +116,22 @@ class ConstantEvaluator:
     def _resolve(self, node: ast.Name) -> object:
         """A free name: a numeric constant assigned in an enclosing scope, or a parameter's
         constant default; anything else is an unknown length (>= 0)."""
-        scopes: list[ast.AST] = [a for a in self.model.ancestors(node)
-                                 if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        scopes: list[ast.AST] = [
+            a
+            for a in self.model.ancestors(node)
+            if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
         scopes.append(self.model.tree)
         for scope in scopes:
             if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 a = scope.args
                 positional = [*a.posonlyargs, *a.args]
                 defaults: dict[str, ast.expr | None] = dict.fromkeys(
-                    x.arg for x in [*positional, *a.kwonlyargs])
-                for arg, default in zip(positional[len(positional) - len(a.defaults):],
-                                        a.defaults, strict=True):
+                    x.arg for x in [*positional, *a.kwonlyargs]
+                )
+                for arg, default in zip(
+                    positional[len(positional) - len(a.defaults) :], a.defaults, strict=True
+                ):
                     defaults[arg.arg] = default
                 for arg, kw_default in zip(a.kwonlyargs, a.kw_defaults, strict=True):
                     defaults[arg.arg] = kw_default
@@ -113,9 +139,12 @@ class ConstantEvaluator:
                     given = defaults[node.id]
                     value = self.expr(given, {}) if isinstance(given, ast.Constant) else None
                     return value if is_number(value) else NONNEG
-            values = [n.value for n in self.model.assignments_in(scope)
-                      if isinstance(n, ast.Assign)
-                      and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)]
+            values = [
+                n.value
+                for n in self.model.assignments_in(scope)
+                if isinstance(n, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)
+            ]
             if values:
                 last = values[-1]
                 if isinstance(last, ast.Constant) and is_number(last.value):
@@ -138,9 +167,14 @@ class ConstantEvaluator:
                 found.add(default.value if isinstance(default, ast.Constant) else None)
         for cls in self.model.classes:
             for stmt in cls.body:
-                target = stmt.target if isinstance(stmt, ast.AnnAssign) else (
-                    stmt.targets[0] if isinstance(stmt, ast.Assign)
-                    and len(stmt.targets) == 1 else None
+                target = (
+                    stmt.target
+                    if isinstance(stmt, ast.AnnAssign)
+                    else (
+                        stmt.targets[0]
+                        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                        else None
+                    )
                 )
                 value = getattr(stmt, "value", None)
                 if isinstance(target, ast.Name) and target.id == attr and value is not None:
@@ -206,15 +240,31 @@ class ConstantEvaluator:
     def _compare(op: ast.cmpop, a: object, b: object) -> object:
         if is_number(a) and is_number(b):
             return {
-                ast.Lt: a < b, ast.LtE: a <= b, ast.Gt: a > b,  # type: ignore[operator]
-                ast.GtE: a >= b, ast.Eq: a == b, ast.NotEq: a != b,  # type: ignore[operator]
+                ast.Lt: a < b,
+                ast.LtE: a <= b,
+                ast.Gt: a > b,  # type: ignore[operator]
+                ast.GtE: a >= b,
+                ast.Eq: a == b,
+                ast.NotEq: a != b,  # type: ignore[operator]
             }.get(type(op))
         if is_zero(a) and b is POS:
-            return {ast.Lt: True, ast.LtE: True, ast.Gt: False, ast.GtE: False,
-                    ast.Eq: False, ast.NotEq: True}.get(type(op))
+            return {
+                ast.Lt: True,
+                ast.LtE: True,
+                ast.Gt: False,
+                ast.GtE: False,
+                ast.Eq: False,
+                ast.NotEq: True,
+            }.get(type(op))
         if a is POS and is_zero(b):
-            return {ast.Lt: False, ast.LtE: False, ast.Gt: True, ast.GtE: True,
-                    ast.Eq: False, ast.NotEq: True}.get(type(op))
+            return {
+                ast.Lt: False,
+                ast.LtE: False,
+                ast.Gt: True,
+                ast.GtE: True,
+                ast.Eq: False,
+                ast.NotEq: True,
+            }.get(type(op))
         if is_zero(a) and b is NONNEG:
             return {ast.LtE: True, ast.Gt: False}.get(type(op))
         if a is NONNEG and is_zero(b):
@@ -237,8 +287,10 @@ class ConstantEvaluator:
                 if result is not _FALLTHROUGH:
                     return result
                 continue
-            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
-                stmt.targets[0], ast.Name
+            if (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
             ):
                 env[stmt.targets[0].id] = self.expr(stmt.value, env)
                 continue
@@ -263,8 +315,9 @@ def literal_value(model: FileModel, node: ast.AST) -> object:
     if fn is not None:
         a = fn.args
         positional = [*a.posonlyargs, *a.args]
-        for arg, default in zip(positional[len(positional) - len(a.defaults):], a.defaults,
-                                strict=True):
+        for arg, default in zip(
+            positional[len(positional) - len(a.defaults) :], a.defaults, strict=True
+        ):
             if arg.arg == node.id:
                 return literal_value(model, default)
     found = model.flow.definition(node.id, node)

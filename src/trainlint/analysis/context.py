@@ -29,9 +29,12 @@ def in_debug_context(model: FileModel, node: ast.AST) -> bool:
         if isinstance(anc, (ast.If, ast.IfExp)):
             for sub in ast.walk(anc.test):
                 text = (
-                    sub.id if isinstance(sub, ast.Name)
-                    else sub.attr if isinstance(sub, ast.Attribute)
-                    else sub.value if isinstance(sub, ast.Constant) and isinstance(sub.value, str)
+                    sub.id
+                    if isinstance(sub, ast.Name)
+                    else sub.attr
+                    if isinstance(sub, ast.Attribute)
+                    else sub.value
+                    if isinstance(sub, ast.Constant) and isinstance(sub.value, str)
                     else ""
                 )
                 if text == "__debug__" or _DEBUG_WORD.search(text):

@@ -35,8 +35,13 @@ def held_generators(model: FileModel) -> list[HeldGenerator]:
         getitem = methods.get("__getitem__") or methods.get("__getitems__")
         if getitem is None:
             continue
-        if any(isinstance(n, ast.Attribute) and n.attr == "get_worker_info"
-               or isinstance(n, ast.Name) and n.id == "get_worker_info" for n in ast.walk(cls)):
+        if any(
+            isinstance(n, ast.Attribute)
+            and n.attr == "get_worker_info"
+            or isinstance(n, ast.Name)
+            and n.id == "get_worker_info"
+            for n in ast.walk(cls)
+        ):
             continue
         created: dict[str, list[ast.Call]] = {}
         rebound: set[str] = set()
@@ -49,8 +54,11 @@ def held_generators(model: FileModel) -> list[HeldGenerator]:
                     if attr is None:
                         continue
                     value = node.value
-                    if (name == "__init__" and isinstance(value, ast.Call)
-                            and model.qualname(value.func) in GENERATOR_FACTORIES):
+                    if (
+                        name == "__init__"
+                        and isinstance(value, ast.Call)
+                        and model.qualname(value.func) in GENERATOR_FACTORIES
+                    ):
                         created.setdefault(attr, []).append(value)
                     else:
                         rebound.add(attr)
@@ -64,15 +72,18 @@ def held_generators(model: FileModel) -> list[HeldGenerator]:
 
 
 def _self_attr(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
-        node.value.id == "self"
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and (node.value.id == "self")
     ):
         return node.attr
     return None
 
 
-def _draw(model: FileModel, cls: ast.ClassDef, fn: ast.AST, attr: str, depth: int,
-          seen: set[int]) -> ast.AST | None:
+def _draw(
+    model: FileModel, cls: ast.ClassDef, fn: ast.AST, attr: str, depth: int, seen: set[int]
+) -> ast.AST | None:
     """``self.<attr>.method(...)`` or ``self.<attr>`` passed as a generator argument in
     ``fn`` or the same-class methods it calls."""
     if id(fn) in seen:
@@ -84,10 +95,16 @@ def _draw(model: FileModel, cls: ast.ClassDef, fn: ast.AST, attr: str, depth: in
         func = node.func
         if isinstance(func, ast.Attribute) and _self_attr(func.value) == attr:
             return node
-        if any(dotted(a) == f"self.{attr}" for a in [*node.args, *(k.value for k in node.keywords)]):
+        if any(
+            dotted(a) == f"self.{attr}" for a in [*node.args, *(k.value for k in node.keywords)]
+        ):
             return node
-        if depth < 2 and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
-                and func.value.id == "self":
+        if (
+            depth < 2
+            and isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+        ):
             callee = model.method_of(cls, func.attr)
             if callee is not None:
                 found = _draw(model, cls, callee, attr, depth + 1, seen)

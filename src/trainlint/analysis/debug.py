@@ -19,8 +19,13 @@ if TYPE_CHECKING:
     from trainlint.analysis.roles import Binding, Key
     from trainlint.analysis.steps import Event, StepLoop
 
-_LOOP_WORDS = {ast.For: "for", ast.AsyncFor: "async for", ast.While: "while",
-               ast.FunctionDef: "def", ast.AsyncFunctionDef: "async def"}
+_LOOP_WORDS = {
+    ast.For: "for",
+    ast.AsyncFor: "async for",
+    ast.While: "while",
+    ast.FunctionDef: "def",
+    ast.AsyncFunctionDef: "async def",
+}
 
 
 def describe(model: FileModel, path: str) -> str:
@@ -59,8 +64,9 @@ def _short(node: ast.AST, limit: int = 60) -> str:
 def _step_loops(model: FileModel) -> list[str]:
     loops = model.steps.step_loops
     out = [f"step loops: {len(loops)}"]
-    for loop in sorted(loops, key=lambda s: (getattr(s.node, "lineno", 0),
-                                             getattr(s.node, "col_offset", 0))):
+    for loop in sorted(
+        loops, key=lambda s: (getattr(s.node, "lineno", 0), getattr(s.node, "col_offset", 0))
+    ):
         out += _step_loop(model, loop)
     return out
 
@@ -68,8 +74,10 @@ def _step_loops(model: FileModel) -> list[str]:
 def _step_loop(model: FileModel, loop: StepLoop) -> list[str]:
     fn = model.function_of(loop.node)
     home = f" in {_qualified(model, fn)}" if fn is not None else ""
-    out = [f"  loop {_where(model, loop.node)}{home}"
-           + ("" if loop.precise else "  (paths cut: not precise)")]
+    out = [
+        f"  loop {_where(model, loop.node)}{home}"
+        + ("" if loop.precise else "  (paths cut: not precise)")
+    ]
     for epoch in loop.epoch_loops:
         out.append(f"    epoch loop {_where(model, epoch)}")
     shown: list[str] = []
@@ -97,13 +105,17 @@ def _event(model: FileModel, e: Event) -> str:
     if e.via:
         parts.append(f"in {e.via}")
     if e.chain:
-        parts.append("via " + " > ".join(
-            f"L{c.lineno} {dotted(c.func) or _short(c.func, 30)}()" for c in e.chain
-        ))
+        parts.append(
+            "via "
+            + " > ".join(f"L{c.lineno} {dotted(c.func) or _short(c.func, 30)}()" for c in e.chain)
+        )
     if e.guards:
-        parts.append("if " + " and ".join(
-            f"{'' if taken else 'not '}({_short(g.test, 40)})" for g, taken in e.guards
-        ))
+        parts.append(
+            "if "
+            + " and ".join(
+                f"{'' if taken else 'not '}({_short(g.test, 40)})" for g, taken in e.guards
+            )
+        )
     if e.rate_limited():
         parts.append("rate-limited")
     return " ".join(parts)

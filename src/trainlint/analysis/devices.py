@@ -18,8 +18,11 @@ def names_device(model: FileModel, node: ast.AST) -> bool:
     if isinstance(node, ast.Call):
         return model.qualname(node.func) == "torch.device"
     if isinstance(node, ast.Attribute):
-        return node.attr == "device" or bool(_DEVICE_WORDS.search(node.attr)) and (
-            model.qualname(node) is None)
+        return (
+            node.attr == "device"
+            or bool(_DEVICE_WORDS.search(node.attr))
+            and (model.qualname(node) is None)
+        )
     if isinstance(node, ast.Name):
         return bool(_DEVICE_WORDS.search(node.id)) and model.qualname(node) is None
     return False

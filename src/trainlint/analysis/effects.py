@@ -51,12 +51,14 @@ _KINDS = {k.name: k for k in Kind}
 # -- summary side -----------------------------------------------------------------------------
 
 
-def effects_of(model: FileModel, fn: FunctionNode, qualname: str, module: str,
-               is_pkg: bool) -> dict[str, Any] | None:
+def effects_of(
+    model: FileModel, fn: FunctionNode, qualname: str, module: str, is_pkg: bool
+) -> dict[str, Any] | None:
     """``{"paths": [[effect, ...], ...]}`` (``"imprecise": True`` when cut) for ``fn``;
     None when it has no step event and calls no other file's function."""
-    if id(fn) not in _event_functions(model) and not (_WRAPPER_NAMES.search(fn.name) and (
-            model.steps._may_train(fn) or _calls_out(model, fn))):
+    if id(fn) not in _event_functions(model) and not (
+        _WRAPPER_NAMES.search(fn.name) and (model.steps._may_train(fn) or _calls_out(model, fn))
+    ):
         return None  # (a function whose events are in same-file helpers or other files is
         # followed when its name says it may run a step: `fit`, `run_epoch`, `evaluate`)
     steps = model.steps  # (not before: most functions stop above, without the roles)
@@ -89,8 +91,9 @@ def effects_of(model: FileModel, fn: FunctionNode, qualname: str, module: str,
             return ["s", rest]
         return ["o", f"{here}:{resolved}"]
 
-    def placeholder(walker: _Walker, call: ast.Call, depth: int,
-                    guards: tuple[tuple[ast.If, bool], ...]) -> list[Path] | None:
+    def placeholder(
+        walker: _Walker, call: ast.Call, depth: int, guards: tuple[tuple[ast.If, bool], ...]
+    ) -> list[Path] | None:
         try:
             full = targets[id(call)]
         except KeyError:
@@ -113,11 +116,13 @@ def effects_of(model: FileModel, fn: FunctionNode, qualname: str, module: str,
         args: list[list[Any]] = []
         call = e.node
         assert isinstance(call, ast.Call)
-        stop = next((i for i, a in enumerate(call.args) if isinstance(a, ast.Starred)),
-                    len(call.args))
+        stop = next(
+            (i for i, a in enumerate(call.args) if isinstance(a, ast.Starred)), len(call.args)
+        )
         given: list[tuple[int | str, ast.expr]] = [
             *enumerate(call.args[:stop]),
-            *((k.arg, k.value) for k in call.keywords if k.arg)]
+            *((k.arg, k.value) for k in call.keywords if k.arg),
+        ]
         for where, arg in given:
             enc = encode(dotted(arg), e.chain) if dotted(arg) else None
             if enc is not None and enc[0] != "o":  # (the rest: nothing to map)
@@ -155,12 +160,50 @@ def effects_of(model: FileModel, fn: FunctionNode, qualname: str, module: str,
 
 #: Top-level packages a project call never goes to (unless the project is that package)
 _NOT_PROJECT = frozenset(sys.stdlib_module_names) | {
-    "torch", "torchvision", "torchaudio", "numpy", "np", "scipy", "pandas", "sklearn",
-    "pytest", "tqdm", "wandb", "PIL", "cv2", "einops", "transformers", "accelerate",
-    "lightning", "pytorch_lightning", "timm", "ray", "matplotlib", "yaml", "h5py",
-    "tensorboard", "tensorboardX", "omegaconf", "hydra", "deepspeed", "apex", "triton",
-    "safetensors", "huggingface_hub", "datasets", "requests", "packaging", "psutil",
-    "fairscale", "xformers", "mmcv", "mmengine", "jax", "tensorflow", "tf", "onnx",
+    "torch",
+    "torchvision",
+    "torchaudio",
+    "numpy",
+    "np",
+    "scipy",
+    "pandas",
+    "sklearn",
+    "pytest",
+    "tqdm",
+    "wandb",
+    "PIL",
+    "cv2",
+    "einops",
+    "transformers",
+    "accelerate",
+    "lightning",
+    "pytorch_lightning",
+    "timm",
+    "ray",
+    "matplotlib",
+    "yaml",
+    "h5py",
+    "tensorboard",
+    "tensorboardX",
+    "omegaconf",
+    "hydra",
+    "deepspeed",
+    "apex",
+    "triton",
+    "safetensors",
+    "huggingface_hub",
+    "datasets",
+    "requests",
+    "packaging",
+    "psutil",
+    "fairscale",
+    "xformers",
+    "mmcv",
+    "mmengine",
+    "jax",
+    "tensorflow",
+    "tf",
+    "onnx",
 }
 
 
@@ -193,26 +236,47 @@ def _guard_flags(e: Event, memo: dict[int, int]) -> int:
     for g, _ in e.guards:
         found = memo.get(id(g))
         if found is None:
-            found = memo[id(g)] = FLAG_COUNTER if is_counter_guard(g.test) else (
-                FLAG_LOGGING if _is_logging_guard(g.test) else 0)
+            found = memo[id(g)] = (
+                FLAG_COUNTER
+                if is_counter_guard(g.test)
+                else (FLAG_LOGGING if _is_logging_guard(g.test) else 0)
+            )
         flags |= found
     return flags
 
 
-_WRAPPER_NAMES = re.compile(r"train|step|epoch|eval|valid|test|fit|update|optimi|backward|"
-                            r"loop|run|iter|batch|clip|sched", re.IGNORECASE)
+_WRAPPER_NAMES = re.compile(
+    r"train|step|epoch|eval|valid|test|fit|update|optimi|backward|"
+    r"loop|run|iter|batch|clip|sched",
+    re.IGNORECASE,
+)
 
 
 #: calls that can be step events (StepModel.classify); `update` is left out: a scaler's
 #: update alone is no effect a caller can use, and `dict.update` is everywhere
-_EFFECT_CALLS = ("backward", "manual_backward", "step", "optimizer_step", "zero_grad", "eval",
-                 "train", "unscale_", "clip_grad_norm_", "clip_grad_value_", "clip_grad_norm",
-                 "clip_gradients", "clip_grads_with_norm_", "get_total_norm", "zero_")
+_EFFECT_CALLS = (
+    "backward",
+    "manual_backward",
+    "step",
+    "optimizer_step",
+    "zero_grad",
+    "eval",
+    "train",
+    "unscale_",
+    "clip_grad_norm_",
+    "clip_grad_value_",
+    "clip_grad_norm",
+    "clip_gradients",
+    "clip_grads_with_norm_",
+    "get_total_norm",
+    "zero_",
+)
 
 
 def _event_functions(model: FileModel) -> set[int]:
     """Ids of the functions (innermost) that make a call that may be a step event, or
     read ``.grad``: one pass over the file's call table, not a walk per function."""
+
     def build(m: FileModel) -> set[int]:
         out: set[int] = set()
         for name in _EFFECT_CALLS:
@@ -249,7 +313,9 @@ def _calls_out(model: FileModel, fn: FunctionNode) -> bool:
 # -- lint side ----------------------------------------------------------------------------------
 
 
-def resolve_foreign(model: FileModel, call: ast.Call) -> tuple[dict[str, Any], ast.expr | None] | None:
+def resolve_foreign(
+    model: FileModel, call: ast.Call
+) -> tuple[dict[str, Any], ast.expr | None] | None:
     """The view's entry for the project function ``call`` runs, and the receiver its
     ``self`` is (methods); None when the call is not one the view resolves."""
     view = model.project
@@ -273,10 +339,12 @@ def resolve_foreign(model: FileModel, call: ast.Call) -> tuple[dict[str, Any], a
     if isinstance(func.value, ast.Name) and func.value.id != "self":
         from trainlint.analysis.project import single_assignments
 
-        values = single_assignments(model).get((id(model.scope_of(func.value)),
-                                                 func.value.id))
-    elif isinstance(func.value, ast.Attribute) and isinstance(func.value.value, ast.Name) and (
-            func.value.value.id == "self"):
+        values = single_assignments(model).get((id(model.scope_of(func.value)), func.value.id))
+    elif (
+        isinstance(func.value, ast.Attribute)
+        and isinstance(func.value.value, ast.Name)
+        and (func.value.value.id == "self")
+    ):
         cls_node = model.enclosing_class(call)
         if cls_node is not None:
             values = _self_assignments(model).get((id(cls_node), func.value.attr))
@@ -290,26 +358,30 @@ def resolve_foreign(model: FileModel, call: ast.Call) -> tuple[dict[str, Any], a
 
 def _self_assignments(model: FileModel) -> dict[tuple[int, str], list[ast.expr]]:
     """(class, attribute) -> the values ``self.attribute`` is assigned in its methods."""
+
     def build(m: FileModel) -> dict[tuple[int, str], list[ast.expr]]:
         out: dict[tuple[int, str], list[ast.expr]] = {}
         for node in m.assignments:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
-                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and (
-                        t.value.id == "self"):
+                if (
+                    isinstance(t, ast.Attribute)
+                    and isinstance(t.value, ast.Name)
+                    and (t.value.id == "self")
+                ):
                     cls = m.enclosing_class(node)
                     if cls is None:
                         continue
                     value = node.value if isinstance(node, ast.Assign) else None
-                    out.setdefault((id(cls), t.attr), []).append(
-                        value if value is not None else t)
+                    out.setdefault((id(cls), t.attr), []).append(value if value is not None else t)
         return out
 
     return model.memo(_self_assignments, build)
 
 
-def foreign_paths(walker: _Walker, call: ast.Call, depth: int,
-                  guards: tuple[tuple[ast.If, bool], ...]) -> list[Path] | None:
+def foreign_paths(
+    walker: _Walker, call: ast.Call, depth: int, guards: tuple[tuple[ast.If, bool], ...]
+) -> list[Path] | None:
     """Synthetic events of a call into another file's function (None: not one)."""
     found = resolve_foreign(walker.steps.model, call)
     if found is None:
@@ -323,16 +395,26 @@ def foreign_paths(walker: _Walker, call: ast.Call, depth: int,
     for effects in entry["paths"]:
         path: list[Event] = []
         for kind, target, d, flags in effects:
-            path.append(Event(
-                _KINDS[kind], call, map_target(entry, call, receiver, target), walker.chain,
-                guards, depth + d, bool(flags & FLAG_SCALED), via,
-                flags & (FLAG_COUNTER | FLAG_LOGGING)))
+            path.append(
+                Event(
+                    _KINDS[kind],
+                    call,
+                    map_target(entry, call, receiver, target),
+                    walker.chain,
+                    guards,
+                    depth + d,
+                    bool(flags & FLAG_SCALED),
+                    via,
+                    flags & (FLAG_COUNTER | FLAG_LOGGING),
+                )
+            )
         out.append(tuple(path))
     return out or [()]
 
 
-def map_target(entry: dict[str, Any], call: ast.Call, receiver: ast.expr | None,
-               target: list[Any] | None) -> str | None:
+def map_target(
+    entry: dict[str, Any], call: ast.Call, receiver: ast.expr | None, target: list[Any] | None
+) -> str | None:
     """An effect's receiver in the caller's terms: the argument the call passes for the
     parameter, the receiver's attribute; ``<module.function:name>`` for what the caller
     cannot name (never equal to one of its own names)."""
@@ -426,8 +508,11 @@ def view_of_file(path: str, tree: ast.Module) -> dict[str, Any] | None:
             continue
         mod_info = module_of(file)
         facts = any(w in data for w in SUMMARY_WORDS)
-        model = FileModel(parsed, Source(text), str(file)) if facts or any(
-            w in data for w in EFFECT_WORDS) else None
+        model = (
+            FileModel(parsed, Source(text), str(file))
+            if facts or any(w in data for w in EFFECT_WORDS)
+            else None
+        )
         summary = summarize(model, parsed, mod_info, facts)
         if model is not None:
             model.release()

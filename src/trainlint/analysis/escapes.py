@@ -58,39 +58,69 @@ SET_START_METHOD = "multiprocessing.set_start_method"
 THREAD = "threading.Thread"
 FUNCTOOLS_PARTIAL = "functools.partial"
 # `tune.with_parameters(fn, model=model)`: like a partial, its keywords reach `fn`.
-TUNE_WITH_PARAMETERS = frozenset({"ray.tune.with_parameters",
-                                  "ray.tune.trainable.util.with_parameters"})
+TUNE_WITH_PARAMETERS = frozenset(
+    {"ray.tune.with_parameters", "ray.tune.trainable.util.with_parameters"}
+)
 # Ray Train trainers (torch backends): `train_loop_per_worker` runs on every worker with
 # `train_loop_config` pickled as its one argument; `trainer.fit()` runs them.
-RAY_TRAINERS = frozenset({
-    "ray.train.torch.TorchTrainer", "ray.train.torch.torch_trainer.TorchTrainer",
-    "ray.train.DataParallelTrainer", "ray.train.data_parallel_trainer.DataParallelTrainer",
-    "ray.train.horovod.HorovodTrainer", "ray.train.horovod.horovod_trainer.HorovodTrainer",
-})
+RAY_TRAINERS = frozenset(
+    {
+        "ray.train.torch.TorchTrainer",
+        "ray.train.torch.torch_trainer.TorchTrainer",
+        "ray.train.DataParallelTrainer",
+        "ray.train.data_parallel_trainer.DataParallelTrainer",
+        "ray.train.horovod.HorovodTrainer",
+        "ray.train.horovod.horovod_trainer.HorovodTrainer",
+    }
+)
 # After `trainer.fit()`, the driver restores trained weights through the result's
 # checkpoint (`result.checkpoint`, `result.best_checkpoints`, `ckpt.get_model(model)`).
-_CHECKPOINT_WORDS = frozenset({"checkpoint", "best_checkpoints", "get_model", "get_checkpoint",
-                               "load_from_checkpoint", "from_checkpoint"})
+_CHECKPOINT_WORDS = frozenset(
+    {
+        "checkpoint",
+        "best_checkpoints",
+        "get_model",
+        "get_checkpoint",
+        "load_from_checkpoint",
+        "from_checkpoint",
+    }
+)
 _PROCESS_POOLS = {
-    "multiprocessing.Pool", "multiprocessing.pool.Pool",
-    "concurrent.futures.ProcessPoolExecutor", "concurrent.futures.process.ProcessPoolExecutor",
+    "multiprocessing.Pool",
+    "multiprocessing.pool.Pool",
+    "concurrent.futures.ProcessPoolExecutor",
+    "concurrent.futures.process.ProcessPoolExecutor",
 }
 _THREAD_POOLS = {
-    "multiprocessing.pool.ThreadPool", "multiprocessing.dummy.Pool",
-    "concurrent.futures.ThreadPoolExecutor", "concurrent.futures.thread.ThreadPoolExecutor",
+    "multiprocessing.pool.ThreadPool",
+    "multiprocessing.dummy.Pool",
+    "concurrent.futures.ThreadPoolExecutor",
+    "concurrent.futures.thread.ThreadPoolExecutor",
 }
 LOCKS = {
-    "threading.Lock", "threading.RLock", "threading.Semaphore", "threading.BoundedSemaphore",
-    "threading.Condition", "multiprocessing.Lock", "multiprocessing.RLock",
-    "multiprocessing.Semaphore", "multiprocessing.BoundedSemaphore",
+    "threading.Lock",
+    "threading.RLock",
+    "threading.Semaphore",
+    "threading.BoundedSemaphore",
+    "threading.Condition",
+    "multiprocessing.Lock",
+    "multiprocessing.RLock",
+    "multiprocessing.Semaphore",
+    "multiprocessing.BoundedSemaphore",
 }
 _LOCK_WORDS = re.compile(r"lock|mutex|sem(aphore)?$|^sem_|cond(ition)?$", re.IGNORECASE)
 # pool method -> how its arguments reach the function: "map" (one element per call),
 # "starmap" (tuples unpacked), "apply" (args=, kwds=), "submit" (*args, **kwargs)
 _POOL_METHODS = {
-    "map": "map", "imap": "map", "imap_unordered": "map", "map_async": "map",
-    "starmap": "starmap", "starmap_async": "starmap",
-    "apply": "apply", "apply_async": "apply", "submit": "submit",
+    "map": "map",
+    "imap": "map",
+    "imap_unordered": "map",
+    "map_async": "map",
+    "starmap": "starmap",
+    "starmap_async": "starmap",
+    "apply": "apply",
+    "apply_async": "apply",
+    "submit": "submit",
 }
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
@@ -278,8 +308,10 @@ class Escapes:
         if qual in _PROCESS_POOLS or self._context_attr(value.func, "Pool"):
             return ("pool",)
         if qual in _THREAD_POOLS:
-            workers = keyword(value, "max_workers") or keyword(value, "processes") or (
-                value.args[0] if value.args else None
+            workers = (
+                keyword(value, "max_workers")
+                or keyword(value, "processes")
+                or (value.args[0] if value.args else None)
             )
             one = isinstance(workers, ast.Constant) and workers.value == 1
             return ("threadpool", 1 if one else None)
@@ -341,8 +373,11 @@ class Escapes:
                 if b is not None and (expr.id in b.others or expr.id in b.imports):
                     return None
             return None
-        if (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name)
-                and expr.value.id in ("self", "cls")):
+        if (
+            isinstance(expr, ast.Attribute)
+            and isinstance(expr.value, ast.Name)
+            and expr.value.id in ("self", "cls")
+        ):
             cls = m.enclosing_class(expr)
             return m.method_of(cls, expr.attr) if cls is not None else None
         return None
@@ -388,8 +423,10 @@ class Escapes:
             return None
         recv = func.value
         # `f.options(num_gpus=1).remote(...)` dispatches `f`
-        if isinstance(recv, ast.Call) and call_name(recv) == "options" and isinstance(
-            recv.func, ast.Attribute
+        if (
+            isinstance(recv, ast.Call)
+            and call_name(recv) == "options"
+            and isinstance(recv.func, ast.Attribute)
         ):
             recv = recv.func.value
         target = self._remote_target(recv)
@@ -407,8 +444,9 @@ class Escapes:
 
     # -- argument binding ------------------------------------------------------------------
     @staticmethod
-    def bind(fn: FunctionNode, args: list[ast.expr], keywords: list[ast.keyword],
-             skip: int = 0) -> tuple[tuple[str, ast.expr], ...]:
+    def bind(
+        fn: FunctionNode, args: list[ast.expr], keywords: list[ast.keyword], skip: int = 0
+    ) -> tuple[tuple[str, ast.expr], ...]:
         """Parameter -> argument, for a call ``fn(*args, **keywords)`` that skips the first
         ``skip`` positional parameters (``self``, a spawned worker's rank)."""
         positional = _positional(fn)[skip:]
@@ -423,8 +461,9 @@ class Escapes:
                 out.append((kw.arg, kw.value))
         return tuple(out)
 
-    def _callable(self, expr: ast.expr | None) -> tuple[
-            FunctionNode | None, int, list[ast.expr], list[ast.keyword], ast.expr | None]:
+    def _callable(
+        self, expr: ast.expr | None
+    ) -> tuple[FunctionNode | None, int, list[ast.expr], list[ast.keyword], ast.expr | None]:
         """A dispatched callable: (function, parameters to skip, pre-bound positional and
         keyword arguments of a ``functools.partial``, the bound ``self`` receiver)."""
         if expr is None:
@@ -439,8 +478,11 @@ class Escapes:
                 return None, 0, [], [], None
             fn, skip, pre, kws, recv = self._callable(expr.args[0])
             return fn, skip, pre, [*kws, *expr.keywords], recv
-        if isinstance(expr, ast.Lambda) and isinstance(expr.body, ast.Call) and not (
-                params_of(expr) or expr.args.vararg or expr.args.kwarg):
+        if (
+            isinstance(expr, ast.Lambda)
+            and isinstance(expr.body, ast.Call)
+            and not (params_of(expr) or expr.args.vararg or expr.args.kwarg)
+        ):
             # `target=lambda: train(model, opt, shard)`: the call's arguments, as bound
             fn, skip, pre, kws, recv = self._callable(expr.body.func)
             return fn, skip, [*pre, *expr.body.args], [*kws, *expr.body.keywords], recv
@@ -472,9 +514,11 @@ class Escapes:
     @staticmethod
     def _dict_items(node: ast.expr | None) -> list[ast.keyword]:
         if isinstance(node, ast.Dict):
-            return [ast.keyword(arg=k.value, value=v) for k, v in zip(node.keys, node.values,
-                                                                      strict=True)
-                    if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+            return [
+                ast.keyword(arg=k.value, value=v)
+                for k, v in zip(node.keys, node.values, strict=True)
+                if isinstance(k, ast.Constant) and isinstance(k.value, str)
+            ]
         if isinstance(node, ast.Call) and call_name(node) == "dict" and not node.args:
             return [k for k in node.keywords if k.arg is not None]
         return []
@@ -509,13 +553,24 @@ class Escapes:
                 continue
             bound = list(self.bind(fn, pre, kws, skip))
             taken = {p for p, _ in bound}
-            free = [p for p in _positional(fn)[skip + len(pre):] if p not in taken]
+            free = [p for p in _positional(fn)[skip + len(pre) :] if p not in taken]
             config = self._dict_literal(keyword(call, "train_loop_config"))
             if free and config is not None:
-                bound.extend((f"{free[0]}[{kw.arg!r}]", kw.value)
-                             for kw in self._dict_items(config))
-            out.append(Dispatch(Via.RAY_TRAIN, call, fn, None, tuple(bound), recv,
-                                repeated=self._repeated(call), runs_at=self._fit_call(call)))
+                bound.extend(
+                    (f"{free[0]}[{kw.arg!r}]", kw.value) for kw in self._dict_items(config)
+                )
+            out.append(
+                Dispatch(
+                    Via.RAY_TRAIN,
+                    call,
+                    fn,
+                    None,
+                    tuple(bound),
+                    recv,
+                    repeated=self._repeated(call),
+                    runs_at=self._fit_call(call),
+                )
+            )
         return out
 
     def _dict_literal(self, expr: ast.expr | None) -> ast.expr | None:
@@ -527,17 +582,25 @@ class Escapes:
                 return None
             scope = self._scope(expr)
             for node in walk_local(scope):
-                if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
-                        and isinstance(node.value, ast.Name) and node.value.id == expr.id):
+                if (
+                    isinstance(node, ast.Subscript)
+                    and isinstance(node.ctx, ast.Store)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == expr.id
+                ):
                     return None
-                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                        and node.func.attr in ("update", "setdefault")
-                        and isinstance(node.func.value, ast.Name)
-                        and node.func.value.id == expr.id):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("update", "setdefault")
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == expr.id
+                ):
                     return None
             expr = found[1]
-        if isinstance(expr, ast.Dict) or (isinstance(expr, ast.Call)
-                                          and call_name(expr) == "dict" and not expr.args):
+        if isinstance(expr, ast.Dict) or (
+            isinstance(expr, ast.Call) and call_name(expr) == "dict" and not expr.args
+        ):
             return expr
         return None
 
@@ -550,14 +613,24 @@ class Escapes:
             grand = m.parent_of(parent)
             return grand if isinstance(grand, ast.Call) else None
         stmt = m.statement_of(call)
-        if not (isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
-                and isinstance(stmt.targets[0], ast.Name)):
+        if not (
+            isinstance(stmt, ast.Assign)
+            and stmt.value is call
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+        ):
             return None
         name = stmt.targets[0].id
         scope = self._scope(call)
-        fits = [c for c in m.calls.get("fit", ())
-                if isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
-                and c.func.value.id == name and self._scope(c) is scope and _pos(c) > _pos(call)]
+        fits = [
+            c
+            for c in m.calls.get("fit", ())
+            if isinstance(c.func, ast.Attribute)
+            and isinstance(c.func.value, ast.Name)
+            and c.func.value.id == name
+            and self._scope(c) is scope
+            and _pos(c) > _pos(call)
+        ]
         return min(fits, key=_pos) if fits else None
 
     def config_entry(self, fn: FunctionNode, node: ast.AST) -> str | None:
@@ -579,8 +652,12 @@ class Escapes:
             base: ast.expr | None = None
             if isinstance(value, ast.Subscript):
                 base, key = value.value, _literal_str(value.slice)
-            elif (isinstance(value, ast.Call) and call_name(value) == "get"
-                  and isinstance(value.func, ast.Attribute) and value.args):
+            elif (
+                isinstance(value, ast.Call)
+                and call_name(value) == "get"
+                and isinstance(value.func, ast.Attribute)
+                and value.args
+            ):
                 base, key = value.func.value, _literal_str(value.args[0])
             if isinstance(base, ast.Name) and base.id in params and key is not None:
                 return f"{base.id}[{key!r}]"
@@ -593,8 +670,11 @@ class Escapes:
         come back through it, so the driver's model cannot be called untrained."""
         scope = self._scope(call)
         for node in walk_local(scope):
-            word = node.attr if isinstance(node, ast.Attribute) else (
-                node.id if isinstance(node, ast.Name) else None)
+            word = (
+                node.attr
+                if isinstance(node, ast.Attribute)
+                else (node.id if isinstance(node, ast.Name) else None)
+            )
             if word in _CHECKPOINT_WORDS and _pos(node) > _pos(call):
                 return True
         return False
@@ -603,33 +683,63 @@ class Escapes:
     def process_dispatches(self) -> list[Dispatch]:
         m = self.model
         out = []
-        creations = [*m.calls_to(PROCESS), *(c for c in m.calls.get("Process", ())
-                                             if self._context_attr(c.func, "Process"))]
+        creations = [
+            *m.calls_to(PROCESS),
+            *(c for c in m.calls.get("Process", ()) if self._context_attr(c.func, "Process")),
+        ]
         for call in sorted(set(creations), key=_pos):
             target = keyword(call, "target") or (call.args[1] if len(call.args) > 1 else None)
             fn, skip, pre, kws, recv = self._callable(target)
             if fn is None:
                 continue
-            args = [*pre, *self._tuple_items(keyword(call, "args") or (
-                call.args[3] if len(call.args) > 3 else None))]
+            args = [
+                *pre,
+                *self._tuple_items(
+                    keyword(call, "args") or (call.args[3] if len(call.args) > 3 else None)
+                ),
+            ]
             kwargs = [*kws, *self._dict_items(keyword(call, "kwargs"))]
             ctx = self._context_attr(call.func, "Process")
             method = self.file_start_method if ctx in (None, "default") else ctx
-            out.append(Dispatch(Via.PROCESS, call, fn, None, self.bind(fn, args, kwargs, skip),
-                                recv, method if method != "unknown" else None,
-                                self._repeated(call)))
+            out.append(
+                Dispatch(
+                    Via.PROCESS,
+                    call,
+                    fn,
+                    None,
+                    self.bind(fn, args, kwargs, skip),
+                    recv,
+                    method if method != "unknown" else None,
+                    self._repeated(call),
+                )
+            )
         for call in m.calls_to(*SPAWN):
             target = call.args[0] if call.args else keyword(call, "fn")
             fn, skip, pre, kws, recv = self._callable(target)
             if fn is None:
                 continue
-            args = [*pre, *self._tuple_items(keyword(call, "args") or (
-                call.args[1] if len(call.args) > 1 else None))]
+            args = [
+                *pre,
+                *self._tuple_items(
+                    keyword(call, "args") or (call.args[1] if len(call.args) > 1 else None)
+                ),
+            ]
             method = _literal_str(keyword(call, "start_method")) or (
-                "spawn" if keyword(call, "start_method") is None else None)
+                "spawn" if keyword(call, "start_method") is None else None
+            )
             # the worker's first parameter is its rank
-            out.append(Dispatch(Via.SPAWN, call, fn, None,
-                                self.bind(fn, args, kws, skip + 1), recv, method, True))
+            out.append(
+                Dispatch(
+                    Via.SPAWN,
+                    call,
+                    fn,
+                    None,
+                    self.bind(fn, args, kws, skip + 1),
+                    recv,
+                    method,
+                    True,
+                )
+            )
         out.extend(self._pool_dispatches("pool"))
         return sorted(out, key=lambda d: _pos(d.call))
 
@@ -641,12 +751,31 @@ class Escapes:
             fn, skip, pre, kws, recv = self._callable(target)
             if fn is None:
                 continue
-            args = [*pre, *self._tuple_items(keyword(call, "args") or (
-                call.args[3] if len(call.args) > 3 else None))]
-            kwargs = [*kws, *self._dict_items(keyword(call, "kwargs") or (
-                call.args[4] if len(call.args) > 4 else None))]
-            out.append(Dispatch(Via.THREAD, call, fn, None, self.bind(fn, args, kwargs, skip),
-                                recv, None, self._repeated(call), self._joined_at_once(call)))
+            args = [
+                *pre,
+                *self._tuple_items(
+                    keyword(call, "args") or (call.args[3] if len(call.args) > 3 else None)
+                ),
+            ]
+            kwargs = [
+                *kws,
+                *self._dict_items(
+                    keyword(call, "kwargs") or (call.args[4] if len(call.args) > 4 else None)
+                ),
+            ]
+            out.append(
+                Dispatch(
+                    Via.THREAD,
+                    call,
+                    fn,
+                    None,
+                    self.bind(fn, args, kwargs, skip),
+                    recv,
+                    None,
+                    self._repeated(call),
+                    self._joined_at_once(call),
+                )
+            )
         out.extend(self._pool_dispatches("threadpool"))
         out.extend(self._thread_subclass_dispatches())
         return sorted(out, key=lambda d: _pos(d.call))
@@ -668,22 +797,40 @@ class Escapes:
             stored = self._stored_params(init) if init is not None else {}
             sites = [c for c in m.calls.get(cls.name, ()) if self.resolve_def(c.func) is cls]
             for call in sites:
-                bound = self.bind(init, list(call.args), list(call.keywords), 1) if (
-                    init is not None) else ()
+                bound = (
+                    self.bind(init, list(call.args), list(call.keywords), 1)
+                    if (init is not None)
+                    else ()
+                )
                 attrs = tuple((attr, expr) for p, expr in bound for attr in stored.get(p, ()))
-                out.append(Dispatch(Via.THREAD, call, run, None, attrs, None, None,
-                                    self._repeated(call), self._joined_at_once(call)))
+                out.append(
+                    Dispatch(
+                        Via.THREAD,
+                        call,
+                        run,
+                        None,
+                        attrs,
+                        None,
+                        None,
+                        self._repeated(call),
+                        self._joined_at_once(call),
+                    )
+                )
             if sites or init is None or m.scope_of(cls) is not m.tree:
                 continue
             view = getattr(m, "project", None) or {}
             facts = view.get("params", {}).get(f"{cls.name}.__init__", {})
-            shared = tuple((attr, fact[0] == Role.MODEL.value)
-                           for p, fact in sorted(facts.items()) if len(fact) > 4 and fact[4]
-                           for attr in stored.get(p, ()))
+            shared = tuple(
+                (attr, fact[0] == Role.MODEL.value)
+                for p, fact in sorted(facts.items())
+                if len(fact) > 4 and fact[4]
+                for attr in stored.get(p, ())
+            )
             if shared:
                 site = ast.copy_location(ast.Call(ast.Name(cls.name, ast.Load()), [], []), cls)
-                out.append(Dispatch(Via.THREAD, site, run, None, (), None, None, True,
-                                    shared_attrs=shared))
+                out.append(
+                    Dispatch(Via.THREAD, site, run, None, (), None, None, True, shared_attrs=shared)
+                )
         return out
 
     def is_thread_class(self, cls: ast.ClassDef, seen: frozenset[int] = frozenset()) -> bool:
@@ -695,8 +842,9 @@ class Escapes:
         view = getattr(self.model, "project", None) or {}
         for base in cls.bases:
             qual = self.model.qualname(base)
-            if qual == THREAD or (qual is not None and (view.get("refs", {}).get(qual) or [""])[
-                    0] == "thread"):
+            if qual == THREAD or (
+                qual is not None and (view.get("refs", {}).get(qual) or [""])[0] == "thread"
+            ):
                 return True
             found = self.resolve_def(base)
             if isinstance(found, ast.ClassDef) and self.is_thread_class(found, seen | {id(cls)}):
@@ -711,13 +859,21 @@ class Escapes:
             if not isinstance(node, ast.Assign):
                 continue
             for t in node.targets:
-                pairs = list(zip(t.elts, node.value.elts, strict=False)) if isinstance(
-                    t, ast.Tuple) and isinstance(node.value, ast.Tuple) else [(t, node.value)]
+                pairs = (
+                    list(zip(t.elts, node.value.elts, strict=False))
+                    if isinstance(t, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                    else [(t, node.value)]
+                )
                 for target, value in pairs:
                     name = dotted(target) if isinstance(target, ast.Attribute) else None
                     value = self.unwrap(value)
-                    if (name is not None and name.startswith("self.") and name.count(".") == 1
-                            and isinstance(value, ast.Name) and value.id in params):
+                    if (
+                        name is not None
+                        and name.startswith("self.")
+                        and name.count(".") == 1
+                        and isinstance(value, ast.Name)
+                        and value.id in params
+                    ):
                         out.setdefault(value.id, []).append(name)
         return out
 
@@ -753,17 +909,32 @@ class Escapes:
                         args.extend(self._tuple_items(items[0]))
                     repeated = True
                 elif style == "apply":
-                    args.extend(self._tuple_items(keyword(call, "args") or (
-                        rest[0] if rest else None)))
-                    kwargs.extend(self._dict_items(keyword(call, "kwds") or (
-                        rest[1] if len(rest) > 1 else None)))
+                    args.extend(
+                        self._tuple_items(keyword(call, "args") or (rest[0] if rest else None))
+                    )
+                    kwargs.extend(
+                        self._dict_items(
+                            keyword(call, "kwds") or (rest[1] if len(rest) > 1 else None)
+                        )
+                    )
                 else:  # submit(f, *args, **kwargs)
                     args.extend(rest)
                     kwargs.extend(k for k in call.keywords if k.arg is not None)
                 serial = (len(held) > 1 and held[1] == 1) or self._joined_at_once(call)
                 via = Via.POOL if kind == "pool" else Via.THREAD_POOL
-                out.append(Dispatch(via, call, fn, None, self.bind(fn, args, kwargs, skip), recv,
-                                    None, repeated, serial))
+                out.append(
+                    Dispatch(
+                        via,
+                        call,
+                        fn,
+                        None,
+                        self.bind(fn, args, kwargs, skip),
+                        recv,
+                        None,
+                        repeated,
+                        serial,
+                    )
+                )
         return out
 
     def _all_same(self, items: list[ast.expr]) -> bool:
@@ -772,7 +943,7 @@ class Escapes:
 
     @cached_property
     def file_start_method(self) -> str | None:
-        """"spawn" when the file selects spawn or forkserver anywhere (SPEC: not reported
+        """ "spawn" when the file selects spawn or forkserver anywhere (SPEC: not reported
         then), "fork" when it selects nothing else, None when the choice is not a literal."""
         methods: set[str] = set()
         for call in self.model.calls_to(SET_START_METHOD, GET_CONTEXT):
@@ -808,8 +979,12 @@ class Escapes:
         if isinstance(parent, ast.Attribute) and parent.attr in ("result", "get", "join"):
             return True
         stmt = m.statement_of(call)
-        if not (isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
-                and isinstance(stmt.targets[0], ast.Name)):
+        if not (
+            isinstance(stmt, ast.Assign)
+            and stmt.value is call
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+        ):
             return False
         name = stmt.targets[0].id
         loops = m.enclosing_loops(call)
@@ -819,8 +994,10 @@ class Escapes:
         for wait in ("join", "result", "get"):
             for other in m.calls.get(wait, ()):
                 recv = other.func.value if isinstance(other.func, ast.Attribute) else None
-                if isinstance(recv, ast.Name) and recv.id == name and any(
-                    a is region for a in m.ancestors(other)
+                if (
+                    isinstance(recv, ast.Name)
+                    and recv.id == name
+                    and any(a is region for a in m.ancestors(other))
                 ):
                     return True
         return False
@@ -929,8 +1106,9 @@ class Escapes:
         key = self.roles.key(root)
         return key is not None and key[1] == id(fn)
 
-    def _lift(self, node: ast.expr, level: int, fs: list[FunctionNode],
-              chain: tuple[ast.Call, ...]) -> Touch | None:
+    def _lift(
+        self, node: ast.expr, level: int, fs: list[FunctionNode], chain: tuple[ast.Call, ...]
+    ) -> Touch | None:
         """Rename ``node`` (valid in ``fs[level]``) into ``fs[0]``'s terms through the call
         sites of ``chain``; None for a helper's own local."""
         name = dotted(node)
@@ -949,8 +1127,11 @@ class Escapes:
                 if level == 0:
                     return Touch(name, node)
                 site = chain[level - 1]
-                if not (isinstance(site.func, ast.Attribute) and isinstance(
-                        site.func.value, ast.Name) and site.func.value.id in ("self", "cls")):
+                if not (
+                    isinstance(site.func, ast.Attribute)
+                    and isinstance(site.func.value, ast.Name)
+                    and site.func.value.id in ("self", "cls")
+                ):
                     return None  # another object's attribute
                 level -= 1
                 continue
@@ -1079,8 +1260,11 @@ class Escapes:
         else:
             return set()
         received = {n for ns in names.values() for n in ns}
-        if not any(len(ts) == 1 and ts[0].name in received for f in fns
-                   for ts in (self.step_touches(f, ev) for ev in self.events(f, Kind.STEP))):
+        if not any(
+            len(ts) == 1 and ts[0].name in received
+            for f in fns
+            for ts in (self.step_touches(f, ev) for ev in self.events(f, Kind.STEP))
+        ):
             return set()  # no step, or one whose optimizer's models are known
         learning = [f for f in fns if self.events(f, Kind.BACKWARD)]
         out = set()
@@ -1088,8 +1272,12 @@ class Escapes:
             obj = self.sent_object(arg, through_put=False)
             if obj is None or self.roles.role(obj) is not Role.MODEL:
                 continue
-            if any(self._forwards(f, call, name) for name in names.get(param, ())
-                   for f in learning for call in walk_local(f)):
+            if any(
+                self._forwards(f, call, name)
+                for name in names.get(param, ())
+                for f in learning
+                for call in walk_local(f)
+            ):
                 out.add(param)
         return out
 
@@ -1123,8 +1311,12 @@ class Escapes:
             if not isinstance(node, ast.Assign):
                 continue
             for t in node.targets:
-                if not (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
-                        and t.value.id == "self" and t.attr in attrs):
+                if not (
+                    isinstance(t, ast.Attribute)
+                    and isinstance(t.value, ast.Name)
+                    and t.value.id == "self"
+                    and t.attr in attrs
+                ):
                     continue
                 value = self.unwrap(node.value)
                 if isinstance(value, ast.Name) and value.id in params:
@@ -1144,10 +1336,14 @@ class Escapes:
             return None
         first = min(_pos(e.chain[0] if e.chain else e.node) for e in events)
         for node in walk_local(fn):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in COPYING_METHODS and (node.args or node.keywords
-                                                              or node.func.attr != "to")
-                    and dotted(node.func.value) == param and _pos(node) < first):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in COPYING_METHODS
+                and (node.args or node.keywords or node.func.attr != "to")
+                and dotted(node.func.value) == param
+                and _pos(node) < first
+            ):
                 return node
         return None
 
@@ -1205,18 +1401,23 @@ class Escapes:
         m = self.model
         scope = self._scope(call)
         for load in m.calls.get("load_state_dict", ()):
-            if (isinstance(load.func, ast.Attribute) and self._scope(load) is scope
-                    and self._matches(dotted(self.unwrap(load.func.value)), names)
-                    and self._later_or_same_loop(call, load)):
+            if (
+                isinstance(load.func, ast.Attribute)
+                and self._scope(load) is scope
+                and self._matches(dotted(self.unwrap(load.func.value)), names)
+                and self._later_or_same_loop(call, load)
+            ):
                 return True
         stmt = m.statement_of(call)
         for node in m.assignments:
             if self._scope(node) is not scope:
                 continue
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if not any(names & {dotted(t) for t in ast.walk(tgt)
-                                if isinstance(t, (ast.Name, ast.Attribute))}
-                       for tgt in targets):
+            if not any(
+                names
+                & {dotted(t) for t in ast.walk(tgt) if isinstance(t, (ast.Name, ast.Attribute))}
+                for tgt in targets
+            ):
                 continue
             if node is stmt or self._later_or_same_loop(call, node):
                 return True
@@ -1232,8 +1433,11 @@ class Escapes:
         loop = enclosing[0] if loops and enclosing else None
         end = _end(m.statement_of(call))
         for node in walk_local(self._scope(call)):
-            if not (isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load)
-                    and self._matches(dotted(node), names)):
+            if not (
+                isinstance(node, (ast.Name, ast.Attribute))
+                and isinstance(node.ctx, ast.Load)
+                and self._matches(dotted(node), names)
+            ):
                 continue
             if _pos(node) > end:
                 return True
@@ -1244,8 +1448,9 @@ class Escapes:
     def _in_loop_not_resent(self, node: ast.AST, loop: ast.AST) -> bool:
         inside = False
         for anc in self.model.ancestors(node):
-            if isinstance(anc, ast.Call) and (call_name(anc) == "remote" or self.model.qualname(
-                    anc.func) == RAY_PUT):
+            if isinstance(anc, ast.Call) and (
+                call_name(anc) == "remote" or self.model.qualname(anc.func) == RAY_PUT
+            ):
                 return False
             if anc is loop:
                 inside = True
@@ -1274,8 +1479,8 @@ class Escapes:
         for call in m.calls.get("share_memory_", ()):
             for loop in m.enclosing_loops(call):
                 if isinstance(loop, (ast.For, ast.AsyncFor)) and any(
-                    isinstance(sub, ast.Attribute) and sub.attr in ("parameters",
-                                                                    "named_parameters")
+                    isinstance(sub, ast.Attribute)
+                    and sub.attr in ("parameters", "named_parameters")
                     and self._matches(dotted(sub.value), names)
                     for sub in ast.walk(loop.iter)
                 ):
@@ -1293,20 +1498,29 @@ class Escapes:
         ordered = sorted(ds, key=lambda d: _pos(d.call))
         for first, then in zip(ordered, ordered[1:], strict=False):
             stmt = m.statement_of(first.call)
-            if not (isinstance(stmt, ast.Assign) and stmt.value is first.call
-                    and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+            if not (
+                isinstance(stmt, ast.Assign)
+                and stmt.value is first.call
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+            ):
                 return False
             name, scope = stmt.targets[0].id, self._scope(first.call)
             if self._scope(then.call) is not scope or not any(
-                    isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
-                    and c.func.value.id == name and self._scope(c) is scope
-                    and _pos(first.call) < _pos(c) < _pos(then.call)
-                    for wait in ("join", "result") for c in m.calls.get(wait, ())):
+                isinstance(c.func, ast.Attribute)
+                and isinstance(c.func.value, ast.Name)
+                and c.func.value.id == name
+                and self._scope(c) is scope
+                and _pos(first.call) < _pos(c) < _pos(then.call)
+                for wait in ("join", "result")
+                for c in m.calls.get(wait, ())
+            ):
                 return False
         return True
 
-    def unlocked_training(self, fn: FunctionNode,
-                          ds: list[Dispatch]) -> Iterator[tuple[ast.AST, str, str]]:
+    def unlocked_training(
+        self, fn: FunctionNode, ds: list[Dispatch]
+    ) -> Iterator[tuple[ast.AST, str, str]]:
         """(node, what, on what) for each forward, backward and optimizer step that ``fn``,
         run by the thread dispatches ``ds``, makes on an object the threads share,
         outside ``with lock:``. Nothing when ``fn`` neither backpropagates nor steps
@@ -1315,13 +1529,18 @@ class Escapes:
         events = self.events(fn, Kind.BACKWARD, Kind.STEP)
         if not events:
             return
-        helpers = [fn, *(h for e in events for c in e.chain
-                         if (h := model.resolve_call(c)) is not None)]
+        helpers = [
+            fn,
+            *(h for e in events for c in e.chain if (h := model.resolve_call(c)) is not None),
+        ]
         if self.acquires(helpers):
             return  # manual acquire()/release(): the locked region cannot be told
         sharing = ThreadSharing(self, fn, ds)
-        forwards = [(c, name) for c in walk_local(fn) if isinstance(c, ast.Call)
-                    and (name := sharing.forwarded(c)) is not None]
+        forwards = [
+            (c, name)
+            for c in walk_local(fn)
+            if isinstance(c, ast.Call) and (name := sharing.forwarded(c)) is not None
+        ]
         steps: list[tuple[Event, str]] = []
         held_models: list[str] = []
         for e in events:
@@ -1383,8 +1602,9 @@ class Escapes:
     def acquires(self, fns: list[FunctionNode]) -> bool:
         """Manual ``lock.acquire()``: the locked region cannot be told, so stay silent."""
         ids = {id(f) for f in fns}
-        return any(id(self.model.function_of(c)) in ids for c in self.model.calls.get(
-            "acquire", ()))
+        return any(
+            id(self.model.function_of(c)) in ids for c in self.model.calls.get("acquire", ())
+        )
 
 
 def _stepped(ev: Event) -> ast.expr | None:
@@ -1427,8 +1647,11 @@ class ThreadSharing:
         for attr in {n for d in ds for n, _ in d.args if n.startswith("self.")}:
             args = [d.arg(attr) for d in ds]
             exprs = [a for a in args if a is not None]
-            if len(exprs) == len(args) and len({dotted(a) for a in exprs}) == 1 and all(
-                    esc.same_object(a) for a in exprs):
+            if (
+                len(exprs) == len(args)
+                and len({dotted(a) for a in exprs}) == 1
+                and all(esc.same_object(a) for a in exprs)
+            ):
                 self.shared_attrs.add(attr)
                 obj = esc.sent_object(exprs[0], through_put=False)
                 if obj is not None and esc.roles.role(obj) is Role.MODEL:
@@ -1439,16 +1662,19 @@ class ThreadSharing:
                 if is_model:
                     self.model_params.add(attr)
         receivers = [d.receiver for d in ds]
-        self.self_shared = all(r is not None for r in receivers) and len(
-            {dotted(r) for r in receivers if r is not None}
-        ) == 1 and all(esc.same_object(r) for r in receivers if r is not None)
+        self.self_shared = (
+            all(r is not None for r in receivers)
+            and len({dotted(r) for r in receivers if r is not None}) == 1
+            and all(esc.same_object(r) for r in receivers if r is not None)
+        )
         self.trained = esc.trained(fn)
 
     def is_shared(self, touch: Touch) -> bool:
         root = touch.root
         if root in ("self", "cls"):
             return self.self_shared or any(
-                touch.name == a or touch.name.startswith(a + ".") for a in self.shared_attrs)
+                touch.name == a or touch.name.startswith(a + ".") for a in self.shared_attrs
+            )
         if root in self.params:
             return root in self.shared_params
         # a module global or closure variable is one object for every thread
@@ -1465,8 +1691,10 @@ class ThreadSharing:
         if name is None or not self.is_shared(Touch(name, target)):
             return None
         # `model(x)` itself, not `model.parameters()` or `model.train()`
-        is_model = self.esc.roles.role(target) is Role.MODEL or name in self.trained or (
-            name in self.model_params
+        is_model = (
+            self.esc.roles.role(target) is Role.MODEL
+            or name in self.trained
+            or (name in self.model_params)
         )
         if not is_model or self.esc.roles.role(target) is Role.OPTIMIZER:
             return None

@@ -44,17 +44,51 @@ UNKNOWN = Value(Taint.UNKNOWN)
 GRAD = Value(Taint.GRAD)
 
 CUT_METHODS = {"detach", "item", "tolist", "numpy"}
-_NO_GRAD_RESULT = {"size", "dim", "numel", "shape", "argmax", "argmin", "eq", "ne", "gt", "lt",
-                   "ge", "le", "long", "int", "bool", "nonzero", "sign", "round", "floor", "ceil"}
+_NO_GRAD_RESULT = {
+    "size",
+    "dim",
+    "numel",
+    "shape",
+    "argmax",
+    "argmin",
+    "eq",
+    "ne",
+    "gt",
+    "lt",
+    "ge",
+    "le",
+    "long",
+    "int",
+    "bool",
+    "nonzero",
+    "sign",
+    "round",
+    "floor",
+    "ceil",
+}
 _LOADER_WORDS = ("loader", "batches", "dataset", "data_iter", "dataloader")
 _MODEL_NAME = re.compile(
     r"^(model|net|network|encoder|decoder|backbone|generator|discriminator|policy|critic|"
     r"actor|classifier|student|teacher)$|^(model|net)_|_(model|net|encoder|decoder|backbone)$|"
     r"^(netG|netD|G|D)$"
 )
-_CRITERION_NAME = re.compile(r"^(criterion|crit|loss_fn|loss_func|lossfn|\w+_criterion|\w+_loss_fn)$")
-_CONFIG_ROOTS = {"args", "cfg", "config", "conf", "hparams", "hp", "opts", "flags", "FLAGS",
-                 "params", "settings", "hyperparams"}
+_CRITERION_NAME = re.compile(
+    r"^(criterion|crit|loss_fn|loss_func|lossfn|\w+_criterion|\w+_loss_fn)$"
+)
+_CONFIG_ROOTS = {
+    "args",
+    "cfg",
+    "config",
+    "conf",
+    "hparams",
+    "hp",
+    "opts",
+    "flags",
+    "FLAGS",
+    "params",
+    "settings",
+    "hyperparams",
+}
 
 
 def combine(values: list[Value]) -> Value:
@@ -67,7 +101,9 @@ def combine(values: list[Value]) -> Value:
 
 def _add_definition(
     defs: dict[str, list[tuple[tuple[int, int], ast.AST, ast.AST]]],
-    target: ast.AST, stmt: ast.AST, value: ast.AST,
+    target: ast.AST,
+    stmt: ast.AST,
+    value: ast.AST,
 ) -> None:
     # A module-level function, not a recursive closure: that would be a reference cycle
     # holding the definitions (and through them the tree) until the cycle collector ran.
@@ -104,7 +140,9 @@ class Flow:
         self._walrus: set[int] = set()
 
     # -- definitions -----------------------------------------------------------------
-    def _definitions(self, scope: ast.AST) -> dict[str, list[tuple[tuple[int, int], ast.AST, ast.AST]]]:
+    def _definitions(
+        self, scope: ast.AST
+    ) -> dict[str, list[tuple[tuple[int, int], ast.AST, ast.AST]]]:
         """name -> [(position, defining statement, value-or-marker)], in source order."""
         cached = self._defs.get(id(scope))
         if cached is not None:
@@ -197,8 +235,10 @@ class Flow:
         pos = (getattr(at, "lineno", 0), getattr(at, "col_offset", 0))
         holders = {id(a) for a in self.model.ancestors(at)}
         return [
-            (d[1], d[2]) for d in reversed(self._definitions(scope).get(name, ()))
-            if d[0] < pos and d[1] is not at
+            (d[1], d[2])
+            for d in reversed(self._definitions(scope).get(name, ()))
+            if d[0] < pos
+            and d[1] is not at
             and (isinstance(d[1], _COMPOUND) or id(d[1]) not in holders)
         ]
 
@@ -213,8 +253,11 @@ class Flow:
         # taken from the budget, where the same evaluation would make none either (the
         # terms of one loss share most of their definition chains, and rules ask again).
         key = id(expr)
-        memo = self._values if not self._env and (
-            key in self.model._scope_of or isinstance(expr, _Marker)) else None
+        memo = (
+            self._values
+            if not self._env and (key in self.model._scope_of or isinstance(expr, _Marker))
+            else None
+        )
         if memo is not None:
             hit = memo.get(key)
             if hit is not None and depth + hit[1] <= 40 and self._budget - hit[2] > 0:
@@ -278,9 +321,9 @@ class Flow:
         if expr.attr in ("shape", "dtype", "device", "requires_grad", "grad_fn", "is_leaf"):
             return DATA
         root = (dotted(expr) or "").split(".")
-        if root[0] in _CONFIG_ROOTS or (root[0] == "self" and len(root) > 2 and root[1] in (
-            _CONFIG_ROOTS
-        )):
+        if root[0] in _CONFIG_ROOTS or (
+            root[0] == "self" and len(root) > 2 and root[1] in (_CONFIG_ROOTS)
+        ):
             return DATA  # hyper-parameters: args.lr, cfg.model.dim, self.hparams.alpha
         base = self.value(expr.value, d)
         return base if base.taint is Taint.GRAD else UNKNOWN
@@ -322,23 +365,33 @@ class Flow:
             return _cut(self.value(func.value, d), call)
         if qual in ("builtins.float", "builtins.int") and call.args:
             return _cut(self.value(call.args[0], d), call)
-        if qual in ("torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.scalar_tensor",
-                    "torch.from_numpy"):
+        if qual in (
+            "torch.tensor",
+            "torch.as_tensor",
+            "torch.Tensor",
+            "torch.scalar_tensor",
+            "torch.from_numpy",
+        ):
             inner = combine([self.value(a, d) for a in call.args[:1]])
             if inner.taint in (Taint.GRAD, Taint.CUT):
                 # the re-wrap is what silences autograd's "does not require grad" error
                 return Value(Taint.CUT, (call,))
             return inner
         if qual is not None and qual.startswith("builtins."):
-            return combine([self.value(a, d) for a in args]) if name in (
-                "sum", "max", "min", "abs"
-            ) else UNKNOWN
+            return (
+                combine([self.value(a, d) for a in args])
+                if name in ("sum", "max", "min", "abs")
+                else UNKNOWN
+            )
         if self._is_model_call(func):
             return GRAD
         role = m.roles.role(func)
-        if role is Role.CRITERION or (role is None and qual is None and _CRITERION_NAME.search(
-            (dotted(func) or "").rsplit(".", 1)[-1]
-        ) and m.imports_training_library):
+        if role is Role.CRITERION or (
+            role is None
+            and qual is None
+            and _CRITERION_NAME.search((dotted(func) or "").rsplit(".", 1)[-1])
+            and m.imports_training_library
+        ):
             return combine([self.value(a, d) for a in args])
         if isinstance(func, ast.Attribute):
             if name in _NO_GRAD_RESULT:
@@ -372,8 +425,9 @@ class Flow:
         env: dict[str, Value] = {}
         a = fn.args
         positional = [*a.posonlyargs, *a.args]
-        for arg_node, default in zip(positional[len(positional) - len(a.defaults):], a.defaults,
-                                     strict=True):
+        for arg_node, default in zip(
+            positional[len(positional) - len(a.defaults) :], a.defaults, strict=True
+        ):
             if isinstance(default, ast.Constant):
                 env[arg_node.arg] = DATA
         for pname, arg in zip(params, call.args, strict=False):
@@ -431,16 +485,24 @@ class Flow:
             if role is Role.MODEL:
                 return True
             # a parameter or `self.` attribute of unknown role spelled like a model
-            return (role is None and self.model.qualname(func) is None
-                    and self._is_parameter_or_attribute(func)
-                    and self.model.imports_training_library
-                    and _MODEL_NAME.search((dotted(func) or "").rsplit(".", 1)[-1]) is not None)
+            return (
+                role is None
+                and self.model.qualname(func) is None
+                and self._is_parameter_or_attribute(func)
+                and self.model.imports_training_library
+                and _MODEL_NAME.search((dotted(func) or "").rsplit(".", 1)[-1]) is not None
+            )
         return False
+
     is_model_call = _is_model_call  # public name for rules (issue 13)
 
 
-_NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
-            "torch.autograd.inference_mode"}
+_NO_GRAD = {
+    "torch.no_grad",
+    "torch.inference_mode",
+    "torch.autograd.no_grad",
+    "torch.autograd.inference_mode",
+}
 _ENABLE_GRAD = {"torch.enable_grad", "torch.autograd.enable_grad"}
 _SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"}
 
@@ -450,8 +512,11 @@ def grad_mode_of(model: FileModel, expr: ast.AST) -> bool | None:
     target = expr.func if isinstance(expr, ast.Call) else expr
     qual = model.qualname(target)
     if qual in _NO_GRAD:
-        if isinstance(expr, ast.Call) and qual.endswith("inference_mode") and expr.args and (
-            isinstance(expr.args[0], ast.Constant) and expr.args[0].value is False
+        if (
+            isinstance(expr, ast.Call)
+            and qual.endswith("inference_mode")
+            and expr.args
+            and (isinstance(expr.args[0], ast.Constant) and expr.args[0].value is False)
         ):
             return True
         return False
@@ -514,5 +579,13 @@ def _cut(inner: Value, node: ast.AST) -> Value:
 
 # Compound statements define names (a loop target, a `with ... as`), they do not "contain"
 # the use of one in their body.
-_COMPOUND = (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.If, ast.Try,
-             *FUNCTION_NODES)
+_COMPOUND = (
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.With,
+    ast.AsyncWith,
+    ast.If,
+    ast.Try,
+    *FUNCTION_NODES,
+)

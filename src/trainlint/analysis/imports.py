@@ -110,8 +110,10 @@ class ImportTable:
             for alias in node.names:
                 if alias.name == "*":
                     continue
-                full = f"{module}.{alias.name}" if module and not module.endswith(".") else (
-                    module + alias.name
+                full = (
+                    f"{module}.{alias.name}"
+                    if module and not module.endswith(".")
+                    else (module + alias.name)
                 )
                 b.imports[alias.asname or alias.name] = canonical(full)
 

@@ -15,19 +15,95 @@ from trainlint.analysis.model import FileModel, walk_local
 from trainlint.analysis.roles import Role
 
 # Methods that read a tensor or module without changing it (or make a new object).
-READ_ONLY_METHODS = frozenset({
-    "to", "cuda", "cpu", "float", "double", "half", "bfloat16", "long", "int", "bool",
-    "size", "dim", "numel", "view", "reshape", "expand", "expand_as", "view_as",
-    "reshape_as", "unsqueeze", "squeeze", "permute", "transpose", "t", "contiguous",
-    "clone", "detach", "type", "type_as", "repeat", "flatten", "sum", "mean", "max", "min",
-    "norm", "pow", "sqrt", "exp", "log", "abs", "index_select", "gather", "masked_select",
-    "chunk", "split", "narrow", "numpy", "tolist", "item", "get", "keys", "values", "items",
-    "parameters", "named_parameters", "state_dict", "forward", "eval", "train",
-})
+READ_ONLY_METHODS = frozenset(
+    {
+        "to",
+        "cuda",
+        "cpu",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "long",
+        "int",
+        "bool",
+        "size",
+        "dim",
+        "numel",
+        "view",
+        "reshape",
+        "expand",
+        "expand_as",
+        "view_as",
+        "reshape_as",
+        "unsqueeze",
+        "squeeze",
+        "permute",
+        "transpose",
+        "t",
+        "contiguous",
+        "clone",
+        "detach",
+        "type",
+        "type_as",
+        "repeat",
+        "flatten",
+        "sum",
+        "mean",
+        "max",
+        "min",
+        "norm",
+        "pow",
+        "sqrt",
+        "exp",
+        "log",
+        "abs",
+        "index_select",
+        "gather",
+        "masked_select",
+        "chunk",
+        "split",
+        "narrow",
+        "numpy",
+        "tolist",
+        "item",
+        "get",
+        "keys",
+        "values",
+        "items",
+        "parameters",
+        "named_parameters",
+        "state_dict",
+        "forward",
+        "eval",
+        "train",
+    }
+)
 # Functions that only read their arguments.
-_READ_ONLY_BUILTINS = frozenset({"len", "isinstance", "print", "float", "int", "str", "repr",
-                                 "tuple", "list", "range", "enumerate", "zip", "getattr",
-                                 "hasattr", "type", "id", "max", "min", "sum", "abs"})
+_READ_ONLY_BUILTINS = frozenset(
+    {
+        "len",
+        "isinstance",
+        "print",
+        "float",
+        "int",
+        "str",
+        "repr",
+        "tuple",
+        "list",
+        "range",
+        "enumerate",
+        "zip",
+        "getattr",
+        "hasattr",
+        "type",
+        "id",
+        "max",
+        "min",
+        "sum",
+        "abs",
+    }
+)
 
 
 def invariant_in(model: FileModel, loop: ast.AST, name: str) -> bool:
@@ -53,6 +129,7 @@ def invariant_in(model: FileModel, loop: ast.AST, name: str) -> bool:
 def _rebound_elsewhere(model: FileModel, name: str) -> bool:
     """A function of the file declares the name ``global``/``nonlocal``: a helper called
     in the loop may rebind it."""
+
     def build(m: FileModel) -> frozenset[str]:
         out: set[str] = set()
         for fn in m.functions:
@@ -110,11 +187,17 @@ def _read_only_callee(model: FileModel, call: ast.Call) -> bool:
         last = qual.rsplit(".", 1)[-1]
         if qual.startswith("builtins."):
             return last in _READ_ONLY_BUILTINS
-        return qual.startswith("torch.") and not last.endswith("_") and "out" not in {
-            k.arg for k in call.keywords}
+        return (
+            qual.startswith("torch.")
+            and not last.endswith("_")
+            and "out" not in {k.arg for k in call.keywords}
+        )
     if isinstance(func, ast.Name) and func.id in _READ_ONLY_BUILTINS:
         return True
     if isinstance(func, (ast.Name, ast.Attribute)):
-        return _calls_read_only(model, func) if isinstance(func, ast.Name) else (
-            model.roles.role(func) in (Role.MODEL, Role.CRITERION))
+        return (
+            _calls_read_only(model, func)
+            if isinstance(func, ast.Name)
+            else (model.roles.role(func) in (Role.MODEL, Role.CRITERION))
+        )
     return False

@@ -19,8 +19,14 @@ DATA_LOADER = "torch.utils.data.DataLoader"
 
 # Frameworks that take the loader over and shard/re-seed it themselves (accelerate's
 # DataLoaderShard, Fabric's `setup_dataloaders`, ignite's `auto_dataloader`).
-_HANDED_OVER = {"prepare", "prepare_data_loader", "setup_dataloaders", "setup",
-                "auto_dataloader", "MpDeviceLoader"}
+_HANDED_OVER = {
+    "prepare",
+    "prepare_data_loader",
+    "setup_dataloaders",
+    "setup",
+    "auto_dataloader",
+    "MpDeviceLoader",
+}
 
 
 def bound_keys(model: FileModel, call: ast.Call) -> set[Key]:
@@ -48,8 +54,9 @@ def handed_over(model: FileModel, calls: list[ast.Call], keys: set[Key]) -> bool
     return False
 
 
-def training_loops_over(model: FileModel, calls: list[ast.Call],
-                        keys: set[Key]) -> list[ast.For | ast.AsyncFor]:
+def training_loops_over(
+    model: FileModel, calls: list[ast.Call], keys: set[Key]
+) -> list[ast.For | ast.AsyncFor]:
     """Step loops (loops that backpropagate or step an optimizer) whose iterable is the
     loader, or a parameter of a same-file function that some call site fills with it."""
     steps = model.steps
@@ -59,8 +66,9 @@ def training_loops_over(model: FileModel, calls: list[ast.Call],
     for loop in model.loops:
         if not isinstance(loop, (ast.For, ast.AsyncFor)) or id(loop) not in training:
             continue
-        refs = [n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute,
-                                                                ast.Call))]
+        refs = [
+            n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute, ast.Call))
+        ]
         if any(refers(model, n, keys, calls) for n in refs):
             out.append(loop)
             continue
@@ -79,6 +87,7 @@ def training_loops_over(model: FileModel, calls: list[ast.Call],
         if found:
             out.append(loop)
     return out
+
 
 _WRAPPERS = ("enumerate", "tqdm", "iter", "track", "progress_bar")
 _MAP_BASES = {"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset"}
@@ -177,9 +186,7 @@ def batch_copies(model: FileModel, loop: ast.AST) -> list[ast.Call]:
             if moved is None:
                 continue
             root = _root(moved)
-            if isinstance(root, ast.Name) and (
-                root.id in names or _over_batch(model, root, names)
-            ):
+            if isinstance(root, ast.Name) and (root.id in names or _over_batch(model, root, names)):
                 out.append(node)
     return out
 

@@ -76,10 +76,15 @@ def lr_writes(model: FileModel) -> list[LrWrite]:
     for node, value in direct_writes(model):
         fn = model.function_of(node)
         params = params_of(fn) if fn is not None else []
-        if fn is not None and isinstance(value, ast.Name) and value.id in params and not any(
-            isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == value.id
-                                              for t in n.targets)
-            for n in ast.walk(fn)
+        if (
+            fn is not None
+            and isinstance(value, ast.Name)
+            and value.id in params
+            and not any(
+                isinstance(n, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)
+                for n in ast.walk(fn)
+            )
         ):
             setters[id(fn)] = params.index(value.id)
             continue
@@ -115,8 +120,10 @@ class FirstStep(ConstantEvaluator):
             return env.get(key) if key is not None else None
         if isinstance(node, ast.Call) and self.depth < 3:
             fn = self.model.resolve_call(node)
-            if isinstance(fn, ast.FunctionDef) and not node.keywords and not any(
-                isinstance(a, ast.Starred) for a in node.args
+            if (
+                isinstance(fn, ast.FunctionDef)
+                and not node.keywords
+                and not any(isinstance(a, ast.Starred) for a in node.args)
             ):
                 params = params_of(fn)
                 if isinstance(node.func, ast.Attribute) and self.model.class_of(fn) is not None:
@@ -130,26 +137,33 @@ class FirstStep(ConstantEvaluator):
         """Also ``a, b = 2000, 0.1`` at module level (nanoGPT-style settings)."""
         values = [
             elt.value
-            for st in self.model.tree.body if isinstance(st, ast.Assign)
+            for st in self.model.tree.body
+            if isinstance(st, ast.Assign)
             for t in st.targets
-            if isinstance(t, ast.Tuple) and isinstance(st.value, ast.Tuple)
+            if isinstance(t, ast.Tuple)
+            and isinstance(st.value, ast.Tuple)
             and len(t.elts) == len(st.value.elts)
             for name, elt in zip(t.elts, st.value.elts, strict=True)
             if isinstance(name, ast.Name) and name.id == node.id and isinstance(elt, ast.Constant)
         ]
         found = super()._resolve(node)
         fn = self.model.function_of(node)
-        local = fn is not None and any(
-            isinstance(n, ast.Name) and n.id == node.id and isinstance(n.ctx, ast.Store)
-            for n in ast.walk(fn)
-        ) or (fn is not None and node.id in params_of(fn))
+        local = (
+            fn is not None
+            and any(
+                isinstance(n, ast.Name) and n.id == node.id and isinstance(n.ctx, ast.Store)
+                for n in ast.walk(fn)
+            )
+            or (fn is not None and node.id in params_of(fn))
+        )
         if len(values) == 1 and is_number(values[0]) and not is_number(found) and not local:
             return values[0]
         return found
 
 
-def first_iteration_env(model: FileModel, node: ast.AST,
-                        offset: int = 0) -> tuple[dict[str, object], bool] | None:
+def first_iteration_env(
+    model: FileModel, node: ast.AST, offset: int = 0
+) -> tuple[dict[str, object], bool] | None:
     """Names known at ``node``'s statement during the first iteration of its innermost
     loop (within its function): the loop counters' first values, and what the statements
     before it in the loop body assign. Also whether some counter is known at all. None when
@@ -227,8 +241,12 @@ def _first_values(model: FileModel, loop: ast.AST, ev: ConstantEvaluator) -> dic
     if name == "range" and it.args and isinstance(loop.target, ast.Name):
         start = ev.expr(it.args[0], {}) if len(it.args) > 1 else 0
         return {loop.target.id: start} if is_number(start) else {}
-    if (name == "enumerate" and isinstance(loop.target, ast.Tuple) and loop.target.elts
-            and isinstance(loop.target.elts[0], ast.Name)):
+    if (
+        name == "enumerate"
+        and isinstance(loop.target, ast.Tuple)
+        and loop.target.elts
+        and isinstance(loop.target.elts[0], ast.Name)
+    ):
         start_node = keyword(it, "start") or (it.args[1] if len(it.args) > 1 else None)
         start = 0 if start_node is None else ev.expr(start_node, {})
         return {loop.target.elts[0].id: start} if is_number(start) else {}
@@ -254,8 +272,9 @@ def _hand_counters(model: FileModel, loop: ast.AST, stmt: ast.stmt) -> dict[str,
             key = counter_key(s.targets[0])
             v = s.value
             if key is not None:
-                inits[key] = v.value if isinstance(v, ast.Constant) and is_number(
-                    v.value) else _UNKNOWN
+                inits[key] = (
+                    v.value if isinstance(v, ast.Constant) and is_number(v.value) else _UNKNOWN
+                )
             if isinstance(s.targets[0], ast.Name):
                 # `state = {"iter_num": 0, ...}`: its entries start there
                 name = s.targets[0].id
@@ -273,12 +292,22 @@ def _hand_counters(model: FileModel, loop: ast.AST, stmt: ast.stmt) -> dict[str,
     for name, init in inits.items():
         if init is _UNKNOWN:
             continue
-        incs = [s for s in inside if isinstance(s, ast.AugAssign) and isinstance(s.op, ast.Add)
-                and counter_key(s.target) == name
-                and isinstance(s.value, ast.Constant) and is_number(s.value.value)]
-        others = [n for n in inside
-                  if isinstance(n, (ast.Name, ast.Subscript)) and isinstance(n.ctx, ast.Store)
-                  and counter_key(n) == name]
+        incs = [
+            s
+            for s in inside
+            if isinstance(s, ast.AugAssign)
+            and isinstance(s.op, ast.Add)
+            and counter_key(s.target) == name
+            and isinstance(s.value, ast.Constant)
+            and is_number(s.value.value)
+        ]
+        others = [
+            n
+            for n in inside
+            if isinstance(n, (ast.Name, ast.Subscript))
+            and isinstance(n.ctx, ast.Store)
+            and counter_key(n) == name
+        ]
         if "[" in name and _dict_escapes_in(model, name.split("[", 1)[0], loop):
             continue  # the dict is handed to a call in the loop, which may move the counter
         if len(incs) != 1 or len(others) != 1:
@@ -299,8 +328,12 @@ def counter_key(node: ast.AST) -> str | None:
     an entry of a dict held by a plain name (litgpt keeps its counter in ``state``)."""
     if isinstance(node, ast.Name):
         return node.id
-    if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
-            and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and isinstance(node.slice, ast.Constant)
+        and isinstance(node.slice.value, str)
+    ):
         return f"{node.value.id}[{node.slice.value!r}]"
     return None
 
@@ -312,8 +345,9 @@ def _dict_entries(name: str, value: ast.expr) -> dict[str, object]:
     out: dict[str, object] = {}
     for k, v in zip(value.keys, value.values, strict=True):
         if isinstance(k, ast.Constant) and isinstance(k.value, str):
-            out[f"{name}[{k.value!r}]"] = v.value if isinstance(v, ast.Constant) and is_number(
-                v.value) else _UNKNOWN
+            out[f"{name}[{k.value!r}]"] = (
+                v.value if isinstance(v, ast.Constant) and is_number(v.value) else _UNKNOWN
+            )
     return out
 
 
@@ -339,8 +373,11 @@ def _entry_inits(model: FileModel, loop: ast.AST) -> dict[str, object]:
                     entries = _dict_entries(param, d[1])
                     if _filled_between(model, arg.id, d[0], arg):
                         entries = {}
-            agreed = entries if agreed is None else {
-                k: v for k, v in agreed.items() if entries.get(k, _UNKNOWN) == v}
+            agreed = (
+                entries
+                if agreed is None
+                else {k: v for k, v in agreed.items() if entries.get(k, _UNKNOWN) == v}
+            )
         out.update(agreed or {})
     return out
 
@@ -355,14 +392,20 @@ def _filled_between(model: FileModel, name: str, start: ast.AST, end: ast.AST) -
         line = getattr(node, "lineno", 0)
         if not lo < line < hi:
             continue
-        if any(isinstance(a, ast.If) for a in model.ancestors(node)
-               if getattr(a, "lineno", 0) > lo):
+        if any(
+            isinstance(a, ast.If) for a in model.ancestors(node) if getattr(a, "lineno", 0) > lo
+        ):
             continue
-        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and isinstance(
-                node.value, ast.Name) and node.value.id == name:
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == name
+        ):
             return True
-        if isinstance(node, ast.Call) and any(isinstance(a, ast.Name) and a.id == name
-                                              for a in node.args):
+        if isinstance(node, ast.Call) and any(
+            isinstance(a, ast.Name) and a.id == name for a in node.args
+        ):
             return True
     return False
 
@@ -372,9 +415,10 @@ def _dict_escapes_in(model: FileModel, name: str, loop: ast.AST) -> bool:
     only reads it, but a callee could write the counter: stay silent unless it is a
     known reader)."""
     for node in walk_tree(loop):
-        if isinstance(node, ast.Call) and any(isinstance(a, ast.Name) and a.id == name
-                                              for a in [*node.args,
-                                                        *(k.value for k in node.keywords)]):
+        if isinstance(node, ast.Call) and any(
+            isinstance(a, ast.Name) and a.id == name
+            for a in [*node.args, *(k.value for k in node.keywords)]
+        ):
             if call_name(node) not in _READERS:
                 return True
     return False
@@ -386,4 +430,6 @@ _READERS = frozenset({"save", "log_dict", "log", "print", "dump", "save_checkpoi
 
 def _after(a: ast.AST, b: ast.AST) -> bool:
     return (getattr(a, "lineno", 0), getattr(a, "col_offset", 0)) > (
-        getattr(b, "lineno", 0), getattr(b, "col_offset", 0))
+        getattr(b, "lineno", 0),
+        getattr(b, "col_offset", 0),
+    )

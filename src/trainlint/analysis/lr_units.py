@@ -59,8 +59,13 @@ class _Fractions:
         self.model = model
         self.pairs: list[tuple[frozenset[str], frozenset[str], bool]] = []
 
-    def names(self, node: ast.AST, params: dict[str, frozenset[str]] | None,
-              fn: ast.AST | None, depth: int) -> tuple[set[str], bool]:
+    def names(
+        self,
+        node: ast.AST,
+        params: dict[str, frozenset[str]] | None,
+        fn: ast.AST | None,
+        depth: int,
+    ) -> tuple[set[str], bool]:
         """Names an expression reads (expanded), and whether all of them are known: a
         name with no local definition, not a counter key and of no recognisable unit
         (``warmup``) is unknown."""
@@ -81,8 +86,11 @@ class _Fractions:
                     out.add(_LEN)
                     continue
                 callee = self.model.resolve_call(sub)
-                if isinstance(callee, ast.FunctionDef) and depth < _DEPTH and not any(
-                        isinstance(a, ast.Starred) for a in sub.args):
+                if (
+                    isinstance(callee, ast.FunctionDef)
+                    and depth < _DEPTH
+                    and not any(isinstance(a, ast.Starred) for a in sub.args)
+                ):
                     ps = params_of(callee)
                     if isinstance(sub.func, ast.Attribute) and self.model.class_of(callee):
                         ps = ps[1:]
@@ -123,8 +131,13 @@ class _Fractions:
             todo.extend(ast.iter_child_nodes(sub))
         return out, known
 
-    def _name(self, node: ast.Name, params: dict[str, frozenset[str]] | None,
-              fn: ast.AST | None, depth: int) -> tuple[set[str], bool]:
+    def _name(
+        self,
+        node: ast.Name,
+        params: dict[str, frozenset[str]] | None,
+        fn: ast.AST | None,
+        depth: int,
+    ) -> tuple[set[str], bool]:
         if params is not None and node.id in params:
             got = set(params[node.id])
             return got, not any(g.startswith("?") for g in got)
@@ -132,8 +145,11 @@ class _Fractions:
         if _unit_of_name(node.id) is not None:
             return out, True
         found = self.model.flow.definition(node.id, node) if depth < _DEPTH else None
-        if found is not None and isinstance(found[1], ast.expr) and isinstance(
-                found[0], (ast.Assign, ast.AnnAssign)):
+        if (
+            found is not None
+            and isinstance(found[1], ast.expr)
+            and isinstance(found[0], (ast.Assign, ast.AnnAssign))
+        ):
             got, ok = self.names(found[1], params, fn, depth + 1)
             return out | got, ok
         return out, False
@@ -156,14 +172,19 @@ def _within(model: FileModel, node: ast.AST, outer: ast.AST) -> bool:
     return False
 
 
-def _incremented(model: FileModel, loop: ast.AST,
-                 skip: Sequence[ast.AST] = ()) -> set[str]:
+def _incremented(model: FileModel, loop: ast.AST, skip: Sequence[ast.AST] = ()) -> set[str]:
     """The counters ``+=``-ed in ``loop`` (outside the loops ``skip``), from the model's
     assignment table."""
-    return {k for n in model.assignments
-            if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add)
-            and _within(model, n, loop) and not any(_within(model, n, s) for s in skip)
-            for k in [counter_key(n.target)] if k is not None}
+    return {
+        k
+        for n in model.assignments
+        if isinstance(n, ast.AugAssign)
+        and isinstance(n.op, ast.Add)
+        and _within(model, n, loop)
+        and not any(_within(model, n, s) for s in skip)
+        for k in [counter_key(n.target)]
+        if k is not None
+    }
 
 
 def counters(model: FileModel, node: ast.AST) -> tuple[set[str], set[str]] | None:
@@ -182,12 +203,14 @@ def counters(model: FileModel, node: ast.AST) -> tuple[set[str], set[str]] | Non
     return model.memo(key, lambda m: _counters(m, batch, epochs, step_ids))
 
 
-def _counters(model: FileModel, batch: ast.AST | None, epochs: Sequence[ast.AST],
-              step_ids: set[int]) -> tuple[set[str], set[str]]:
+def _counters(
+    model: FileModel, batch: ast.AST | None, epochs: Sequence[ast.AST], step_ids: set[int]
+) -> tuple[set[str], set[str]]:
     batch_loops: list[ast.AST] = [batch] if batch is not None else []
     if batch is None:
-        batch_loops = [lp for lp in model.loops
-                       if id(lp) in step_ids and _within(model, lp, epochs[0])]
+        batch_loops = [
+            lp for lp in model.loops if id(lp) in step_ids and _within(model, lp, epochs[0])
+        ]
     per_batch: set[str] = set()
     for lp in batch_loops:
         per_batch |= _loop_targets(lp) | _incremented(model, lp)
@@ -224,8 +247,7 @@ def unit_mismatch(model: FileModel, node: ast.AST, value: ast.expr) -> UnitMisma
     return None
 
 
-def _agree(model: FileModel, node: ast.AST, counter: str, den: frozenset[str],
-           unit: str) -> bool:
+def _agree(model: FileModel, node: ast.AST, counter: str, den: frozenset[str], unit: str) -> bool:
     """The counter is measured in the horizon's unit after all: its name says so (the
     outer loop of PPO counts `update`s over `num_updates`), or its loop runs over the
     horizon (`for update in range(1, num_updates + 1)`)."""
@@ -233,8 +255,11 @@ def _agree(model: FileModel, node: ast.AST, counter: str, den: frozenset[str],
         return True
     for loop in model.enclosing_loops(model.statement_of(node)):
         if counter in _loop_targets(loop):
-            bound = {dotted(n) for n in ast.walk(getattr(loop, "iter", loop))
-                     if isinstance(n, (ast.Name, ast.Attribute))}
+            bound = {
+                dotted(n)
+                for n in ast.walk(getattr(loop, "iter", loop))
+                if isinstance(n, (ast.Name, ast.Attribute))
+            }
             if den & bound:
                 return True
     return False

@@ -268,8 +268,11 @@ class FileModel:
                 imports.add_binding(scope, node.name)  # type: ignore[attr-defined]
                 outer = node.decorator_list  # type: ignore[attr-defined]
             a = node.args  # type: ignore[attr-defined]
-            names = [arg.arg for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg,
-                                         a.kwarg) if arg is not None]
+            names = [
+                arg.arg
+                for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
+                if arg is not None
+            ]
             if names:
                 imports.bindings(node).others.update(names)
         # (The parameters' defaults and a class's keywords are children of the `arguments`
@@ -378,9 +381,7 @@ class FileModel:
             for local, q in b.imports.items():
                 if q in wanted:
                     names.add(local)
-        out = [
-            c for n in names for c in self.calls.get(n, ()) if self.qualname(c.func) in wanted
-        ]
+        out = [c for n in names for c in self.calls.get(n, ()) if self.qualname(c.func) in wanted]
         out.sort(key=_pos)
         return out
 
@@ -390,8 +391,19 @@ class FileModel:
         import a training library; elsewhere ``opt``/``step`` mean something else."""
         return any(
             self.imports_module(m)
-            for m in ("torch", "pytorch_lightning", "lightning", "accelerate", "transformers",
-                      "timm", "deepspeed", "torch_xla", "fairseq", "detectron2", "mmengine")
+            for m in (
+                "torch",
+                "pytorch_lightning",
+                "lightning",
+                "accelerate",
+                "transformers",
+                "timm",
+                "deepspeed",
+                "torch_xla",
+                "fairseq",
+                "detectron2",
+                "mmengine",
+            )
         )
 
     def imports_module(self, prefix: str) -> bool:
@@ -573,7 +585,11 @@ class FileModel:
         return out
 
     def _loop_contexts(
-        self, node: ast.AST, depth: int, prefix: list[ast.AST], out: list[list[ast.AST]],
+        self,
+        node: ast.AST,
+        depth: int,
+        prefix: list[ast.AST],
+        out: list[list[ast.AST]],
         seen: set[int],
     ) -> None:
         loops = self.enclosing_loops(node)
@@ -616,8 +632,9 @@ _AST = ast.AST
 _LEAF_TYPES = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
 
 #: The types the grammar gives no child node of: a field of one never holds a child.
-_SCALAR_TYPES = frozenset({"identifier", "string", "int", "constant", "expr_context",
-                           "operator", "boolop", "unaryop"})
+_SCALAR_TYPES = frozenset(
+    {"identifier", "string", "int", "constant", "expr_context", "operator", "boolop", "unaryop"}
+)
 _GRAMMAR = re.compile(r"\s*\w+\((.*)\)\s*$", re.DOTALL)
 
 #: How to read a class's children, per class (memoized by ``_plan``): its fields that
@@ -650,8 +667,21 @@ def _plan(cls: type) -> Plan:
 
 
 # What the indexing pass records for a node, by its class.
-(_K_SCOPE, _K_CALL, _K_ATTRIBUTE, _K_ASSIGN, _K_LOOP, _K_WITH, _K_IMPORT, _K_GLOBAL,
- _K_NAMED, _K_EXCEPT, _K_KEYWORD, _K_FSTRING, _K_RETURN) = range(1, 14)
+(
+    _K_SCOPE,
+    _K_CALL,
+    _K_ATTRIBUTE,
+    _K_ASSIGN,
+    _K_LOOP,
+    _K_WITH,
+    _K_IMPORT,
+    _K_GLOBAL,
+    _K_NAMED,
+    _K_EXCEPT,
+    _K_KEYWORD,
+    _K_FSTRING,
+    _K_RETURN,
+) = range(1, 14)
 _KIND: dict[type, int] = {
     **dict.fromkeys(SCOPE_NODES, _K_SCOPE),
     ast.Call: _K_CALL,

@@ -73,7 +73,9 @@ def _resolve(model: FileModel, target: str | None, chain: tuple[ast.Call, ...]) 
         arg: ast.AST | None = None
         if root in params:
             idx = params.index(root)
-            if idx < len(site.args) and not any(isinstance(a, ast.Starred) for a in site.args[: idx + 1]):
+            if idx < len(site.args) and not any(
+                isinstance(a, ast.Starred) for a in site.args[: idx + 1]
+            ):
                 arg = site.args[idx]
             else:
                 arg = next((k.value for k in site.keywords if k.arg == root), None)
@@ -140,8 +142,7 @@ def switched_by_flag(model: FileModel, node: ast.AST) -> bool:
     return isinstance(other, ast.Call) and call_name(other) == "train"
 
 
-def copy_or_frozen(model: FileModel, node: ast.AST, target: str | None,
-                    frozen: set[str]) -> bool:
+def copy_or_frozen(model: FileModel, node: ast.AST, target: str | None, frozen: set[str]) -> bool:
     """Is ``target`` a module training does not update: a copy of the trained model (an
     EMA/SWA average, a `deepcopy`, a model rebuilt in the loop from a state dict), a
     teacher or target network, or a module frozen with `requires_grad_(False)`?"""
@@ -163,8 +164,11 @@ def copy_or_frozen(model: FileModel, node: ast.AST, target: str | None,
     fn = model.function_of(node)
     loops = {id(lp) for lp in model.enclosing_loops(node)}
     rewraps = any(isinstance(sub, ast.Name) and sub.id == target for sub in ast.walk(value))
-    return isinstance(value, ast.Call) and not rewraps and model.function_of(stmt) is fn and any(
-        id(anc) in loops for anc in model.ancestors(stmt)
+    return (
+        isinstance(value, ast.Call)
+        and not rewraps
+        and model.function_of(stmt) is fn
+        and any(id(anc) in loops for anc in model.ancestors(stmt))
     )
 
 
@@ -182,13 +186,16 @@ def frozen_modules(model: FileModel) -> set[str]:
         names = _frozen_owners(model, call, dotted(call.func.value))
         (frozen if off else unfrozen).update(names)
     for node in model.assignments:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
-            node.targets[0], ast.Attribute
-        ) and node.targets[0].attr == "requires_grad" and isinstance(node.value, ast.Constant):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Attribute)
+            and node.targets[0].attr == "requires_grad"
+            and isinstance(node.value, ast.Constant)
+        ):
             names = _frozen_owners(model, node, dotted(node.targets[0].value))
             (frozen if node.value.value is False else unfrozen).update(names)
-    return {f for f in frozen
-            if not any(u == f or u.startswith(f + ".") for u in unfrozen)}
+    return {f for f in frozen if not any(u == f or u.startswith(f + ".") for u in unfrozen)}
 
 
 def _frozen_owners(model: FileModel, node: ast.AST, name: str | None) -> list[str]:
@@ -204,9 +211,11 @@ def _frozen_owners(model: FileModel, node: ast.AST, name: str | None) -> list[st
         if isinstance(anc, (ast.If, ast.IfExp)):
             conditional = True
         if isinstance(anc, (ast.For, ast.AsyncFor)):
-            bound = anc.target.elts[-1] if isinstance(anc.target, ast.Tuple) and (
-                anc.target.elts
-            ) else anc.target
+            bound = (
+                anc.target.elts[-1]
+                if isinstance(anc.target, ast.Tuple) and (anc.target.elts)
+                else anc.target
+            )
             if isinstance(bound, ast.Name) and bound.id == name:
                 return [] if conditional else _parameters_owner(anc.iter)
             break
@@ -217,8 +226,10 @@ def _parameters_owner(it: ast.AST) -> list[str]:
     """``X`` in ``X.parameters()`` (through ``enumerate``/``named_parameters``)."""
     while isinstance(it, ast.Call) and call_name(it) == "enumerate" and it.args:
         it = it.args[0]
-    if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in (
-        "parameters", "named_parameters"
+    if (
+        isinstance(it, ast.Call)
+        and isinstance(it.func, ast.Attribute)
+        and it.func.attr in ("parameters", "named_parameters")
     ):
         name = dotted(it.func.value)
         return [name] if name is not None else []

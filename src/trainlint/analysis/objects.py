@@ -120,8 +120,11 @@ class Objects:
         last = {str(k[-1]).rsplit(".", 1)[-1] for k in obj.keys}
         candidates: list[ast.expr] = [a for name in last for a in model.attributes.get(name, ())]
         candidates += [n for n in ast.walk(model.tree) if isinstance(n, ast.Name) and n.id in last]
-        return [n for n in candidates if isinstance(getattr(n, "ctx", None), ast.Load)
-                and self.roles.key(n) in obj.keys]
+        return [
+            n
+            for n in candidates
+            if isinstance(getattr(n, "ctx", None), ast.Load) and self.roles.key(n) in obj.keys
+        ]
 
     def method_calls(self, method: str, obj: Obj | None = None) -> Iterable[ast.Call]:
         """Calls ``x.method(...)``; with ``obj``, only those whose receiver refers to it."""
@@ -134,8 +137,10 @@ class Objects:
         """Is the object an argument of ``x.m(...)`` for one of ``methods``
         (``accelerator.prepare(loader)``)?"""
         return any(
-            self.refers(a, obj) for method in methods
-            for call in self.model.calls.get(method, ()) for a in call.args
+            self.refers(a, obj)
+            for method in methods
+            for call in self.model.calls.get(method, ())
+            for a in call.args
         )
 
     # -- leaving sight ---------------------------------------------------------------------
@@ -202,11 +207,14 @@ class _Flow:
         cur = expr
         parent = model.parent_of(cur)
         # climb out of containers and wrappers that keep the object
-        while isinstance(parent, (ast.Tuple, ast.List, ast.Dict, ast.Set, ast.Starred,
-                                  ast.keyword)):
+        while isinstance(
+            parent, (ast.Tuple, ast.List, ast.Dict, ast.Set, ast.Starred, ast.keyword)
+        ):
             grand = model.parent_of(parent)
-            if isinstance(parent, (ast.Tuple, ast.List)) and isinstance(grand, ast.Assign) and (
-                grand.value is parent
+            if (
+                isinstance(parent, (ast.Tuple, ast.List))
+                and isinstance(grand, ast.Assign)
+                and (grand.value is parent)
             ):
                 break  # `a, b = x, y` unpacks element-wise: handled below
             cur, parent = parent, grand
@@ -246,13 +254,17 @@ class _Flow:
             parent = model.parent_of(ref)
             if isinstance(parent, ast.Attribute) and parent.value is ref:
                 grand = model.parent_of(parent)
-                if isinstance(grand, ast.Call) and grand.func is parent and (
-                    parent.attr == self.method
+                if (
+                    isinstance(grand, ast.Call)
+                    and grand.func is parent
+                    and (parent.attr == self.method)
                 ):
                     return Fate.CALLED
                 continue  # other methods (get_last_lr(), state_dict()), attributes
-            if isinstance(parent, (ast.Compare, ast.If, ast.BoolOp, ast.UnaryOp,
-                                   ast.FormattedValue, ast.JoinedStr)):
+            if isinstance(
+                parent,
+                (ast.Compare, ast.If, ast.BoolOp, ast.UnaryOp, ast.FormattedValue, ast.JoinedStr),
+            ):
                 continue
             if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and ref in (
                 parent.targets if isinstance(parent, ast.Assign) else [parent.target]
@@ -266,8 +278,10 @@ class _Flow:
         out: list[ast.AST] = []
         if key[0] == "name":
             scope_id = key[1]
-            scope = model.tree if scope_id == id(model.tree) else next(
-                (f for f in model.functions if id(f) == scope_id), model.tree
+            scope = (
+                model.tree
+                if scope_id == id(model.tree)
+                else next((f for f in model.functions if id(f) == scope_id), model.tree)
             )
             nodes = walk_tree(scope)  # (no contexts: the loads are found by their names)
         else:
@@ -277,8 +291,9 @@ class _Flow:
                 continue
             if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
                 k = model.roles.key(node)
-                if k == key or (key[0] == "attr" and k is not None and k[0] == "attr"
-                                and k[2] == key[2]):
+                if k == key or (
+                    key[0] == "attr" and k is not None and k[0] == "attr" and k[2] == key[2]
+                ):
                     out.append(node)
         return out
 
@@ -303,8 +318,10 @@ class _Flow:
             parent = model.parent_of(site)
             if isinstance(parent, ast.Assign) and parent.value is site and len(parent.targets) == 1:
                 t = parent.targets[0]
-                if index is not None and isinstance(t, (ast.Tuple, ast.List)) and (
-                    index < len(t.elts)
+                if (
+                    index is not None
+                    and isinstance(t, (ast.Tuple, ast.List))
+                    and (index < len(t.elts))
                 ):
                     verdicts.append(self._name(t.elts[index], depth + 1))
                 elif index is None and isinstance(t, (ast.Name, ast.Attribute)):

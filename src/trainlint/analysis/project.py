@@ -44,12 +44,31 @@ if TYPE_CHECKING:
 SUMMARY_WORDS = (b"schedul", b"optim.", b"softmax", b"Thread", b"Optimizer", b"import optim")
 #: Files with any of these (and none of the above) get a model for their step effects
 #: only (analysis.effects).
-EFFECT_WORDS = (b"backward", b"zero_grad", b"step(", b"eval(", b"train(", b"clip_grad",
-                b".grad", b".append(", b"+=")
+EFFECT_WORDS = (
+    b"backward",
+    b"zero_grad",
+    b"step(",
+    b"eval(",
+    b"train(",
+    b"clip_grad",
+    b".grad",
+    b".append(",
+    b"+=",
+)
 #: Star imports pass on these libraries' names (``from common import *`` where
 #: ``common`` does ``import torch``).
-_EXPORTED_LIBRARIES = ("torch", "torchvision", "transformers", "accelerate", "lightning",
-                       "pytorch_lightning", "timm", "ray", "threading", "multiprocessing")
+_EXPORTED_LIBRARIES = (
+    "torch",
+    "torchvision",
+    "transformers",
+    "accelerate",
+    "lightning",
+    "pytorch_lightning",
+    "timm",
+    "ray",
+    "threading",
+    "multiprocessing",
+)
 #: Resolution hops through re-exports and star imports.
 MAX_HOPS = 6
 #: Calls across files followed from one function (a -> b -> c -> d).
@@ -110,7 +129,8 @@ def absolute(raw: str, module: str, is_pkg: bool) -> str:
 
 _IMPORT_LINE = re.compile(
     rb"[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]*(\(?)([\w, \t*]*)"
-    rb"|import[ \t]+([\w., \t]+))")
+    rb"|import[ \t]+([\w., \t]+))"
+)
 _COMMENT = re.compile(rb"#[^\n]*")
 
 
@@ -140,15 +160,15 @@ def imported_names(data: bytes, module: str, is_pkg: bool) -> dict[str, set[str]
         end = len(data) if end == -1 else end
         m = _IMPORT_LINE.match(data, start, end)
         listed: bytes | None
-        if m is not None and m.group(2) and b")" not in data[m.end():end]:
+        if m is not None and m.group(2) and b")" not in data[m.end() : end]:
             close = data.find(b")", end)  # `from m import (` and a list over lines
             end = len(data) if close == -1 else close
-            listed = _COMMENT.sub(b"", data[m.start(3):end])
-        elif m is not None and data[m.end():end].rstrip(b" \t\r") == b"\\":
+            listed = _COMMENT.sub(b"", data[m.start(3) : end])
+        elif m is not None and data[m.end() : end].rstrip(b" \t\r") == b"\\":
             while data[:end].rstrip(b" \t\r").endswith(b"\\") and end < len(data):
                 nxt = data.find(b"\n", end + 1)  # `from m import a, \` and more lines
                 end = len(data) if nxt == -1 else nxt
-            listed = data[m.start(3):end].replace(b"\\", b" ")
+            listed = data[m.start(3) : end].replace(b"\\", b" ")
         else:
             listed = m.group(3) if m is not None else None
         pos = data.find(b"import", end)
@@ -169,8 +189,9 @@ def imported_names(data: bytes, module: str, is_pkg: bool) -> dict[str, set[str]
     return out
 
 
-def import_graph(files: list[tuple[Path, tuple[str, str, bool] | None]],
-                 read: Callable[[Path], bytes | str]) -> list[dict[int, set[str] | None]]:
+def import_graph(
+    files: list[tuple[Path, tuple[str, str, bool] | None]], read: Callable[[Path], bytes | str]
+) -> list[dict[int, set[str] | None]]:
     """For each of ``files`` (path, module), the files of the list its import lines may
     name (:func:`imported_names`), by position, each with the names it imports from
     that file (None: all of it). ``read`` gives a file's bytes (a str: it cannot be
@@ -220,8 +241,13 @@ def import_order(deps: list[list[int]]) -> list[int]:
 # -- summaries --------------------------------------------------------------------------------
 
 
-def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, bool],
-              facts: bool = True, keep: frozenset[str] | None = None) -> dict:
+def summarize(
+    model: FileModel | None,
+    tree: ast.Module,
+    info: tuple[str, str, bool],
+    facts: bool = True,
+    keep: frozenset[str] | None = None,
+) -> dict:
     """The summary of one file (``model`` None: only what the tree's top level says;
     ``facts`` False: the model is there for the step effects only, the file has none of
     the words the role facts need). ``keep``, when given, names the top-level functions
@@ -248,8 +274,11 @@ def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, b
                 if alias.name == "*":
                     stars.append(absolute(raw_mod, module, is_pkg))
                     continue
-                raw = f"{raw_mod}.{alias.name}" if not raw_mod.endswith(".") else (
-                    raw_mod + alias.name)
+                raw = (
+                    f"{raw_mod}.{alias.name}"
+                    if not raw_mod.endswith(".")
+                    else (raw_mod + alias.name)
+                )
                 full = absolute(raw, module, is_pkg)
                 imports[alias.asname or alias.name] = [raw, full]
                 if full.split(".", 1)[0] in _EXPORTED_LIBRARIES:
@@ -260,19 +289,31 @@ def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, b
     classes: dict[str, dict] = {}
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            functions[stmt.name] = _function(model, fm, stmt, module, is_pkg, stmt.name,
-                                             keep is not None and stmt.name not in keep)
+            functions[stmt.name] = _function(
+                model,
+                fm,
+                stmt,
+                module,
+                is_pkg,
+                stmt.name,
+                keep is not None and stmt.name not in keep,
+            )
         elif isinstance(stmt, ast.ClassDef):
-            cls: dict[str, Any] = {"bases": [b for b in (_base(model, x, module, is_pkg)
-                                                         for x in stmt.bases) if b]}
+            cls: dict[str, Any] = {
+                "bases": [b for b in (_base(model, x, module, is_pkg) for x in stmt.bases) if b]
+            }
             for item in stmt.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     functions[f"{stmt.name}.{item.name}"] = _function(
-                        model, fm, item, module, is_pkg, f"{stmt.name}.{item.name}",
-                        keep is not None and stmt.name not in keep)
-                    if item.name == "forward" and fm is not None and _returns_softmax(
-                        fm, item
-                    ):
+                        model,
+                        fm,
+                        item,
+                        module,
+                        is_pkg,
+                        f"{stmt.name}.{item.name}",
+                        keep is not None and stmt.name not in keep,
+                    )
+                    if item.name == "forward" and fm is not None and _returns_softmax(fm, item):
                         cls["softmax"] = True
             if fm is not None and any(b in _THREAD_BASES for b in cls["bases"]):
                 cls["thread"] = True
@@ -281,8 +322,15 @@ def summarize(model: FileModel | None, tree: ast.Module, info: tuple[str, str, b
                 cls["attrs"] = attrs
             classes[stmt.name] = cls
     out = {
-        "root": root, "module": module, "pkg": is_pkg, "imports": imports, "stars": stars,
-        "exported": exported, "defs": defs, "functions": functions, "classes": classes,
+        "root": root,
+        "module": module,
+        "pkg": is_pkg,
+        "imports": imports,
+        "stars": stars,
+        "exported": exported,
+        "defs": defs,
+        "functions": functions,
+        "classes": classes,
         "calls": _calls(fm, module, is_pkg) if fm is not None else [],
     }
     uses = _uses(model, imports, module) if model is not None else []
@@ -301,16 +349,22 @@ def _uses(model: FileModel, imports: dict[str, list[str]], module: str) -> list[
     from trainlint.analysis.effects import not_project
 
     own = module.split(".", 1)[0]
-    imports = {k: v for k, v in imports.items()
-               if _project_candidate(v[1]) and not not_project(v[0], v[1], own)}
+    imports = {
+        k: v
+        for k, v in imports.items()
+        if _project_candidate(v[1]) and not not_project(v[0], v[1], own)
+    }
     if not imports:
         return []
     out: set[str] = set()
     built: set[str] = set()  # names and `self.x` assigned a call of an imported name
     methods: list[tuple[str, str]] = []
     for assign in model.assignments:
-        if isinstance(assign, ast.Assign) and isinstance(assign.value, ast.Call) and _head(
-                assign.value.func) in imports:
+        if (
+            isinstance(assign, ast.Assign)
+            and isinstance(assign.value, ast.Call)
+            and _head(assign.value.func) in imports
+        ):
             for t in assign.targets:
                 name = _receiver(t)
                 if name is not None:
@@ -345,19 +399,27 @@ def _init_attributes(cls: ast.ClassDef, model: FileModel | None) -> dict[str, st
     """``self.x = x`` in the class's ``__init__``: attribute -> the constructor parameter
     it keeps (only an attribute assigned nowhere else in the class, from a parameter
     the constructor never rebinds)."""
-    init = next((s for s in cls.body if isinstance(s, ast.FunctionDef)
-                 and s.name == "__init__"), None)
+    init = next(
+        (s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None
+    )
     if init is None:
         return {}
     a = init.args
     params = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
     kept: dict[str, str] = {}
     for stmt in init.body:
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
-                stmt.value, ast.Name) and stmt.value.id in params:
+        if (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.value, ast.Name)
+            and stmt.value.id in params
+        ):
             t = stmt.targets[0]
-            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and (
-                    t.value.id == "self"):
+            if (
+                isinstance(t, ast.Attribute)
+                and isinstance(t.value, ast.Name)
+                and (t.value.id == "self")
+            ):
                 kept[t.attr] = stmt.value.id
     if not kept:
         return {}
@@ -367,8 +429,11 @@ def _init_attributes(cls: ast.ClassDef, model: FileModel | None) -> dict[str, st
         for n in walk_tree(target):
             if isinstance(n, ast.Name) and n.id in params:
                 rebound.add(n.id)
-            elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and (
-                    n.value.id == "self"):
+            elif (
+                isinstance(n, ast.Attribute)
+                and isinstance(n.value, ast.Name)
+                and (n.value.id == "self")
+            ):
                 counts[n.attr] = counts.get(n.attr, 0) + 1
     return {k: v for k, v in sorted(kept.items()) if counts.get(k) == 1 and v not in rebound}
 
@@ -396,8 +461,7 @@ def _class_targets(cls: ast.ClassDef, model: FileModel | None) -> Iterator[ast.e
     if model is None:
         walrus: Iterable[ast.AST] = (n for n in walk_tree(cls) if isinstance(n, ast.NamedExpr))
     else:
-        walrus = (n for n in model.named_exprs
-                  if any(a is cls for a in model.ancestors(n)))
+        walrus = (n for n in model.named_exprs if any(a is cls for a in model.ancestors(n)))
     for node in walrus:
         yield node.target  # type: ignore[attr-defined]
 
@@ -411,8 +475,11 @@ def _head(func: ast.expr) -> str | None:
 def _receiver(target: ast.expr) -> str | None:
     if isinstance(target, ast.Name):
         return target.id
-    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and (
-            target.value.id == "self"):
+    if (
+        isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and (target.value.id == "self")
+    ):
         return f"self.{target.attr}"
     return None
 
@@ -425,9 +492,15 @@ def _base(model: FileModel | None, node: ast.expr, module: str, is_pkg: bool) ->
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _function(model: FileModel | None, full: FileModel | None,
-              fn: ast.FunctionDef | ast.AsyncFunctionDef, module: str, is_pkg: bool,
-              qualname: str, lean: bool = False) -> dict:
+def _function(
+    model: FileModel | None,
+    full: FileModel | None,
+    fn: ast.FunctionDef | ast.AsyncFunctionDef,
+    module: str,
+    is_pkg: bool,
+    qualname: str,
+    lean: bool = False,
+) -> dict:
     a = fn.args
     out: dict[str, Any] = {"params": [x.arg for x in (*a.posonlyargs, *a.args)]}
     if a.kwonlyargs:
@@ -462,8 +535,13 @@ def _kwargs_keys(fn: ast.AST, kwarg: str) -> list[str]:
     """The constant keys ``fn`` reads from its ``**kwarg``."""
     from trainlint.analysis.model import walk_local
 
-    return sorted({read[1] for node in walk_local(fn)
-                   if (read := _keyword_read(node)) is not None and read[0] == kwarg})
+    return sorted(
+        {
+            read[1]
+            for node in walk_local(fn)
+            if (read := _keyword_read(node)) is not None and read[0] == kwarg
+        }
+    )
 
 
 def _keyword_read(node: ast.AST) -> tuple[str, str] | None:
@@ -471,13 +549,15 @@ def _keyword_read(node: ast.AST) -> tuple[str, str] | None:
     (the mapping's name, the constant key); None for anything else."""
     if isinstance(node, ast.Subscript):
         base, key = node.value, node.slice
-    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
-            node.func.attr in ("get", "pop") and node.args):
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and (node.func.attr in ("get", "pop") and node.args)
+    ):
         base, key = node.func.value, node.args[0]
     else:
         return None
-    if isinstance(base, ast.Name) and isinstance(key, ast.Constant) and isinstance(
-            key.value, str):
+    if isinstance(base, ast.Name) and isinstance(key, ast.Constant) and isinstance(key.value, str):
         return base.id, key.value
     return None
 
@@ -505,8 +585,7 @@ def fact_of(model: FileModel, binding: Binding | None) -> Fact | None:
 def _returned_fact(model: FileModel, fn: ast.AST) -> Fact | None:
     facts: list[Fact] = []
     for node in model.returns_in(fn):
-        if node.value is None or not isinstance(node.value, (ast.Call, ast.Name,
-                                                             ast.Attribute)):
+        if node.value is None or not isinstance(node.value, (ast.Call, ast.Name, ast.Attribute)):
             return None
         found = model.roles.classify(node.value)
         fact = fact_of(model, found[0]) if len(found) == 1 else None
@@ -533,15 +612,30 @@ def _returns_softmax(model: FileModel, forward: ast.AST) -> bool:
 
 def _project_candidate(qual: str) -> bool:
     top = qual.split(".", 1)[0]
-    return top not in ("builtins", "torch", "os", "sys", "math", "numpy", "np", "typing",
-                       "functools", "itertools", "collections", "logging")
+    return top not in (
+        "builtins",
+        "torch",
+        "os",
+        "sys",
+        "math",
+        "numpy",
+        "np",
+        "typing",
+        "functools",
+        "itertools",
+        "collections",
+        "logging",
+    )
 
 
 def _calls(model: FileModel, module: str, is_pkg: bool) -> list[list[Any]]:
     """Calls to (possibly) project functions and classes, with the facts of their arguments."""
     out: list[list[Any]] = []
-    local_defs = {s.name for s in model.tree.body
-                  if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    local_defs = {
+        s.name
+        for s in model.tree.body
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    }
     for name, calls in model.calls.items():
         for call in calls:
             if not call.args and not call.keywords:
@@ -550,10 +644,16 @@ def _calls(model: FileModel, module: str, is_pkg: bool) -> list[list[Any]]:
             qual = model.qualname(func)
             if qual is None:
                 # a same-file function or class, called by its module-level name
-                if isinstance(func, ast.Name) and name in local_defs and model.resolve_call(
-                    call
-                ) is not None or (isinstance(func, ast.Name) and name in local_defs
-                                  and model.class_named(name) is not None):
+                if (
+                    isinstance(func, ast.Name)
+                    and name in local_defs
+                    and model.resolve_call(call) is not None
+                    or (
+                        isinstance(func, ast.Name)
+                        and name in local_defs
+                        and model.class_named(name) is not None
+                    )
+                ):
                     qual = f"{module}.{name}" if module else name
                 else:
                     continue
@@ -588,8 +688,9 @@ def _mark_shared(model: FileModel, call: ast.Call, args: list[list[Any]]) -> Non
     if not any(f[0] in (Role.MODEL.value, Role.OPTIMIZER.value) for _, f in args):
         return
     if not model.loop_contexts(call) and not any(
-            isinstance(a, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp))
-            for a in model.ancestors(call)):
+        isinstance(a, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp))
+        for a in model.ancestors(call)
+    ):
         return
     from trainlint.analysis.escapes import escapes
 
@@ -601,8 +702,11 @@ def _mark_shared(model: FileModel, call: ast.Call, args: list[list[Any]]) -> Non
     for slot in args:
         where, fact = slot
         arg = given.get(where)
-        if fact[0] in (Role.MODEL.value, Role.OPTIMIZER.value) and arg is not None and (
-                esc.same_object(arg)):
+        if (
+            fact[0] in (Role.MODEL.value, Role.OPTIMIZER.value)
+            and arg is not None
+            and (esc.same_object(arg))
+        ):
             slot[1] = [*fact[:4], True]
 
 
@@ -622,13 +726,18 @@ def _arg_fact(model: FileModel, arg: ast.expr, module: str, is_pkg: bool) -> Fac
         if q is not None and _project_candidate(q):
             return ["instance", absolute(q, module, is_pkg), None, False]
         if q is None and isinstance(value.func, ast.Name) and model.class_named(value.func.id):
-            return ["instance", f"{module}.{value.func.id}" if module else value.func.id,
-                    None, False]
+            return [
+                "instance",
+                f"{module}.{value.func.id}" if module else value.func.id,
+                None,
+                False,
+            ]
     return None
 
 
 def single_assignments(model: FileModel) -> dict[tuple[int, str], list[ast.expr]]:
     """(scope, name) -> the values assigned to the plain name there (cheap, no flow)."""
+
     def build(m: FileModel) -> dict[tuple[int, str], list[ast.expr]]:
         out: dict[tuple[int, str], list[ast.expr]] = {}
         for node in m.assignments:
@@ -637,7 +746,8 @@ def single_assignments(model: FileModel) -> dict[tuple[int, str], list[ast.expr]
                 if isinstance(t, ast.Name):
                     value = node.value if not isinstance(node, ast.AugAssign) else None
                     out.setdefault((id(m.scope_of(node)), t.id), []).append(
-                        value if value is not None else t)
+                        value if value is not None else t
+                    )
         return out
 
     return model.memo(single_assignments, build)
@@ -775,8 +885,9 @@ class ProjectIndex:
             elif fact[0] == "instance":
                 cls = self._class_qual(s["root"], fact[1])
                 if cls is not None:
-                    self._instances.setdefault((mod["root"], mod["module"], fn_name),
-                                               {}).setdefault(name, []).append(cls)
+                    self._instances.setdefault(
+                        (mod["root"], mod["module"], fn_name), {}
+                    ).setdefault(name, []).append(cls)
         return True
 
     def _function_facts(self, mod: dict, name: str) -> dict | None:
@@ -839,8 +950,9 @@ class ProjectIndex:
                 out[attr] = ["instance", classes.pop(), None, False]
         return out
 
-    def _chains(self, root: str, module: str) -> tuple[dict[str, dict[str, str]],
-                                                          dict[str, dict[str, Fact]]]:
+    def _chains(
+        self, root: str, module: str
+    ) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, Fact]]]:
         """The file's parameters every call site fills with an instance of one project
         class (function -> parameter -> class), and the attribute facts of those
         classes and of the instances they hold in turn (class -> attribute -> fact),
@@ -848,8 +960,9 @@ class ProjectIndex:
         given: dict[str, dict[str, str]] = {}
         for fn_name in self._filled_of(root, module):
             for name, classes in self._instances.get((root, module, fn_name), {}).items():
-                if len(set(classes)) == 1 and not self._params.get(
-                        (root, module, fn_name), {}).get(name):
+                if len(set(classes)) == 1 and not self._params.get((root, module, fn_name), {}).get(
+                    name
+                ):
                     given.setdefault(fn_name, {})[name] = classes[0]
         attrs: dict[str, dict[str, Fact]] = {}
         todo = sorted({c for p in given.values() for c in p.values()})
@@ -866,15 +979,20 @@ class ProjectIndex:
         def leads(qual: str, seen: frozenset[str]) -> bool:
             return qual not in seen and any(
                 f[0] != "instance" or leads(f[1], seen | {qual})
-                for f in attrs.get(qual, {}).values())
+                for f in attrs.get(qual, {}).values()
+            )
 
         useful = {q for q in attrs if leads(q, frozenset())}
-        given = {fn: kept for fn, p in given.items()
-                 if (kept := {n: c for n, c in p.items() if c in useful})}
+        given = {
+            fn: kept
+            for fn, p in given.items()
+            if (kept := {n: c for n, c in p.items() if c in useful})
+        }
         return given, {q: attrs[q] for q in sorted(useful)}
 
-    def is_thread_class(self, root: str, mod: dict, local: str,
-                        seen: frozenset[tuple[str, str]] = frozenset()) -> bool:
+    def is_thread_class(
+        self, root: str, mod: dict, local: str, seen: frozenset[tuple[str, str]] = frozenset()
+    ) -> bool:
         """``local`` in ``mod`` subclasses ``threading.Thread``, directly or through other
         project classes (``class TrainWorker(BaseWorker)``, ``BaseWorker(Thread)`` in
         another module); an inheritance cycle or an unresolved base says no."""
@@ -962,9 +1080,12 @@ class ProjectIndex:
                     self._add_entry(out, raw, root, mod, local)
                 elif local in mod["classes"]:
                     for name in mod["functions"]:
-                        method = name[len(local) + 1:]
-                        if name.startswith(local + ".") and f"?.{method}" in uses and (
-                                method != "__init__"):
+                        method = name[len(local) + 1 :]
+                        if (
+                            name.startswith(local + ".")
+                            and f"?.{method}" in uses
+                            and (method != "__init__")
+                        ):
                             self._add_entry(out, f"{raw}.{method}", root, mod, name)
                 continue
             whole = self.modules.get((root, full))
@@ -974,8 +1095,7 @@ class ProjectIndex:
                         self._add_entry(out, f"{raw}.{name}", root, whole, name)
         return out
 
-    def _add_entry(self, out: dict[str, dict], key: str, root: str, mod: dict,
-                   name: str) -> None:
+    def _add_entry(self, out: dict[str, dict], key: str, root: str, mod: dict, name: str) -> None:
         fn = self._function_facts(mod, name)
         assert fn is not None  # (the callers found it there)
         keeps = fn.get("keeps")
@@ -1005,8 +1125,9 @@ class ProjectIndex:
             entry["keeps"] = keeps
         out[key] = entry
 
-    def _effects(self, root: str, mod: dict, name: str, depth: int,
-                 stack: tuple[str, ...]) -> tuple[list[list[Any]], bool]:
+    def _effects(
+        self, root: str, mod: dict, name: str, depth: int, stack: tuple[str, ...]
+    ) -> tuple[list[list[Any]], bool]:
         """A function's effect paths with other files' calls replaced by their callees'
         (bounded by MAX_EFFECT_DEPTH, a cycle cut); (paths, precise)."""
         from trainlint.analysis.effects import MAX_EFFECT_PATHS
@@ -1040,8 +1161,9 @@ class ProjectIndex:
             self._effect_memo[f"{root}:{key}"] = (out, precise)
         return out, precise
 
-    def _call_effects(self, root: str, call: list[Any], depth: int,
-                      stack: tuple[str, ...]) -> tuple[list[list[Any]], bool]:
+    def _call_effects(
+        self, root: str, call: list[Any], depth: int, stack: tuple[str, ...]
+    ) -> tuple[list[list[Any]], bool]:
         """The effect paths of a placeholder ``["CALL", qualname, args, depth, flags]`` in
         the calling function's terms; [[]] when it is no project function with effects,
         too deep, or a cycle."""
@@ -1057,8 +1179,9 @@ class ProjectIndex:
         if not precise:
             return [[]], False
         params = fn["params"]
-        given = {(params[w] if isinstance(w, int) and w < len(params) else w): enc
-                 for w, enc in args}
+        given = {
+            (params[w] if isinstance(w, int) and w < len(params) else w): enc for w, enc in args
+        }
 
         def remap(target: list[Any] | None) -> list[Any] | None:
             if target is None or target[0] != "p":
@@ -1074,10 +1197,18 @@ class ProjectIndex:
             return enc
 
         return [[[k, remap(t), dd + d, ff | flags] for k, t, dd, ff in p] for p in paths] or [
-            []], True
+            []
+        ], True
 
-    def _star_names(self, root: str, s: dict, stars: dict[str, str], refs: dict[str, Fact],
-                    depth: int, seen: set[str]) -> None:
+    def _star_names(
+        self,
+        root: str,
+        s: dict,
+        stars: dict[str, str],
+        refs: dict[str, Fact],
+        depth: int,
+        seen: set[str],
+    ) -> None:
         for star in s["stars"]:
             mod = self.modules.get((root, star))
             if mod is None or star in seen or depth > MAX_HOPS:
@@ -1154,9 +1285,11 @@ def view_words(view: dict) -> bytes:
         words += b" backward step( zero_grad .grad eval( train( torch"
         if any("keeps" in e for e in view["calls"].values()):
             words += b" append +="  # and keeps what the file passes it (TL302)
-    for fact in (*view["refs"].values(), *(f for p in view["params"].values()
-                                           for f in p.values()),
-                 *(f for a in view.get("attrs", {}).values() for f in a.values())):
+    for fact in (
+        *view["refs"].values(),
+        *(f for p in view["params"].values() for f in p.values()),
+        *(f for a in view.get("attrs", {}).values() for f in a.values()),
+    ):
         words += _FACT_WORDS.get(fact[0], b"")
         if fact[3]:
             words += b" softmax"
@@ -1168,8 +1301,9 @@ def _binding(fact: Fact, node: ast.AST, call: ast.Call | None = None) -> Foreign
         role = Role(fact[0])
     except ValueError:
         return None
-    return ForeignBinding(role, fact[1], call, node, cls=fact[1], unit=fact[2],
-                          softmax=bool(fact[3]))
+    return ForeignBinding(
+        role, fact[1], call, node, cls=fact[1], unit=fact[2], softmax=bool(fact[3])
+    )
 
 
 def foreign_binding(model: FileModel, expr: ast.AST) -> Binding | None:
@@ -1205,7 +1339,8 @@ def _kwargs_binding(model: FileModel, expr: ast.Subscript | ast.Call) -> Binding
         return None
     cls = model.class_of(fn)
     if (cls if cls is not None else fn) is not None and model.scope_of(
-            cls if cls is not None else fn) is not model.tree:
+        cls if cls is not None else fn
+    ) is not model.tree:
         return None
     fn_key = f"{cls.name}.{fn.name}" if cls is not None else fn.name
     fact = view["params"].get(fn_key, {}).get(f'{base}["{key}"]')
@@ -1254,7 +1389,8 @@ def _root_fact(model: FileModel, name: ast.Name, view: dict, depth: int) -> Fact
             return None  # rebound in the function
         cls = model.class_of(fn)
         if (cls if cls is not None else fn) is None or model.scope_of(
-                cls if cls is not None else fn) is not model.tree:
+            cls if cls is not None else fn
+        ) is not model.tree:
             return None
         key = f"{cls.name}.{fn.name}" if cls is not None else fn.name
         qual = view["instances"].get(key, {}).get(name.id)
@@ -1284,13 +1420,19 @@ def _stores(model: FileModel, fn: ast.AST) -> dict[str, list[ast.expr | None]]:
     out: dict[str, list[ast.expr | None]] = {}
     plain: set[int] = set()
     for node in walk_local(fn):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
-                node.targets[0], ast.Name):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
             out.setdefault(node.targets[0].id, []).append(node.value)
             plain.add(id(node.targets[0]))
     for node in walk_local(fn):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) and (
-                id(node) not in plain):
+        if (
+            isinstance(node, ast.Name)
+            and isinstance(node.ctx, (ast.Store, ast.Del))
+            and (id(node) not in plain)
+        ):
             out.setdefault(node.id, []).append(None)
     memo[id(fn)] = out
     return out
@@ -1326,16 +1468,17 @@ def _parameter_binding(model: FileModel, name: ast.Name) -> Binding | None:
     if fn is None:
         return None
     a = fn.args
-    param = next((x for x in (*a.posonlyargs, *a.args, *a.kwonlyargs) if x.arg == name.id),
-                 None)
+    param = next((x for x in (*a.posonlyargs, *a.args, *a.kwonlyargs) if x.arg == name.id), None)
     if param is None:
         return None
     view = getattr(model, "project", None)
     if view:
         cls = model.class_of(fn)
         key = f"{cls.name}.{fn.name}" if cls is not None else fn.name
-        if cls is not None and model.scope_of(cls) is model.tree or (
-            cls is None and model.scope_of(fn) is model.tree
+        if (
+            cls is not None
+            and model.scope_of(cls) is model.tree
+            or (cls is None and model.scope_of(fn) is model.tree)
         ):
             fact = view["params"].get(key, {}).get(name.id)
             if fact is not None:

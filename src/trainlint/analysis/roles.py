@@ -65,9 +65,25 @@ _SCHEDULER_BASES = {
     "torch.optim.lr_scheduler.LambdaLR",
 }
 _ROLE_VALUES = (ast.Call, ast.Name, ast.Attribute, ast.Tuple, ast.List)
-_TRAINING_LIBRARIES = ("torch", "transformers", "accelerate", "lightning", "pytorch_lightning",
-                       "timm", "apex", "bitsandbytes", "deepspeed", "torch_xla", "fairscale",
-                       "detectron2", "mmengine", "fairseq", "ignite", "composer", "builtins")
+_TRAINING_LIBRARIES = (
+    "torch",
+    "transformers",
+    "accelerate",
+    "lightning",
+    "pytorch_lightning",
+    "timm",
+    "apex",
+    "bitsandbytes",
+    "deepspeed",
+    "torch_xla",
+    "fairscale",
+    "detectron2",
+    "mmengine",
+    "fairseq",
+    "ignite",
+    "composer",
+    "builtins",
+)
 _OPT_NAME = re.compile(r"(optim|^opt$|^opt_|_opt$|^opt[A-Z0-9]|^opt[gd]$)", re.IGNORECASE)
 _SCHED_NAME = re.compile(r"sched", re.IGNORECASE)
 
@@ -171,7 +187,6 @@ class Roles:
                 return ("dotted", name)
         return None
 
-
     def _same_answer(self, expr: ast.AST, before: dict[Key, list[Binding]]) -> bool:
         """Whether ``lookup(expr)`` answers now as it did with the ``before`` bindings
         without asking it again: its key is in neither (then the answer never read them:
@@ -205,9 +220,18 @@ class Roles:
         if not found:
             # never assigned in this file: a parameter (its annotation or call sites), or
             # `ctx.training.scheduler`, a chain of project objects built elsewhere
-            if key is not None and key not in self.bindings and (
-                    isinstance(expr, ast.Name) or (isinstance(expr, ast.Attribute)
-                                                   and key[0] == "dotted" and self.model.project)):
+            if (
+                key is not None
+                and key not in self.bindings
+                and (
+                    isinstance(expr, ast.Name)
+                    or (
+                        isinstance(expr, ast.Attribute)
+                        and key[0] == "dotted"
+                        and self.model.project
+                    )
+                )
+            ):
                 from trainlint.analysis.project import foreign_binding
 
                 return foreign_binding(self.model, expr)
@@ -326,7 +350,11 @@ class Roles:
             if name in PREPARE_METHODS and call.args:
                 outs = [self._single(a) for a in call.args]
                 return outs
-            if name == "optimizers" and isinstance(func.value, ast.Name) and func.value.id == "self":
+            if (
+                name == "optimizers"
+                and isinstance(func.value, ast.Name)
+                and func.value.id == "self"
+            ):
                 return [Binding(Role.OPTIMIZER, None, call, stmt)]
             if name == "from_pretrained":
                 return [Binding(Role.MODEL, qual, call, stmt)]
@@ -337,8 +365,11 @@ class Roles:
         target = m.resolve_call(call)
         if target is not None:
             return self._returned(target)
-        if m.project and qual is None and name in ("get", "pop") and isinstance(
-            func, ast.Attribute
+        if (
+            m.project
+            and qual is None
+            and name in ("get", "pop")
+            and isinstance(func, ast.Attribute)
         ):
             # `kwargs.get("scheduler")`: the keyword's facts at the call sites
             from trainlint.analysis.project import foreign_binding

@@ -39,8 +39,7 @@ def runs_per_epoch(model: FileModel, call: ast.Call) -> bool:
             return True
     fn = model.function_of(call)
     if fn is not None and EPOCH_FUNCTION_NAMES.search(fn.name) and not model.enclosing_loops(call):
-        return any(id(loop) in step_ids for loop in model.loops
-                   if model.function_of(loop) is fn)
+        return any(id(loop) in step_ids for loop in model.loops if model.function_of(loop) is fn)
     return False
 
 
@@ -53,7 +52,9 @@ _ITER_NAME = re.compile(r"iter", re.IGNORECASE)
 _OPEN_NAME = re.compile(r"(^|_)steps$", re.IGNORECASE)
 _KIND_WORDS = re.compile(
     r"one_?cycle|cyclic|per_?(iter|batch|step)|by_?(iter|step)|iter(ation)?_?based|"
-    r"step_?(per|every|each|on)_?(batch|iter)|batch_?(level|wise)", re.IGNORECASE)
+    r"step_?(per|every|each|on)_?(batch|iter)|batch_?(level|wise)",
+    re.IGNORECASE,
+)
 
 
 def sized_in_iterations(model: FileModel, sched: Schedule) -> bool:
@@ -64,19 +65,28 @@ def sized_in_iterations(model: FileModel, sched: Schedule) -> bool:
     call = sched.binding.call
     if call is None or sched.cls not in ("StepLR", "MultiStepLR"):
         return False
-    size = keyword(call, "step_size") or keyword(call, "milestones") or (
-        call.args[1] if len(call.args) > 1 else None
+    size = (
+        keyword(call, "step_size")
+        or keyword(call, "milestones")
+        or (call.args[1] if len(call.args) > 1 else None)
     )
     if size is None:
         return False
     for sub in ast.walk(size):
-        text = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(
-            sub, ast.Attribute) else ""
+        text = (
+            sub.id
+            if isinstance(sub, ast.Name)
+            else sub.attr
+            if isinstance(sub, ast.Attribute)
+            else ""
+        )
         if text and (_ITER_NAME.search(text) or _OPEN_NAME.search(text)):
             return True
         value = literal_value(model, sub)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and (
-            value >= ITERATION_SIZED
+        if (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and (value >= ITERATION_SIZED)
         ):
             return True
         if isinstance(value, (tuple, list)) and any(
@@ -98,9 +108,15 @@ def kind_guarded(model: FileModel, call: ast.Call) -> bool:
         if not isinstance(anc, ast.If):
             continue
         for sub in ast.walk(anc.test):
-            text = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(
-                sub, ast.Attribute) else sub.value if isinstance(sub, ast.Constant) and isinstance(
-                sub.value, str) else ""
+            text = (
+                sub.id
+                if isinstance(sub, ast.Name)
+                else sub.attr
+                if isinstance(sub, ast.Attribute)
+                else sub.value
+                if isinstance(sub, ast.Constant) and isinstance(sub.value, str)
+                else ""
+            )
             if text and (_KIND_WORDS.search(text) or text in ITERATION_CLASSES):
                 return True
         if any(_set_beside_scheduler(model, dotted(flag), sched_ids) for flag in _flags(anc.test)):
@@ -123,15 +139,18 @@ def _set_beside_scheduler(model: FileModel, name: str | None, sched_ids: set[int
     for node in ast.walk(model.tree):
         if not isinstance(node, ast.Assign) or not any(dotted(t) == name for t in node.targets):
             continue
-        if not (isinstance(node.value, (ast.Compare, ast.BoolOp)) or (
-            isinstance(node.value, ast.Constant) and isinstance(node.value.value, bool)
-        )):
+        if not (
+            isinstance(node.value, (ast.Compare, ast.BoolOp))
+            or (isinstance(node.value, ast.Constant) and isinstance(node.value.value, bool))
+        ):
             continue  # a flag holds a truth value
         parent = model.parent_of(node)
         for field in ("body", "orelse"):
             block = getattr(parent, field, None)
-            if isinstance(block, list) and any(st is node for st in block) and any(
-                id(sub) in sched_ids for st in block for sub in ast.walk(st)
+            if (
+                isinstance(block, list)
+                and any(st is node for st in block)
+                and any(id(sub) in sched_ids for st in block for sub in ast.walk(st))
             ):
                 return True
     return False

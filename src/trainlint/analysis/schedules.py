@@ -13,11 +13,21 @@ from trainlint.analysis.roles import Binding, Role
 LR_SCHEDULER = "torch.optim.lr_scheduler."
 EPOCH_CLASSES = {"StepLR", "MultiStepLR", "ExponentialLR", "ReduceLROnPlateau"}
 ITERATION_CLASSES = {"OneCycleLR", "CyclicLR"}
-LENGTH_CLASSES = {"CosineAnnealingLR", "CosineAnnealingWarmRestarts", "LambdaLR",
-                  "PolynomialLR", "LinearLR", "MultiplicativeLR", "ConstantLR"}
-ITER_WORDS = re.compile(r"steps_per_epoch|total_steps|max_steps|num_training_steps|"
-                        r"training_steps|num_steps|total_iters?$|max_iters?|num_iters?|"
-                        r"iterations|num_updates|total_updates|train_steps|n_steps", re.I)
+LENGTH_CLASSES = {
+    "CosineAnnealingLR",
+    "CosineAnnealingWarmRestarts",
+    "LambdaLR",
+    "PolynomialLR",
+    "LinearLR",
+    "MultiplicativeLR",
+    "ConstantLR",
+}
+ITER_WORDS = re.compile(
+    r"steps_per_epoch|total_steps|max_steps|num_training_steps|"
+    r"training_steps|num_steps|total_iters?$|max_iters?|num_iters?|"
+    r"iterations|num_updates|total_updates|train_steps|n_steps",
+    re.I,
+)
 EPOCH_WORD = re.compile(r"epoch", re.I)
 
 
@@ -151,8 +161,12 @@ def scheduler_calls(model: FileModel) -> list[ast.Call]:
     names = {n for n in model.calls if n[:1].isupper() or n.startswith("get_")}
     for b in model.imports._scopes.values():
         names.update(local for local, q in b.imports.items() if is_scheduler_qualname(q))
-    calls = [c for n in names for c in model.calls.get(n, ())
-             if is_scheduler_qualname(model.qualname(c.func) or "")]
+    calls = [
+        c
+        for n in names
+        for c in model.calls.get(n, ())
+        if is_scheduler_qualname(model.qualname(c.func) or "")
+    ]
     return sorted(calls, key=lambda c: (c.lineno, c.col_offset))
 
 
@@ -163,8 +177,11 @@ def schedule_for_step(model: FileModel, call: ast.Call) -> Schedule | None:
     if binding is None or binding.role is not Role.SCHEDULER:
         return None
     cls, unit = getattr(binding, "cls", None), getattr(binding, "unit", None)
-    if cls is not None and binding.call is None or binding.call is not None and (
-        id(binding.call) not in schedules(model) and cls is not None
+    if (
+        cls is not None
+        and binding.call is None
+        or binding.call is not None
+        and (id(binding.call) not in schedules(model) and cls is not None)
     ):
         # built in another file (a factory, a constructor's caller): its unit came with it
         return Schedule(binding, cls, unit)

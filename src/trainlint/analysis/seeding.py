@@ -10,23 +10,33 @@ import re
 from trainlint.analysis.model import FileModel, FunctionNode, call_name, is_true, walk_local
 
 #: Calls that seed torch's generator (what a freshly built model's weights come from).
-TORCH_SEEDERS = frozenset({
-    "torch.manual_seed", "torch.random.manual_seed", "torch.cuda.manual_seed_all",
-    "transformers.set_seed", "transformers.trainer_utils.set_seed", "accelerate.utils.set_seed",
-    "pytorch_lightning.seed_everything", "lightning.seed_everything",
-    "lightning.pytorch.seed_everything", "lightning.fabric.seed_everything",
-    "lightning_fabric.utilities.seed.seed_everything", "pytorch_lightning.utilities.seed.seed_everything",
-    "mmengine.runner.set_random_seed", "timm.utils.random_seed",
-})
+TORCH_SEEDERS = frozenset(
+    {
+        "torch.manual_seed",
+        "torch.random.manual_seed",
+        "torch.cuda.manual_seed_all",
+        "transformers.set_seed",
+        "transformers.trainer_utils.set_seed",
+        "accelerate.utils.set_seed",
+        "pytorch_lightning.seed_everything",
+        "lightning.seed_everything",
+        "lightning.pytorch.seed_everything",
+        "lightning.fabric.seed_everything",
+        "lightning_fabric.utilities.seed.seed_everything",
+        "pytorch_lightning.utilities.seed.seed_everything",
+        "mmengine.runner.set_random_seed",
+        "timm.utils.random_seed",
+    }
+)
 _SEED_WORD = re.compile(r"seed", re.IGNORECASE)
 _CUDNN_DETERMINISTIC = "torch.backends.cudnn.deterministic"
-_DETERMINISTIC_CALLS = {"torch.use_deterministic_algorithms",
-                        "torch.set_deterministic_debug_mode"}
+_DETERMINISTIC_CALLS = {"torch.use_deterministic_algorithms", "torch.set_deterministic_debug_mode"}
 
 
 def seed_calls(model: FileModel) -> list[ast.Call]:
     """Every call that may seed something: a known seeder, or any call whose name says
     `seed` (a project's own `set_seed(args.seed)`, `np.random.seed`, `rng.seed`)."""
+
     def build(m: FileModel) -> list[ast.Call]:
         out = [c for name, calls in m.calls.items() if _SEED_WORD.search(name) for c in calls]
         out.sort(key=lambda c: (c.lineno, c.col_offset))
@@ -43,8 +53,9 @@ def seeds_torch(model: FileModel, call: ast.Call, depth: int = 0) -> bool:
     target = model.resolve_call(call)
     if target is None or depth > 2:
         return False
-    return any(isinstance(n, ast.Call) and seeds_torch(model, n, depth + 1)
-               for n in walk_local(target))
+    return any(
+        isinstance(n, ast.Call) and seeds_torch(model, n, depth + 1) for n in walk_local(target)
+    )
 
 
 def determinism_claims(model: FileModel) -> list[ast.stmt | ast.expr]:
@@ -72,8 +83,13 @@ def randomly_initialised(model: FileModel, call: ast.Call) -> bool:
     qual = model.qualname(func)
     if qual is not None:
         last = qual.rsplit(".", 1)[-1]
-        return qual.startswith("torch.nn.") and qual.count(".") == 2 and last[:1].isupper() and (
-            not last.endswith("Loss")) and last not in ("Parameter", "Module", "Identity")
+        return (
+            qual.startswith("torch.nn.")
+            and qual.count(".") == 2
+            and last[:1].isupper()
+            and (not last.endswith("Loss"))
+            and last not in ("Parameter", "Module", "Identity")
+        )
     if isinstance(func, ast.Name):
         cls = model.class_named(func.id)
         return cls is not None and model.roles.is_module_class(cls)

@@ -86,11 +86,13 @@ class Event:
 
     def under_counter_guard(self) -> bool:
         return bool(self.flags & FLAG_COUNTER) or any(
-            is_counter_guard(g.test) for g, _ in self.guards)
+            is_counter_guard(g.test) for g, _ in self.guards
+        )
 
     def rate_limited(self) -> bool:
         return bool(self.flags & (FLAG_COUNTER | FLAG_LOGGING)) or any(
-            is_counter_guard(g.test) or _is_logging_guard(g.test) for g, _ in self.guards)
+            is_counter_guard(g.test) or _is_logging_guard(g.test) for g, _ in self.guards
+        )
 
 
 #: Event.flags: the event sits, inside another file's function, under a counter guard
@@ -100,8 +102,7 @@ FLAG_COUNTER, FLAG_LOGGING = 1, 2
 
 Path = tuple[Event, ...]
 #: the walker's question at a call it cannot resolve in the file: its paths, or None
-Foreign = Callable[["_Walker", ast.Call, int, tuple[tuple[ast.If, bool], ...]],
-                   "list[Path] | None"]
+Foreign = Callable[["_Walker", ast.Call, int, tuple[tuple[ast.If, bool], ...]], "list[Path] | None"]
 #: a node the step walker acts on: (node, its event, the same-file helper a call runs)
 _NodeEvent = tuple[ast.AST, "Event | None", "FunctionNode | None"]
 
@@ -128,6 +129,7 @@ class StepLoop:
 
     def targets(self, kind: Kind) -> set[str]:
         return {e.target for e in self.events if e.kind is kind and e.target}
+
 
 AUTOGRAD_BACKWARD = "torch.autograd.backward"
 AUTOGRAD_GRAD = "torch.autograd.grad"
@@ -195,8 +197,7 @@ def backpropagated(model: FileModel, expr: ast.AST) -> bool:
     fn = model.function_of(expr)
     for call in backward_calls(model):
         value = backward_value(model, call)
-        if isinstance(value, ast.Name) and value.id == expr.id and (
-                model.function_of(call) is fn):
+        if isinstance(value, ast.Name) and value.id == expr.id and (model.function_of(call) is fn):
             there = model.flow.definition(value.id, value)
             if there is not None and there[0] is here[0]:
                 return True
@@ -227,16 +228,20 @@ def is_counter_guard(test: ast.AST) -> bool:
     return _has_mod(test)
 
 
-_LOG_WORDS = re.compile(r"log|print|verbose|display|report|debug|wandb|tensorboard|writer|"
-                        r"is_main|main_process|master|profil|timing|benchmark|monitor",
-                        re.IGNORECASE)
+_LOG_WORDS = re.compile(
+    r"log|print|verbose|display|report|debug|wandb|tensorboard|writer|"
+    r"is_main|main_process|master|profil|timing|benchmark|monitor",
+    re.IGNORECASE,
+)
 
 
 def _is_logging_guard(test: ast.AST) -> bool:
     for sub in walk_tree(test):
         text = (
-            sub.id if isinstance(sub, ast.Name)
-            else sub.attr if isinstance(sub, ast.Attribute)
+            sub.id
+            if isinstance(sub, ast.Name)
+            else sub.attr
+            if isinstance(sub, ast.Attribute)
             else None
         )
         if text and _LOG_WORDS.search(text):
@@ -257,11 +262,30 @@ def _is_inf(node: ast.AST | None) -> bool:
     return False
 
 
-_EVENT_CALLS = {"backward", "manual_backward", "step", "optimizer_step", "zero_grad", "eval",
-                "train", "unscale_", "update", "clip_grad_norm_", "clip_grad_value_",
-                "clip_grad_norm", "clip_gradients", "clip_grads_with_norm_", "get_total_norm"}
-_CLIP_NAMES = {"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_gradients",
-               "clip_grads_with_norm_"}
+_EVENT_CALLS = {
+    "backward",
+    "manual_backward",
+    "step",
+    "optimizer_step",
+    "zero_grad",
+    "eval",
+    "train",
+    "unscale_",
+    "update",
+    "clip_grad_norm_",
+    "clip_grad_value_",
+    "clip_grad_norm",
+    "clip_gradients",
+    "clip_grads_with_norm_",
+    "get_total_norm",
+}
+_CLIP_NAMES = {
+    "clip_grad_norm_",
+    "clip_grad_value_",
+    "clip_grad_norm",
+    "clip_gradients",
+    "clip_grads_with_norm_",
+}
 #: the methods whose calls `classify` may make a BACKWARD or STEP event (a bare name may be
 #: an alias of torch's, so only attribute calls are screened by name)
 _OWN_STEP_METHODS = frozenset({"backward", "manual_backward", "step", "optimizer_step"})
@@ -304,9 +328,12 @@ class StepModel:
                 return Event(Kind.BACKWARD, node)
             if name == "zero_grad" and isinstance(func, ast.Attribute):
                 return Event(Kind.ZERO, node, dotted(func.value) or "<expr>")
-            if name in _ZEROING_METHODS and isinstance(func, ast.Attribute) and _mentions_grad(
-                func.value
-            ) and name != "requires_grad_":
+            if (
+                name in _ZEROING_METHODS
+                and isinstance(func, ast.Attribute)
+                and _mentions_grad(func.value)
+                and name != "requires_grad_"
+            ):
                 return Event(Kind.ZERO, node, None)
             if name == "step" and isinstance(func, ast.Attribute):
                 recv = func.value
@@ -320,8 +347,10 @@ class StepModel:
                 return None
             if name == "optimizer_step" and node.args:
                 return Event(Kind.STEP, node, dotted(node.args[0]) or "<expr>")
-            if name in ("eval", "train") and isinstance(func, ast.Attribute) and self._is_model(
-                func.value
+            if (
+                name in ("eval", "train")
+                and isinstance(func, ast.Attribute)
+                and self._is_model(func.value)
             ):
                 mode_arg = node.args[0] if node.args else keyword(node, "mode")
                 training = name == "train" and not (
@@ -332,14 +361,18 @@ class StepModel:
                 return Event(Kind.TRAIN if training else Kind.EVAL, node, dotted(func.value))
             if name == "unscale_":
                 return Event(Kind.UNSCALE, node, dotted(node.args[0]) if node.args else None)
-            if name == "update" and isinstance(func, ast.Attribute) and (
-                self.roles.role(func.value, by_name=True) is Role.SCALER
+            if (
+                name == "update"
+                and isinstance(func, ast.Attribute)
+                and (self.roles.role(func.value, by_name=True) is Role.SCALER)
             ):
                 return Event(Kind.UPDATE, node, dotted(func.value))
             if name in _CLIP_NAMES:
                 bound = _clip_bound(node, name)
-                if name == "clip_grad_norm" and m.qualname(func) is None and not isinstance(
-                    func, ast.Attribute
+                if (
+                    name == "clip_grad_norm"
+                    and m.qualname(func) is None
+                    and not isinstance(func, ast.Attribute)
                 ):
                     return None
                 kind = Kind.READ if _is_inf(bound) else Kind.CLIP
@@ -355,8 +388,10 @@ class StepModel:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(t, ast.Attribute) and t.attr == "grad" for t in targets):
                 value = node.value
-                if value is None or (isinstance(value, ast.Constant) and value.value is None) or (
-                    isinstance(value, ast.Call) and call_name(value) in ("zeros_like", "zeros")
+                if (
+                    value is None
+                    or (isinstance(value, ast.Constant) and value.value is None)
+                    or (isinstance(value, ast.Call) and call_name(value) in ("zeros_like", "zeros"))
                 ):
                     return Event(Kind.ZERO, node, None)
                 # `p.grad = g`: gradients written by hand play the part of a backward
@@ -381,9 +416,22 @@ class StepModel:
         if any(w in last for w in ("trainer", "engine", "runner", "learner", "loop")):
             return False
         return self.model.imports_training_library and any(
-            w in last for w in ("model", "net", "encoder", "decoder", "backbone", "module",
-                                "generator", "discriminator", "policy", "critic", "actor")
+            w in last
+            for w in (
+                "model",
+                "net",
+                "encoder",
+                "decoder",
+                "backbone",
+                "module",
+                "generator",
+                "discriminator",
+                "policy",
+                "critic",
+                "actor",
+            )
         )
+
     is_model = _is_model  # public name for rules (issue 13)
 
     def _grad_attribute(self, node: ast.Attribute) -> Event | None:
@@ -405,8 +453,10 @@ class StepModel:
         cur: ast.AST = node
         while isinstance(parent, ast.Attribute):
             cur, parent = parent, self.model.parent_of(parent)
-        if isinstance(parent, ast.Call) and parent.func is cur and call_name(parent) in (
-            _ZEROING_METHODS
+        if (
+            isinstance(parent, ast.Call)
+            and parent.func is cur
+            and call_name(parent) in (_ZEROING_METHODS)
         ):
             return None
         if isinstance(parent, ast.Assign) and any(t is cur for t in parent.targets):
@@ -428,8 +478,11 @@ class StepModel:
                     continue
                 ev = self.classify(sub)
                 fn = resolve(sub) if ev is None and isinstance(sub, ast.Call) else None
-                if ev is not None or fn is not None or (
-                        sub.__class__ is ast.Call and sub.func.__class__ in _CALLEES):  # type: ignore[attr-defined]
+                if (
+                    ev is not None
+                    or fn is not None
+                    or (sub.__class__ is ast.Call and sub.func.__class__ in _CALLEES)
+                ):  # type: ignore[attr-defined]
                     # (a call of neither: maybe another file's function, see _Walker)
                     found.append((sub, ev, fn))
             self._node_events_cache[key] = found
@@ -599,8 +652,11 @@ class StepModel:
                 if id(loop) in ids or id(loop) in self.step_loop_ids:
                     continue
                 paths, _ = self.loop_paths(loop)
-                if any(e.via is not None and e.depth > 0 and e.kind in (Kind.BACKWARD, Kind.STEP)
-                       for p in paths for e in p):
+                if any(
+                    e.via is not None and e.depth > 0 and e.kind in (Kind.BACKWARD, Kind.STEP)
+                    for p in paths
+                    for e in p
+                ):
                     ids.add(id(loop))
                     out.append(loop)
         return sorted(out, key=_pos)  # type: ignore[arg-type]
@@ -715,6 +771,7 @@ class StepModel:
                         break
             self._own_step[id(fn)] = cached
         return cached
+
     has_own_step = _has_own_step  # public name for rules (issue 13)
 
 
@@ -725,8 +782,13 @@ def _over_parameters(loop: ast.AST) -> bool:
         return False
     for sub in ast.walk(it):
         if isinstance(sub, ast.Attribute) and sub.attr in (
-            "parameters", "named_parameters", "param_groups", "buffers", "modules",
-            "named_modules", "children",
+            "parameters",
+            "named_parameters",
+            "param_groups",
+            "buffers",
+            "modules",
+            "named_modules",
+            "children",
         ):
             return True
     return False
@@ -758,9 +820,15 @@ class _Walker:
     """Enumerates event paths through statements; inlines same-file helpers; asks
     ``foreign`` (analysis.effects) about calls into other files."""
 
-    def __init__(self, steps: StepModel, depth: int = 0, chain: tuple[ast.Call, ...] = (),
-                 guards: tuple[tuple[ast.If, bool], ...] = (), inline_depth: int = 0,
-                 foreign: Foreign | None = None) -> None:
+    def __init__(
+        self,
+        steps: StepModel,
+        depth: int = 0,
+        chain: tuple[ast.Call, ...] = (),
+        guards: tuple[tuple[ast.If, bool], ...] = (),
+        inline_depth: int = 0,
+        foreign: Foreign | None = None,
+    ) -> None:
         self.steps = steps
         self.depth = depth
         self.chain = chain
@@ -775,8 +843,13 @@ class _Walker:
         return [p for p in _dedupe(open_paths + closed) if _feasible(p, keys)]
 
     # Each block returns (paths still running, paths that ended the iteration).
-    def _block(self, stmts: list[ast.stmt], paths: list[Path], depth: int,
-               guards: tuple[tuple[ast.If, bool], ...]) -> tuple[list[Path], list[Path]]:
+    def _block(
+        self,
+        stmts: list[ast.stmt],
+        paths: list[Path],
+        depth: int,
+        guards: tuple[tuple[ast.If, bool], ...],
+    ) -> tuple[list[Path], list[Path]]:
         closed: list[Path] = []
         for stmt in stmts:
             if not paths:
@@ -789,8 +862,9 @@ class _Walker:
                 closed = closed[:MAX_PATHS]
         return paths, closed
 
-    def _stmt(self, stmt: ast.stmt, paths: list[Path], depth: int,
-              guards: tuple[tuple[ast.If, bool], ...]) -> tuple[list[Path], list[Path]]:
+    def _stmt(
+        self, stmt: ast.stmt, paths: list[Path], depth: int, guards: tuple[tuple[ast.If, bool], ...]
+    ) -> tuple[list[Path], list[Path]]:
         if stmt.__class__ in _SIMPLE_STATEMENTS:  # (most statements: the last case below)
             return _extend(paths, self._expr_events(stmt, depth, guards)), []
         if isinstance(stmt, ast.If):
@@ -841,8 +915,9 @@ class _Walker:
             return paths, []
         return _extend(paths, self._expr_events(stmt, depth, guards)), []
 
-    def _expr_events(self, node: ast.AST, depth: int,
-                     guards: tuple[tuple[ast.If, bool], ...]) -> list[list[Path]]:
+    def _expr_events(
+        self, node: ast.AST, depth: int, guards: tuple[tuple[ast.If, bool], ...]
+    ) -> list[list[Path]]:
         """Events of one statement/expression in evaluation order, as a list of
         alternatives-per-position (helpers contribute their own path sets)."""
         seq: list[list[Path]] = []
@@ -863,25 +938,30 @@ class _Walker:
                     if local is not None:
                         seq.append(self._inline(local, sub, depth, guards))
             if ev is not None:
-                seq.append([(Event(ev.kind, ev.node, ev.target, self.chain, guards, depth,
-                                   ev.scaled),)])
+                seq.append(
+                    [(Event(ev.kind, ev.node, ev.target, self.chain, guards, depth, ev.scaled),)]
+                )
         return seq
 
     def _local_function(self, node: ast.AST) -> FunctionNode | None:
         if isinstance(node, ast.Name):
             for fn in self.steps.model.functions:
-                if fn.name == node.id and self.steps.model.scope_of(fn) is self.steps.model.scope_of(node):
+                if fn.name == node.id and self.steps.model.scope_of(
+                    fn
+                ) is self.steps.model.scope_of(node):
                     return fn
         return None
 
-    def _inline(self, fn: FunctionNode, site: ast.Call, depth: int,
-                guards: tuple[tuple[ast.If, bool], ...]) -> list[Path]:
+    def _inline(
+        self, fn: FunctionNode, site: ast.Call, depth: int, guards: tuple[tuple[ast.If, bool], ...]
+    ) -> list[Path]:
         if self.inline_depth >= MAX_INLINE_DEPTH or site in self.chain:
             return [()]
         if any(self.steps.model.resolve_call(c) is fn for c in self.chain):
             return [()]  # recursion
-        sub = _Walker(self.steps, depth, (*self.chain, site), guards, self.inline_depth + 1,
-                      self.foreign)
+        sub = _Walker(
+            self.steps, depth, (*self.chain, site), guards, self.inline_depth + 1, self.foreign
+        )
         paths = sub.run(fn.body)
         if not sub.precise:
             self.precise = False
@@ -895,9 +975,11 @@ def condition_literal(test: ast.expr) -> tuple[ast.expr, bool]:
     while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         test, positive = test.operand, not positive
     if (
-        isinstance(test, ast.Compare) and len(test.ops) == 1
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
         and isinstance(test.ops[0], (ast.Is, ast.IsNot))
-        and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
     ):
         positive = positive if isinstance(test.ops[0], ast.IsNot) else not positive
         test = test.left
@@ -926,9 +1008,21 @@ def _feasible(path: Path, keys: dict[int, tuple[str, bool]]) -> bool:
 
 _GUARDS = operator.attrgetter("guards")
 #: statements that neither branch, loop, nest a block nor leave it: their events in order
-_SIMPLE_STATEMENTS = frozenset({ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete,
-                                ast.Pass, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal,
-                                ast.Assert})
+_SIMPLE_STATEMENTS = frozenset(
+    {
+        ast.Expr,
+        ast.Assign,
+        ast.AugAssign,
+        ast.AnnAssign,
+        ast.Delete,
+        ast.Pass,
+        ast.Import,
+        ast.ImportFrom,
+        ast.Global,
+        ast.Nonlocal,
+        ast.Assert,
+    }
+)
 #: the only nodes ``StepModel.classify`` makes an event of, or the walker inlines
 _EVENT_NODES = frozenset({ast.Call, ast.Attribute, ast.Assign, ast.AnnAssign, ast.Delete})
 _CALLEES = frozenset({ast.Name, ast.Attribute})
@@ -950,8 +1044,9 @@ def _dedupe(paths: list[Path]) -> list[Path]:
     return list(dict.fromkeys(paths))
 
 
-def after_limiting_exit(model: FileModel, node: ast.AST, stop: ast.AST,
-                        limits: Callable[[ast.If], bool] | None = None) -> bool:
+def after_limiting_exit(
+    model: FileModel, node: ast.AST, stop: ast.AST, limits: Callable[[ast.If], bool] | None = None
+) -> bool:
     """Is ``node`` preceded, in a block enclosing it (up to ``stop``, a step loop or step
     function, or ``node``'s own function), by an ``if`` that leaves early when ``limits``
     says it gates (default: rate-limit and logging guards)? ``if not should_log: return``

@@ -13,15 +13,62 @@ from trainlint.analysis.steps import StepLoop, after_limiting_exit, backward_cal
 _SYNC_METHODS = {"item", "cpu", "numpy", "tolist"}
 _TO_HOST = {"item", "tolist", "numpy"}  # their result is no longer a tensor
 #: Reductions over the whole tensor: called without a dim, their result is one number.
-_REDUCTIONS = {"mean", "sum", "max", "min", "norm", "std", "var", "prod", "all", "any",
-               "amax", "amin", "nansum", "nanmean", "median", "count_nonzero"}
+_REDUCTIONS = {
+    "mean",
+    "sum",
+    "max",
+    "min",
+    "norm",
+    "std",
+    "var",
+    "prod",
+    "all",
+    "any",
+    "amax",
+    "amin",
+    "nansum",
+    "nanmean",
+    "median",
+    "count_nonzero",
+}
 #: Methods that keep a tensor's shape (and so whether it is one number).
 _SAME_SHAPE = {"detach", "float", "double", "half", "bfloat16", "clone", "contiguous", "squeeze"}
-_FACTORIES = {"tensor", "as_tensor", "scalar_tensor", "zeros", "ones", "full", "empty",
-              "zeros_like", "ones_like", "full_like", "empty_like", "arange"}
-_DTYPE_WORDS = {"dtype", "float", "float16", "float32", "float64", "half", "double", "bfloat16",
-                "int", "int8", "int16", "int32", "int64", "long", "short", "bool", "uint8",
-                "complex64", "complex128"}
+_FACTORIES = {
+    "tensor",
+    "as_tensor",
+    "scalar_tensor",
+    "zeros",
+    "ones",
+    "full",
+    "empty",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "empty_like",
+    "arange",
+}
+_DTYPE_WORDS = {
+    "dtype",
+    "float",
+    "float16",
+    "float32",
+    "float64",
+    "half",
+    "double",
+    "bfloat16",
+    "int",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "long",
+    "short",
+    "bool",
+    "uint8",
+    "complex64",
+    "complex128",
+}
+
 
 @dataclass(frozen=True)
 class HostSync:
@@ -67,8 +114,11 @@ def _param_gets_tensor(model: FileModel, expr: ast.AST) -> bool:
         return False
     index = params.index(expr.id)
     for site in model.call_sites.get(id(fn), ()):
-        offset = 1 if params and params[0] in ("self", "cls") and isinstance(
-            site.func, ast.Attribute) else 0
+        offset = (
+            1
+            if params and params[0] in ("self", "cls") and isinstance(site.func, ast.Attribute)
+            else 0
+        )
         args = {kw.arg: kw.value for kw in site.keywords}
         arg = args.get(expr.id)
         if arg is None and 0 <= index - offset < len(site.args):
@@ -101,8 +151,10 @@ def _moves_to_device(call: ast.Call) -> bool:
     if keyword(call, "device") is not None:
         return True
     return any(
-        not (isinstance(a, (ast.Attribute, ast.Name))
-             and (dotted(a) or "").rsplit(".", 1)[-1] in _DTYPE_WORDS)
+        not (
+            isinstance(a, (ast.Attribute, ast.Name))
+            and (dotted(a) or "").rsplit(".", 1)[-1] in _DTYPE_WORDS
+        )
         for a in call.args
     )
 
@@ -113,8 +165,10 @@ def _moved_to_device(model: FileModel, expr: ast.AST) -> bool:
             return True
         if isinstance(sub, ast.Name):
             found = model.flow.definition(sub.id, sub)
-            if found is not None and isinstance(found[1], ast.AST) and any(
-                isinstance(c, ast.Call) and _moves_to_device(c) for c in ast.walk(found[1])
+            if (
+                found is not None
+                and isinstance(found[1], ast.AST)
+                and any(isinstance(c, ast.Call) and _moves_to_device(c) for c in ast.walk(found[1]))
             ):
                 return True
     return False
@@ -125,8 +179,11 @@ def _moved_to_cpu_data(model: FileModel, expr: ast.AST) -> bool:
 
 
 def _torch_factory(model: FileModel, node: ast.AST) -> bool:
-    return (isinstance(node, ast.Call) and call_name(node) in _FACTORIES
-            and (model.qualname(node.func) or "").startswith("torch."))
+    return (
+        isinstance(node, ast.Call)
+        and call_name(node) in _FACTORIES
+        and (model.qualname(node.func) or "").startswith("torch.")
+    )
 
 
 def _built_on_cpu(model: FileModel, expr: ast.AST) -> bool:
@@ -145,8 +202,12 @@ def _one_number(model: FileModel, expr: ast.AST) -> bool:
     `torch.mean(x)`), or a detached loss (`loss.detach().cpu()`)?"""
     cur = expr
     detached = False
-    while (isinstance(cur, ast.Call) and isinstance(cur.func, ast.Attribute)
-           and call_name(cur) in _SAME_SHAPE and not cur.args):
+    while (
+        isinstance(cur, ast.Call)
+        and isinstance(cur.func, ast.Attribute)
+        and call_name(cur) in _SAME_SHAPE
+        and not cur.args
+    ):
         detached = detached or call_name(cur) == "detach"
         cur = cur.func.value
     if isinstance(cur, ast.Call):
@@ -184,7 +245,8 @@ def _holds_tensor(model: FileModel, target: ast.AST) -> bool:
     value = found[1]
     if isinstance(value, ast.Dict):
         return base is not target and any(
-            v is not None and _device_factory(model, v) for v in value.values)
+            v is not None and _device_factory(model, v) for v in value.values
+        )
     if isinstance(value, (ast.List, ast.Tuple)):
         return base is not target and any(_device_factory(model, v) for v in value.elts)
     return base is target and _device_factory(model, value)
@@ -203,8 +265,12 @@ def into_tensor(model: FileModel, node: ast.AST) -> bool:
 def _named_value(model: FileModel, expr: ast.AST) -> tuple[str, int] | None:
     """`loss_t` (or `loss_t.detach()`) as (name, id of its defining statement): two reads
     of the same pair read the same value; `fn()` read twice reads two values."""
-    while (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
-           and call_name(expr) in _SAME_SHAPE and not expr.args):
+    while (
+        isinstance(expr, ast.Call)
+        and isinstance(expr.func, ast.Attribute)
+        and call_name(expr) in _SAME_SHAPE
+        and not expr.args
+    ):
         expr = expr.func.value
     name = dotted(expr)
     if name is None:
@@ -246,8 +312,11 @@ def _loop_around(model: FileModel, node: ast.AST) -> ast.AST | None:
 
 
 def _is_env_step(call: ast.AST) -> bool:
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-            and call.func.attr in ("step", "step_async")):
+    if not (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr in ("step", "step_async")
+    ):
         return False
     return "env" in (dotted(call.func.value) or "").rsplit(".", 1)[-1].lower()
 
@@ -261,16 +330,23 @@ def _feeds_env(model: FileModel, node: ast.AST) -> bool:
         if isinstance(anc, ast.stmt):
             break
     stmt = model.statement_of(node)
-    targets = stmt.targets if isinstance(stmt, ast.Assign) else (
-        [stmt.target] if isinstance(stmt, ast.AnnAssign) else [])
+    targets = (
+        stmt.targets
+        if isinstance(stmt, ast.Assign)
+        else ([stmt.target] if isinstance(stmt, ast.AnnAssign) else [])
+    )
     names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
     if not names:
         return False
     after = (stmt.lineno, stmt.col_offset)
     for sub in walk_local(model.function_of(stmt) or model.tree):
-        if _is_env_step(sub) and (sub.lineno, sub.col_offset) > after and any(  # type: ignore[attr-defined]
-            isinstance(a, ast.Name) and a.id in names
-            for a in (*sub.args, *(k.value for k in sub.keywords))  # type: ignore[attr-defined]
+        if (
+            _is_env_step(sub)
+            and (sub.lineno, sub.col_offset) > after
+            and any(  # type: ignore[attr-defined]
+                isinstance(a, ast.Name) and a.id in names
+                for a in (*sub.args, *(k.value for k in sub.keywords))  # type: ignore[attr-defined]
+            )
         ):
             return True
     return False
@@ -280,7 +356,8 @@ def host_syncs(model: FileModel, where: Callable[[ast.AST], bool] | None = None)
     """Every host read of a device tensor in the file, in source order; with ``where``,
     only the reads at nodes it accepts (asked before the costly flow questions)."""
     losses = {
-        dotted(v) for c in backward_calls(model)
+        dotted(v)
+        for c in backward_calls(model)
         if (v := backward_value(model, c)) is not None and dotted(v)
     }
     found: list[HostSync] = []
@@ -291,8 +368,10 @@ def host_syncs(model: FileModel, where: Callable[[ast.AST], bool] | None = None)
                 continue
             recv = func.value
             what = f"`.{name}()`"
-            if name in ("numpy", "tolist") and isinstance(recv, ast.Call) and (
-                call_name(recv) == "cpu"
+            if (
+                name in ("numpy", "tolist")
+                and isinstance(recv, ast.Call)
+                and (call_name(recv) == "cpu")
             ):
                 recv = recv.func.value  # type: ignore[attr-defined]
                 what = f"`.cpu().{name}()`"
@@ -304,12 +383,22 @@ def host_syncs(model: FileModel, where: Callable[[ast.AST], bool] | None = None)
                 continue
             if not _device_tensor(model, recv, lenient=name in ("item", "cpu", "numpy")):
                 continue
-            scalar = name == "item" or _one_number(model, recv) or (
-                dotted(recv) in losses and name == "tolist")
+            scalar = (
+                name == "item"
+                or _one_number(model, recv)
+                or (dotted(recv) in losses and name == "tolist")
+            )
             if isinstance(recv, ast.Call) and call_name(recv) == "cpu" and name == "item":
                 recv = recv.func.value  # type: ignore[attr-defined]
-            found.append(HostSync(call, what, "scalar" if scalar else "copy",
-                                  ast.unparse(recv), _named_value(model, recv)))
+            found.append(
+                HostSync(
+                    call,
+                    what,
+                    "scalar" if scalar else "copy",
+                    ast.unparse(recv),
+                    _named_value(model, recv),
+                )
+            )
     for call in model.calls_to("builtins.float", "builtins.int", "builtins.print"):
         fname = call_name(call)
         if where is not None and not where(call):
@@ -319,8 +408,15 @@ def host_syncs(model: FileModel, where: Callable[[ast.AST], bool] | None = None)
                 found.append(HostSync(call, "`print()` of a tensor", "format", ""))
             elif call.args:
                 arg = call.args[0]
-                found.append(HostSync(call, f"`{fname}()` of a tensor", "scalar",
-                                      ast.unparse(arg), _named_value(model, arg)))
+                found.append(
+                    HostSync(
+                        call,
+                        f"`{fname}()` of a tensor",
+                        "scalar",
+                        ast.unparse(arg),
+                        _named_value(model, arg),
+                    )
+                )
     # The model's f-string table, not a walk of the whole tree: the table is in no set
     # order, but the sort below is by position and f-strings that share one (the format
     # specs of one f-string, on Python < 3.12) make identical findings in one statement.
@@ -331,8 +427,7 @@ def host_syncs(model: FileModel, where: Callable[[ast.AST], bool] | None = None)
         if where is not None and not where(node):
             continue
         if any(
-            isinstance(v, ast.FormattedValue) and _tensor_arg(model, v.value)
-            for v in node.values
+            isinstance(v, ast.FormattedValue) and _tensor_arg(model, v.value) for v in node.values
         ):
             found.append(HostSync(node, "an f-string of a tensor", "format", ""))
     found.sort(key=lambda s: (getattr(s.node, "lineno", 0), getattr(s.node, "col_offset", 0)))
@@ -343,8 +438,7 @@ def _tensor_arg(model: FileModel, expr: ast.AST) -> bool:
     """Does converting or formatting ``expr`` read a device tensor?"""
     if isinstance(expr, ast.JoinedStr):
         return any(
-            isinstance(v, ast.FormattedValue) and _tensor_arg(model, v.value)
-            for v in expr.values
+            isinstance(v, ast.FormattedValue) and _tensor_arg(model, v.value) for v in expr.values
         )
     if isinstance(expr, ast.Call) and (
         call_name(expr) in _SYNC_METHODS
@@ -352,8 +446,10 @@ def _tensor_arg(model: FileModel, expr: ast.AST) -> bool:
     ):
         return False  # the inner .item() or float() is the sync, reported on its own
     v = model.flow.value(expr)
-    if v.taint is Taint.CUT and v.cuts and all(
-        isinstance(c, ast.Call) and call_name(c) in _TO_HOST for c in v.cuts
+    if (
+        v.taint is Taint.CUT
+        and v.cuts
+        and all(isinstance(c, ast.Call) and call_name(c) in _TO_HOST for c in v.cuts)
     ):
         return False  # `v = loss.item()`: already a Python number, formatting it is free
     if v.taint in (Taint.GRAD, Taint.CUT):

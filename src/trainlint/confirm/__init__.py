@@ -93,7 +93,6 @@ def _option_paths(config: pytest.Config) -> list[Path]:
     return [(base / p).resolve() for p in raw]
 
 
-
 def _check_lint_config(rootdir: Path) -> None:
     # A broken [tool.trainlint] should stop the session now, not after the whole suite ran.
     from trainlint.api import all_rules
@@ -107,4 +106,3 @@ def _check_lint_config(rootdir: Path) -> None:
         select_rules(all_rules(settings), settings)  # unknown codes, rule plugins that clash
     except ConfigError as exc:
         raise pytest.UsageError(f"--trainlint: {exc}") from None
-

@@ -42,7 +42,6 @@ def report_path(config: pytest.Config) -> Path | None:
     return None
 
 
-
 class ConfirmationManager:
     """The session's state: which tests ran which lines, and whose trainlint check failed."""
 
@@ -127,7 +126,7 @@ class ConfirmationManager:
             self._switch = False
             self.problem = (
                 "the running coverage measures with sys.monitoring (core=sysmon), which cannot "
-                "tell tests apart: no line is attributed to a test. Set core = \"ctrace\" in "
+                'tell tests apart: no line is attributed to a test. Set core = "ctrace" in '
                 "[tool.coverage.run] (or COVERAGE_CORE=ctrace) for --trainlint runs"
             )
         if self._own:
@@ -146,9 +145,7 @@ class ConfirmationManager:
         omit += [str(p) for p in sorted(self.test_files) if not _GLOB_CHARS & set(str(p))]
         # config_file=False: the user's .coveragerc (its dynamic_context, its source) is for
         # their own runs; data_file=None: never write or clobber a .coverage file.
-        cov = Coverage(
-            data_file=None, config_file=False, source=[str(self.rootdir)], omit=omit
-        )
+        cov = Coverage(data_file=None, config_file=False, source=[str(self.rootdir)], omit=omit)
         # sys.monitoring (the default core on new Pythons) cannot label contexts.
         cov.set_option("run:core", "ctrace")
         cov.set_option("run:disable_warnings", ["no-data-collected"])
@@ -248,8 +245,12 @@ class ConfirmationManager:
             # lint_paths reports paths relative to the working directory when under it.
             finding.path = str((cwd / finding.path).resolve())
         return build_report(
-            findings, self.executed or {}, self.failures, self.rootdir,
-            order=self.order, files=len(files),
+            findings,
+            self.executed or {},
+            self.failures,
+            self.rootdir,
+            order=self.order,
+            files=len(files),
         )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -259,9 +260,7 @@ class ConfirmationManager:
         if report.error is not None:
             return
         self.report_path.parent.mkdir(parents=True, exist_ok=True)
-        self.report_path.write_text(
-            json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8"
-        )
+        self.report_path.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.executed is None:
@@ -288,9 +287,7 @@ class ConfirmationManager:
                         continue
                     if nodeid in failed_other:
                         checks = ", ".join(c for n, c in f.other_failures if n == nodeid)
-                        tr.write_line(
-                            f"    ran in {nodeid} ({checks} failed, for other rules)"
-                        )
+                        tr.write_line(f"    ran in {nodeid} ({checks} failed, for other rules)")
                     else:
                         tr.write_line(f"    ran in {nodeid}")
         counts = report.summary()

@@ -115,21 +115,13 @@ def build_report(
             ran |= lines.get(line, set())
         tests = sorted(ran, key=lambda nodeid: (rank.get(nodeid, len(rank)), nodeid))
         confirming = tuple(
-            (t, f.check)
-            for t in tests
-            for f in failures.get(t, ())
-            if finding.code in f.rules
+            (t, f.check) for t in tests for f in failures.get(t, ()) if finding.code in f.rules
         )
         confirmed_by = tuple(dict.fromkeys(t for t, _ in confirming))
         others = tuple(
-            (t, f.check)
-            for t in tests
-            if t not in confirmed_by
-            for f in failures.get(t, ())
+            (t, f.check) for t in tests if t not in confirmed_by for f in failures.get(t, ())
         )
-        status: Status = (
-            "confirmed" if confirmed_by else "exercised" if tests else "not-exercised"
-        )
+        status: Status = "confirmed" if confirmed_by else "exercised" if tests else "not-exercised"
         out.append(
             ConfirmedFinding(
                 code=finding.code,
@@ -184,4 +176,3 @@ def check_failures(exc: BaseException) -> list[CheckFailure]:
         if current.__context__ is not None and not current.__suppress_context__:
             stack.append(current.__context__)
     return found
-

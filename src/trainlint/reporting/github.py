@@ -33,7 +33,5 @@ def format_github(findings: Sequence[Finding], rules: Sequence[object] = ()) -> 
             props += f"line={span[0]},col={span[1]},endLine={span[2]},endColumn={span[3]},"
         props += f"title={_escape_prop(f'{f.code} {f.name}')}"
         notes = "".join(f"; {r.message} at line {r.line}" for r in f.related if r.cell is None)
-        out.append(
-            f"::{level} {props}::{_escape_data(where + f.code + ' ' + f.message + notes)}\n"
-        )
+        out.append(f"::{level} {props}::{_escape_data(where + f.code + ' ' + f.message + notes)}\n")
     return "".join(out)

@@ -17,19 +17,33 @@ DOCS_URL = "https://github.com/trainlint/trainlint/blob/main/docs/rules/{code}.m
 
 def _region(f: Finding, notebooks: NotebookFiles) -> dict[str, Any]:
     if f.cell is None:
-        return {"startLine": f.line, "startColumn": f.column,
-                "endLine": f.end_line, "endColumn": f.end_column}
+        return {
+            "startLine": f.line,
+            "startColumn": f.column,
+            "endLine": f.end_line,
+            "endColumn": f.end_column,
+        }
     # GitHub code scanning reads a region as lines and columns of the artifact, here the
     # notebook's JSON text; the cell and the position inside it go in the region's
     # property bag (SARIF 2.1.0 §3.8) for tools that open notebooks.
-    cell = {"cell": f.cell, "cellLine": f.line, "cellColumn": f.column,
-            "cellEndLine": f.end_line, "cellEndColumn": f.end_column}
+    cell = {
+        "cell": f.cell,
+        "cellLine": f.line,
+        "cellColumn": f.column,
+        "cellEndLine": f.end_line,
+        "cellEndColumn": f.end_column,
+    }
     span = notebooks.region(f)
     if span is None:  # the file changed or is not ours to map: point at the notebook only
         return {"startLine": 1, "properties": cell}
     line, col, end_line, end_col = span
-    return {"startLine": line, "startColumn": col, "endLine": end_line, "endColumn": end_col,
-            "properties": cell}
+    return {
+        "startLine": line,
+        "startColumn": col,
+        "endLine": end_line,
+        "endColumn": end_col,
+        "properties": cell,
+    }
 
 
 def format_sarif(findings: Sequence[Finding], rules: Sequence[Any] = ()) -> str:
@@ -77,8 +91,14 @@ def format_sarif(findings: Sequence[Finding], rules: Sequence[Any] = ()) -> str:
                     "physicalLocation": {
                         "artifactLocation": {"uri": f.path, "uriBaseId": "%SRCROOT%"},
                         "region": _region(
-                            replace(f, line=r.line, column=r.column, end_line=r.end_line,
-                                    end_column=r.end_column, cell=r.cell),
+                            replace(
+                                f,
+                                line=r.line,
+                                column=r.column,
+                                end_line=r.end_line,
+                                end_column=r.end_column,
+                                cell=r.cell,
+                            ),
                             notebooks,
                         ),
                     },

@@ -11,13 +11,12 @@ from trainlint.reporting import location
 
 
 def concise(findings: Sequence[Finding], rules: Sequence[object] = ()) -> str:
-    return "".join(
-        f"{location(f)}: {f.code} {f.name}: {f.message}\n" for f in findings
-    )
+    return "".join(f"{location(f)}: {f.code} {f.name}: {f.message}\n" for f in findings)
 
 
-def _source_lines(path: str, cell: int | None, cache: dict[tuple[str, int | None], list[str]]
-                  ) -> list[str]:
+def _source_lines(
+    path: str, cell: int | None, cache: dict[tuple[str, int | None], list[str]]
+) -> list[str]:
     key = (path, cell)
     if key not in cache:
         lines: list[str] = []

@@ -35,8 +35,11 @@ def _scan() -> tuple[type[Rule], ...]:
     for name in rule_modules():
         module = importlib.import_module(name)
         rules.extend(
-            obj for obj in vars(module).values()
-            if isinstance(obj, type) and issubclass(obj, Rule) and obj is not Rule
+            obj
+            for obj in vars(module).values()
+            if isinstance(obj, type)
+            and issubclass(obj, Rule)
+            and obj is not Rule
             and obj.__module__ == name
         )
     return tuple(sorted(rules, key=lambda r: r.code))

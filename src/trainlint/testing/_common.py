@@ -49,8 +49,9 @@ def model_step_runner(
     return runtime[2](step, batches, check=check)
 
 
-def _load_runtime() -> tuple[Callable[[str, Any, Any], None], Callable[[str, int, int], None],
-                             type[StepRunner]]:
+def _load_runtime() -> tuple[
+    Callable[[str, Any, Any], None], Callable[[str, int, int], None], type[StepRunner]
+]:
     global _RUNTIME
     from trainlint._runtime.arguments import check_count, check_model
     from trainlint._runtime.steps import StepRunner
@@ -59,8 +60,9 @@ def _load_runtime() -> tuple[Callable[[str, Any, Any], None], Callable[[str, int
     return _RUNTIME
 
 
-_RUNTIME: tuple[Callable[[str, Any, Any], None], Callable[[str, int, int], None],
-                type[StepRunner]] | None = None
+_RUNTIME: (
+    tuple[Callable[[str, Any, Any], None], Callable[[str, int, int], None], type[StepRunner]] | None
+) = None
 
 
 def trainable(
@@ -131,9 +133,7 @@ def _module_class() -> type[torch.nn.Module]:
 _MODULE: type[torch.nn.Module] | None = None
 
 
-def _kept(
-    named: list[tuple[str, torch.Tensor]], trainable: bool
-) -> list[tuple[str, torch.Tensor]]:
+def _kept(named: list[tuple[str, torch.Tensor]], trainable: bool) -> list[tuple[str, torch.Tensor]]:
     if not trainable:
         return named
     return [(n, p) for n, p in named if p.requires_grad and p.numel() > 0]

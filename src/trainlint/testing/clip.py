@@ -241,14 +241,18 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
             # where it is ours to the bit, the norm clip_grad_norm_ returns is the one the
             # read saw, computed before it clips: no second foreach norm, stack and host
             # read of our own; otherwise the read is measured before the call clips
-            returned_norm = function == "clip_grad_norm_" and name == function and _same_norm(
-                torch, items, indices, args, kwargs)
+            returned_norm = (
+                function == "clip_grad_norm_"
+                and name == function
+                and _same_norm(torch, items, indices, args, kwargs)
+            )
             if not returned_norm:
                 tracker.read(function, indices)
             local.inside = True
             try:
-                result = original(items[0] if isinstance(first, torch.Tensor) else items,
-                                  *args, **kwargs)
+                result = original(
+                    items[0] if isinstance(first, torch.Tensor) else items, *args, **kwargs
+                )
             finally:
                 local.inside = False
             if returned_norm:

@@ -78,7 +78,8 @@ class _Measured:
     @property
     def bad_losses(self) -> list[tuple[int, float]]:
         return [
-            (i, v) for i, v in enumerate(self.result.losses)
+            (i, v)
+            for i, v in enumerate(self.result.losses)
             if v is not None and not math.isfinite(v)
         ]
 
@@ -136,9 +137,7 @@ def _measure(
     return _Measured(result, recorder, stopped_at, rng, device)
 
 
-def _diagnose(
-    measured: _Measured, named: list[tuple[str, torch.Tensor]]
-) -> tuple[int, str] | None:
+def _diagnose(measured: _Measured, named: list[tuple[str, torch.Tensor]]) -> tuple[int, str] | None:
     """(step, parameter) of the first non-finite gradient, in the order backward made them."""
     isfinite = math.isfinite
     if all(v is None or isfinite(v) for vs in measured.result.max_abs.values() for v in vs):
@@ -303,9 +302,9 @@ def _locate_nonfinite(
         f"Rerun of that step: {op} turned finite gradients into {what} "
         f"(the first backward op to do so)."
     )
-    forward = _forward_site(["Traceback of forward call:\n" + "".join(
-        node.metadata.get("traceback_", [])
-    )])
+    forward = _forward_site(
+        ["Traceback of forward call:\n" + "".join(node.metadata.get("traceback_", []))]
+    )
     if forward:
         text += f"\nIt was created in the forward pass at {forward}"
     return text
@@ -320,7 +319,8 @@ def _forward_site(messages: Iterable[str]) -> str | None:
             continue
         frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s+(.*)', message)
         user = [
-            f for f in frames
+            f
+            for f in frames
             if f"{os.sep}torch{os.sep}" not in f[0]
             and not os.path.realpath(f[0]).startswith(_TRAINLINT_DIR + os.sep)
         ]

@@ -160,9 +160,7 @@ def _report(gaps: _Gaps, result: GradsResult, step: Step) -> NoReturn:
         if name in gaps.none_steps:
             rows.append((name, shape, "None", steps_text(gaps.none_steps[name], result.steps)))
         if name in gaps.zero_steps:
-            rows.append(
-                (name, shape, "all zero", steps_text(gaps.zero_steps[name], result.steps))
-            )
+            rows.append((name, shape, "all zero", steps_text(gaps.zero_steps[name], result.steps)))
     symptoms = [SYMPTOMS[s] for s in gaps.symptoms]
     bad = gaps.none_steps.keys() | gaps.zero_steps.keys()
     fail(

@@ -233,8 +233,10 @@ def _report(
     sections.append(table(("after step", "(a) saved", "(b) nodes", "(c) cuda"), series_rows))
     # The first growing measure in (a), (b), (c) order says the most about the cause.
     symptom = SYMPTOMS[
-        "saved-bytes-grow" if "saved_bytes" in growing
-        else "graph-nodes-grow" if "graph_nodes" in growing
+        "saved-bytes-grow"
+        if "saved_bytes" in growing
+        else "graph-nodes-grow"
+        if "graph_nodes" in growing
         else "cuda-bytes-grow"
     ]
     sections.append(symptom.text)

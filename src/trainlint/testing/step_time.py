@@ -8,7 +8,7 @@ import statistics
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -29,8 +29,10 @@ MAX_CALLS_PER_SAMPLE = 1000
 #: core mostly waits (sleep, I/O, other threads or processes): CPU time cannot see what
 #: makes it slow, so it is timed by the clock instead (see ``_Clock``).
 MIN_CPU_SHARE = 0.5
-#: Windows timed after a slowdown to confirm that it continues.
-CONFIRM_WINDOWS = 2
+#: Most windows timed after a slowdown to confirm that it continues, and how many of
+#: them must each be slower than every window before (see ``_keeps_growing``).
+CONFIRM_WINDOWS = 4
+CONFIRM_RISES = 2
 
 SYMPTOMS = {
     "slower-each-step": Symptom(
@@ -91,9 +93,10 @@ def assert_step_time_stable(
     (the mean of the lowest third) of the second half with that of the first: noise on a
     busy machine only ever adds time, so the fastest samples are the step's own cost. A
     slowdown above ``max_slowdown`` is confirmed by timing up to ``CONFIRM_WINDOWS`` more
-    windows of as many samples: each must be slower than the last by a quarter of the
-    early-to-late growth (half on CUDA). A step whose work grows keeps slowing down; noise, or a
-    slowdown that happens once and then holds, does not, and is not reported.
+    windows of as many samples: ``CONFIRM_RISES`` of them must each be slower than every
+    window before by a quarter of the early-to-late growth (half on CUDA). A step whose
+    work grows keeps slowing down; noise, or a slowdown that happens once and then holds,
+    does not, and is not reported.
 
     On CPU a sample is the CPU time of the calling thread (``time.thread_time``) over
     enough consecutive calls to take at least ``SAMPLE_SECONDS`` (calibrated after the
@@ -134,24 +137,13 @@ def assert_step_time_stable(
         ratio = late / early if early > 0 else math.inf
         slow = ratio > max_slowdown
         confirm: list[float] = []
-        # A step whose work grows keeps growing; a one-off slowdown (the CPU clocked
-        # down, a neighbour now shares the core's caches, a busier machine seen through
-        # a wall clock) does not. So a slowdown counts only while it continues: each
-        # next window must be slower than the one before by a part of the early-to-late
-        # growth: a quarter of it (half on CUDA, where the host's noise reaches the
-        # events). The part is of that first growth, not of the last one: a window whose
-        # fastest samples a busy machine slowed makes the next step up look small. Two
-        # windows: on a loaded machine the CPU time of the same work shifts in steps,
-        # and two steps up in a row after the first is far rarer than one.
-        part = 0.5 if clock.on_cuda else 0.25
-        last = late
-        for _ in range(CONFIRM_WINDOWS if slow else 0):
-            current = _floor([clock.timed() for _ in range(steps - half)])
-            confirm.append(current)
-            if not current >= last + part * (late - early):
-                slow = False
-                break
-            last = current
+        if slow:
+
+            def window() -> float:
+                return _floor([clock.timed() for _ in range(steps - half)])
+
+            part = 0.5 if clock.on_cuda else 0.25
+            slow = _keeps_growing(late, part * (late - early), window, confirm)
     on_cuda = clock.on_cuda
     result = StepTimeResult(
         times=tuple(times),
@@ -170,6 +162,40 @@ def assert_step_time_stable(
     if not slow and not too_many_syncs:
         return result
     _report(result, slow, steps, warmup, max_slowdown, max_syncs, step)
+
+
+def _keeps_growing(
+    late: float, rise: float, window: Callable[[], float], confirm: list[float]
+) -> bool:
+    """Whether a slowdown continues: ``CONFIRM_RISES`` of up to ``CONFIRM_WINDOWS`` more
+    windows each set a new high, above every window since ``late`` (and ``late`` itself)
+    by ``rise``. Their floors are appended to ``confirm``.
+
+    A step whose work grows keeps growing; a one-off slowdown (the CPU clocked down, a
+    neighbour now shares the core's caches, a busier machine seen through a wall clock)
+    does not. ``rise`` is a part of the first growth, early to late (a quarter; half on
+    CUDA, where the host's noise reaches the events), not of the last one: a window whose
+    fastest samples a busy machine slowed would make the next rise look small.
+
+    Noise only adds time, and a busy machine shifts the CPU time of the same work in steps
+    (on some virtual machines a shared host's stolen time is charged to the thread). A
+    slowdown that holds passes for growth only if two windows are slowed, the second
+    more than the first. Growing work is not missed for one slowed window, even one
+    slowed by more than a window's growth: the window after it may not rise above it,
+    but the later ones do. Judged window by window, where one window that did not rise
+    ended the check, one slowed window was enough to miss growing work.
+    """
+    rises = misses = 0
+    high = late
+    while rises < CONFIRM_RISES and misses <= CONFIRM_WINDOWS - CONFIRM_RISES:
+        current = window()
+        confirm.append(current)
+        if current >= high + rise:
+            rises += 1
+        else:
+            misses += 1
+        high = max(high, current)
+    return rises >= CONFIRM_RISES
 
 
 def _floor(window: list[float]) -> float:

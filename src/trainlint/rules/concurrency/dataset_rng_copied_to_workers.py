@@ -254,14 +254,18 @@ def _builds(model: FileModel, expr: ast.AST, cls: ast.ClassDef) -> bool:
     """Is ``expr`` an instance of ``cls``: ``Cls(...)``, or a name last bound to one in
     the same scope?"""
     if isinstance(expr, ast.Call):
-        return isinstance(expr.func, ast.Name) and expr.func.id == cls.name and (
-            model.class_named(cls.name) is cls
+        return (
+            isinstance(expr.func, ast.Name)
+            and expr.func.id == cls.name
+            and (model.class_named(cls.name) is cls)
         )
     if isinstance(expr, ast.Name):
         scope = model.scope_of(expr)
         values = [
-            node.value for node in model.assignments
-            if isinstance(node, ast.Assign) and model.scope_of(node) is scope
+            node.value
+            for node in model.assignments
+            if isinstance(node, ast.Assign)
+            and model.scope_of(node) is scope
             and any(isinstance(t, ast.Name) and t.id == expr.id for t in node.targets)
         ]
         return len(values) == 1 and _builds(model, values[0], cls)

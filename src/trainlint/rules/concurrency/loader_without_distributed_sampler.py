@@ -248,8 +248,9 @@ mp.spawn(worker, args=(2,), nprocs=2)
                 continue
             if has_star_kwargs(call) or len(call.args) > 3:
                 continue  # a sampler may come through **kwargs or positionally
-            if not is_true(keyword(call, "shuffle") or (call.args[2] if len(call.args) > 2
-                                                        else None)):
+            if not is_true(
+                keyword(call, "shuffle") or (call.args[2] if len(call.args) > 2 else None)
+            ):
                 continue  # unshuffled: may be an IterableDataset that shards itself
             if self._rank_dependent_data(model, call) or self._in_distributed_branch(model, call):
                 continue
@@ -288,16 +289,26 @@ mp.spawn(worker, args=(2,), nprocs=2)
                 if model.scope_of(node) is not scope or node.value is None:
                     continue
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                if any(isinstance(t, ast.Name) and t.id in names
-                       for tgt in targets for t in ast.walk(tgt)):
+                if any(
+                    isinstance(t, ast.Name) and t.id in names
+                    for tgt in targets
+                    for t in ast.walk(tgt)
+                ):
                     todo.append((node.value, depth + 1))
         return False
 
 
 def _mentions_rank(expr: ast.AST) -> bool:
     for n in ast.walk(expr):
-        word = (n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute)
-                else n.arg if isinstance(n, ast.keyword) else None)
+        word = (
+            n.id
+            if isinstance(n, ast.Name)
+            else n.attr
+            if isinstance(n, ast.Attribute)
+            else n.arg
+            if isinstance(n, ast.keyword)
+            else None
+        )
         if word and _RANK_WORDS.search(word):
             return True
     return False

@@ -72,7 +72,9 @@ class ModuleSentToProcess(Rule):
 
     code = "TL502"
     name = "module-sent-to-process"
-    message = "the child process may train a copy of this model; the parent's weights may not change"
+    message = (
+        "the child process may train a copy of this model; the parent's weights may not change"
+    )
     severity = "warning"
     triggers = ("Process", "spawn", "Pool", "start_processes")
     confirm_with = "assert_weights_updated"
@@ -336,8 +338,11 @@ torch.save(model.state_dict(), "final.pt")
             if d.target is None:
                 continue
             trained = esc.trained_params(d)
-            sent = [(p, obj) for p, arg in d.args if p in trained
-                    and (obj := esc.sent_object(arg, through_put=False)) is not None]
+            sent = [
+                (p, obj)
+                for p, arg in d.args
+                if p in trained and (obj := esc.sent_object(arg, through_put=False)) is not None
+            ]
             if not sent:
                 continue
             objs = [obj for _, obj in sent]
@@ -357,8 +362,12 @@ torch.save(model.state_dict(), "final.pt")
                 continue  # pools and spawn/forkserver pickle tensors into shared memory
             if esc.shares_memory(names):
                 continue
-            models = sorted(n for n in names if n not in {dotted(o) for o in objs}
-                            or esc.roles.role(_expr_named(objs, n)) is Role.MODEL)
+            models = sorted(
+                n
+                for n in names
+                if n not in {dotted(o) for o in objs}
+                or esc.roles.role(_expr_named(objs, n)) is Role.MODEL
+            )
             target = models[0] if models else "model"
             yield self.report(
                 d.call,

@@ -227,13 +227,15 @@ for epoch in range(args.epochs):
                 yield self.report(sampler)
 
     @staticmethod
-    def _holders(model: FileModel, query: Objects,
-                 samplers: list[ast.Call]) -> list[tuple[ast.Call, ast.Call]]:
+    def _holders(
+        model: FileModel, query: Objects, samplers: list[ast.Call]
+    ) -> list[tuple[ast.Call, ast.Call]]:
         """(loader construction, sampler) for every `sampler=` that passes one of them."""
         out = []
-        candidates = [*model.calls_to(DATA_LOADER), *(
-            c for name, calls in model.calls.items() if "Loader" in name for c in calls
-        )]
+        candidates = [
+            *model.calls_to(DATA_LOADER),
+            *(c for name, calls in model.calls.items() if "Loader" in name for c in calls),
+        ]
         objs = [(sampler, query.of(sampler)) for sampler in samplers]
         for call in {id(c): c for c in candidates}.values():
             value = keyword(call, "sampler")
@@ -245,8 +247,14 @@ for epoch in range(args.epochs):
         return out
 
     @staticmethod
-    def _epoch_set(model: FileModel, query: Objects, sampler: ast.Call, s_obj: Obj,
-                   loaders: Obj, holders: list[tuple[ast.Call, ast.Call]]) -> bool:
+    def _epoch_set(
+        model: FileModel,
+        query: Objects,
+        sampler: ast.Call,
+        s_obj: Obj,
+        loaders: Obj,
+        holders: list[tuple[ast.Call, ast.Call]],
+    ) -> bool:
         """Is `set_epoch` called on this sampler, on its loader (`loader.sampler`), or on
         something this file cannot tell apart from them?"""
         either = Obj((sampler,), s_obj.keys | loaders.keys)
@@ -261,8 +269,10 @@ for epoch in range(args.epochs):
                 if query.refers(recv.value, Obj((), loaders.keys)):
                     return True
                 other = model.roles.lookup(recv.value)
-                if other is not None and other.role is Role.LOADER and any(
-                    other.call is h for h, s in holders if s is not sampler
+                if (
+                    other is not None
+                    and other.role is Role.LOADER
+                    and any(other.call is h for h, s in holders if s is not sampler)
                 ):
                     continue  # another loader's sampler
                 return True
@@ -280,8 +290,9 @@ for epoch in range(args.epochs):
         for loop in model.loops:
             if not isinstance(loop, (ast.For, ast.AsyncFor)) or id(loop) not in training:
                 continue
-            refs = [n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute,
-                                                                    ast.Call))]
+            refs = [
+                n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute, ast.Call))
+            ]
             if any(query.refers(n, obj) for n in refs):
                 if model.loop_contexts(loop):
                     return True

@@ -13,4 +13,15 @@ from trainlint.rules.gradients.unregistered_submodules import UnregisteredSubmod
 from trainlint.rules.gradients.unscaled_accumulated_loss import UnscaledAccumulatedLoss
 from trainlint.rules.gradients.zero_grad_before_step import ZeroGradBeforeStep
 
-__all__ = ["BackwardUnderNoGrad", "ClipAfterStep", "GradNormAfterZeroGrad", "GraphBrokenLoss", "MissingZeroGrad", "OptimizerOnStaleParams", "StepBeforeBackward", "UnregisteredSubmodules", "UnscaledAccumulatedLoss", "ZeroGradBeforeStep"]
+__all__ = [
+    "BackwardUnderNoGrad",
+    "ClipAfterStep",
+    "GradNormAfterZeroGrad",
+    "GraphBrokenLoss",
+    "MissingZeroGrad",
+    "OptimizerOnStaleParams",
+    "StepBeforeBackward",
+    "UnregisteredSubmodules",
+    "UnscaledAccumulatedLoss",
+    "ZeroGradBeforeStep",
+]

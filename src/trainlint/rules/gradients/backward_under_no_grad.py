@@ -11,8 +11,22 @@ from trainlint.analysis.roles import Role
 from trainlint.analysis.steps import backward_calls, backward_value
 from trainlint.rules.base import Invalid, Report, Rule
 
-_LOSS_FUNCS = ("loss", "cross_entropy", "nll", "mse", "l1", "kl_div", "bce", "huber", "hinge",
-               "margin", "triplet", "ctc", "focal", "dice")
+_LOSS_FUNCS = (
+    "loss",
+    "cross_entropy",
+    "nll",
+    "mse",
+    "l1",
+    "kl_div",
+    "bce",
+    "huber",
+    "hinge",
+    "margin",
+    "triplet",
+    "ctc",
+    "focal",
+    "dice",
+)
 
 
 def _is_loss_or_output(model: FileModel, value: ast.AST) -> bool:
@@ -25,8 +39,10 @@ def _is_loss_or_output(model: FileModel, value: ast.AST) -> bool:
         return True
     qual = model.qualname(value.func) or ""
     name = (call_name(value) or "").lower()
-    return qual.startswith("torch.nn.functional.") and any(w in name for w in _LOSS_FUNCS) or (
-        "loss" in name or name in ("criterion", "loss_fn")
+    return (
+        qual.startswith("torch.nn.functional.")
+        and any(w in name for w in _LOSS_FUNCS)
+        or ("loss" in name or name in ("criterion", "loss_fn"))
     )
 
 
@@ -63,9 +79,7 @@ class BackwardUnderNoGrad(Rule):
 
     code = "TL105"
     name = "backward-under-no-grad"
-    message = (
-        "`backward()` on a value computed without autograd recording (`no_grad`/`inference_mode`): compute the loss outside that block"
-    )
+    message = "`backward()` on a value computed without autograd recording (`no_grad`/`inference_mode`): compute the loss outside that block"
     triggers = ("no_grad", "inference_mode", "set_grad_enabled")
     confirm_with = "assert_grads_nonzero"
     valid = [
@@ -224,8 +238,7 @@ for batch in loader:
             root: ast.expr = ref
             while found is None and isinstance(root, ast.Attribute):
                 root = root.value  # `out.loss`: follow `out`
-                found = model.flow.definition(root.id, root) if isinstance(
-                    root, ast.Name) else None
+                found = model.flow.definition(root.id, root) if isinstance(root, ast.Name) else None
             if found is None:
                 continue
             stmt, val = found
@@ -238,9 +251,7 @@ for batch in loader:
             if _is_loss_or_output(model, val):
                 # a frozen model's output added as a constant next to the trained
                 # model's loss: the sum still backpropagates into the trained model
-                return not any(
-                    _carries_graph(model, t, fn) for t in terms if t is not ref
-                )
+                return not any(_carries_graph(model, t, fn) for t in terms if t is not ref)
         return False
 
 

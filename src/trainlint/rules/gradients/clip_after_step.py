@@ -14,8 +14,12 @@ from trainlint.rules.base import Invalid, Report, Rule
 
 
 def _is_unscale(stmt: ast.stmt) -> bool:
-    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-            and isinstance(stmt.value.func, ast.Attribute) and stmt.value.func.attr == "unscale_")
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Call)
+        and isinstance(stmt.value.func, ast.Attribute)
+        and stmt.value.func.attr == "unscale_"
+    )
 
 
 def _clip_before_step(model: FileModel, clip: ast.AST, step: ast.AST) -> Intent | None:
@@ -79,9 +83,7 @@ class ClipAfterStep(Rule):
 
     code = "TL110"
     name = "clip-after-step"
-    message = (
-        "gradients clipped after the optimizer step: the update already used unclipped gradients; clip between `backward()` and `step()`"
-    )
+    message = "gradients clipped after the optimizer step: the update already used unclipped gradients; clip between `backward()` and `step()`"
     triggers = ("clip_grad",)
     fix_safety = "safe"
     confirm_with = "assert_clip_effective"
@@ -231,7 +233,8 @@ for x, y in loader:
                     if e.kind is Kind.STEP:
                         last_step = i
                     elif e.kind is Kind.BACKWARD or (
-                        last_step >= 0 and _reenters(model, loop, e)
+                        last_step >= 0
+                        and _reenters(model, loop, e)
                         and not _reenters(model, loop, path[last_step])
                     ):
                         # new gradients, or a retry that runs the whole step function
@@ -243,9 +246,12 @@ for x, y in loader:
                         node = model.steps.anchor(e)
                         if seen.first(node):
                             step = model.steps.anchor(path[last_step])
-                            fix = self.restructure(_clip_before_step(model, node, step),
-                                                   "clip before the optimizer step")
+                            fix = self.restructure(
+                                _clip_before_step(model, node, step),
+                                "clip before the optimizer step",
+                            )
                             yield self.report(
-                                node, related=((step, "the optimizer step it comes after"),),
+                                node,
+                                related=((step, "the optimizer step it comes after"),),
                                 fix=fix,
                             )

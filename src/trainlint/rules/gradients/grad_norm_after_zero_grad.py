@@ -67,9 +67,7 @@ class GradNormAfterZeroGrad(Rule):
 
     code = "TL101"
     name = "grad-norm-after-zero-grad"
-    message = (
-        "gradients are read after `zero_grad()` in the same step: the value is always zero; read them between `backward()` and `zero_grad()`"
-    )
+    message = "gradients are read after `zero_grad()` in the same step: the value is always zero; read them between `backward()` and `zero_grad()`"
     triggers = ("grad",)
     fix_safety = "unsafe"
     confirm_with = "assert_clip_effective"
@@ -317,22 +315,28 @@ for batch in loader:
                         # loop over parameter groups that writes `.grad` by hand reads
                         # each group's fresh gradients.
                         zeroed = state is Kind.ZERO or (
-                            state is None and end_states == {Kind.ZERO}
-                            and any(x.kind is Kind.BACKWARD and isinstance(x.node, ast.Call)
-                                    for x in path)
+                            state is None
+                            and end_states == {Kind.ZERO}
+                            and any(
+                                x.kind is Kind.BACKWARD and isinstance(x.node, ast.Call)
+                                for x in path
+                            )
                         )
                         if zeroed:
                             node = model.steps.anchor(e)
                             if seen.first(node):
                                 related = (
                                     ((model.steps.anchor(zero), "gradients cleared here"),)
-                                    if zero is not None else ()
+                                    if zero is not None
+                                    else ()
                                 )
-                                yield self.report(node, related=related,
-                                                  fix=self._fix(model, node, path, e))
+                                yield self.report(
+                                    node, related=related, fix=self._fix(model, node, path, e)
+                                )
 
-    def _fix(self, model: FileModel, node: ast.AST, path: Sequence[Event],
-             read: Event) -> Fix | None:
+    def _fix(
+        self, model: FileModel, node: ast.AST, path: Sequence[Event], read: Event
+    ) -> Fix | None:
         """Move the read before this iteration's step (or its zero_grad) when it comes
         after a backward and a zero_grad of the same iteration."""
         i = next(k for k, x in enumerate(path) if x is read)
@@ -340,8 +344,10 @@ for batch in loader:
         if backward < 0:
             return None  # a read at the top of the iteration: no place to move it to
         later = path[backward + 1 : i]
-        anchor = next((x for x in later if x.kind is Kind.STEP),
-                      next((x for x in later if x.kind is Kind.ZERO), None))
+        anchor = next(
+            (x for x in later if x.kind is Kind.STEP),
+            next((x for x in later if x.kind is Kind.ZERO), None),
+        )
         if anchor is None:
             return None
         intent = move_next_to(model, node, model.steps.anchor(anchor), "before")

@@ -44,9 +44,7 @@ class GraphBrokenLoss(Rule):
 
     code = "TL108"
     name = "graph-broken-loss"
-    message = (
-        "the value reaching `backward()` was cut from the graph here: no gradient reaches the model; backpropagate the tensor itself and log `.item()` separately"
-    )
+    message = "the value reaching `backward()` was cut from the graph here: no gradient reaches the model; backpropagate the tensor itself and log `.item()` separately"
     triggers = ("backward",)
     confirm_with = "assert_grads_nonzero"
     valid = [

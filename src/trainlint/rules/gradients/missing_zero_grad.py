@@ -11,26 +11,31 @@ from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.steps import STEP_LOOP_TRIGGERS, Kind
 from trainlint.rules.base import Invalid, Report, Rule
 
-_HOOK_NAME = re.compile(r"^(on|before|after)_|hook|callback|trigger|fire_event|dispatch",
-                        re.IGNORECASE)
+_HOOK_NAME = re.compile(
+    r"^(on|before|after)_|hook|callback|trigger|fire_event|dispatch", re.IGNORECASE
+)
 
 
 def _calls_hooks(loop: ast.AST, hooks: set[str]) -> bool:
     """The loop fires a hook: a call named like one, or one naming a zeroing hook of this
     file by string (`self._fire("on_batch_start")`, `getattr(cb, name)(self)` inside)."""
-    return any(isinstance(n, ast.Call) and (
-        _HOOK_NAME.search(call_name(n) or "")
-        or any(isinstance(a, ast.Constant) and a.value in hooks for a in n.args)
-    ) for n in ast.walk(loop))
+    return any(
+        isinstance(n, ast.Call)
+        and (
+            _HOOK_NAME.search(call_name(n) or "")
+            or any(isinstance(a, ast.Constant) and a.value in hooks for a in n.args)
+        )
+        for n in ast.walk(loop)
+    )
 
 
 def _distributed_autograd(model: FileModel, node: ast.AST) -> bool:
     """`dist_autograd.backward(context_id, [loss])`: gradients go to the context that
     `dist_autograd.context()` opens for this step, and `DistributedOptimizer.step(
     context_id)` reads them there; nothing accumulates in `.grad`."""
-    return isinstance(node, ast.Call) and (
-        model.qualname(node.func) or ""
-    ).startswith("torch.distributed.autograd.")
+    return isinstance(node, ast.Call) and (model.qualname(node.func) or "").startswith(
+        "torch.distributed.autograd."
+    )
 
 
 class MissingZeroGrad(Rule):
@@ -71,9 +76,7 @@ class MissingZeroGrad(Rule):
 
     code = "TL103"
     name = "missing-zero-grad"
-    message = (
-        "no `zero_grad()` on this path of the training loop: gradients accumulate across batches; call `optimizer.zero_grad()` once per step"
-    )
+    message = "no `zero_grad()` on this path of the training loop: gradients accumulate across batches; call `optimizer.zero_grad()` once per step"
     triggers = STEP_LOOP_TRIGGERS
     confirm_with = "assert_loss_decreases"
     valid = [
@@ -279,8 +282,9 @@ for batch in loader:
                     continue
                 if not any(e.kind is Kind.BACKWARD and isinstance(e.node, ast.Call) for e in path):
                     continue  # `p.grad = g` overwrites: nothing accumulates
-                if any(e.kind is Kind.BACKWARD and _distributed_autograd(model, e.node)
-                       for e in path):
+                if any(
+                    e.kind is Kind.BACKWARD and _distributed_autograd(model, e.node) for e in path
+                ):
                     continue  # gradients live in the autograd context, fresh each time
                 step = next(e for e in path if e.kind is Kind.STEP)
                 if step.under_counter_guard() and has_guarded_zero:

@@ -51,9 +51,7 @@ class OptimizerOnStaleParams(Rule):
 
     code = "TL107"
     name = "optimizer-on-stale-params"
-    message = (
-        "model rebound after its optimizer was built: the optimizer updates the old parameters; build the optimizer from the final model"
-    )
+    message = "model rebound after its optimizer was built: the optimizer updates the old parameters; build the optimizer from the final model"
     triggers = ("parameters",)
     confirm_with = "assert_weights_updated"
     valid = [
@@ -155,8 +153,10 @@ def run_fold(cfg, loader):
                 if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
                     continue
                 name = dotted(stmt.targets[0])
-                if name is None or name not in owners or (stmt.lineno, stmt.col_offset) <= (
-                    opt_stmt.lineno, opt_stmt.col_offset
+                if (
+                    name is None
+                    or name not in owners
+                    or (stmt.lineno, stmt.col_offset) <= (opt_stmt.lineno, opt_stmt.col_offset)
                 ):
                     continue  # a rebinding before the optimizer was built is harmless
                 if not self._new_object(model, stmt.value, name):
@@ -173,8 +173,11 @@ def run_fold(cfg, loader):
     @staticmethod
     def _new_object(model: FileModel, value: ast.AST, name: str) -> bool:
         # `Net().to(device)`: look through pass-through methods to the object they act on
-        while (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
-               and keeps_parameters_method(call_name(value))):
+        while (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and keeps_parameters_method(call_name(value))
+        ):
             value = value.func.value
         if not isinstance(value, ast.Call):
             return False
@@ -196,8 +199,10 @@ def run_fold(cfg, loader):
     def _stepped_after(model: FileModel, scope: ast.AST, stmt: ast.stmt, opt_name: str) -> bool:
         pos = (stmt.lineno, stmt.col_offset)
         rebuilt_at = [
-            (s.lineno, s.col_offset) for s in walk_local(scope)
-            if isinstance(s, ast.Assign) and any(dotted(t) == opt_name for t in s.targets)
+            (s.lineno, s.col_offset)
+            for s in walk_local(scope)
+            if isinstance(s, ast.Assign)
+            and any(dotted(t) == opt_name for t in s.targets)
             and (s.lineno, s.col_offset) > pos
         ]
         limit = min(rebuilt_at) if rebuilt_at else (10**9, 0)
@@ -215,14 +220,20 @@ def run_fold(cfg, loader):
             if target == opt_name and pos < (call.lineno, call.col_offset) < limit:
                 return True
         # `self.optimizer` built in __init__ and stepped in another method of the class
-        if opt_name.startswith("self.") and isinstance(scope, ast.FunctionDef) and (
-            scope.name == "__init__" and not rebuilt_at
+        if (
+            opt_name.startswith("self.")
+            and isinstance(scope, ast.FunctionDef)
+            and (scope.name == "__init__" and not rebuilt_at)
         ):
             cls = model.class_of(scope)
             if cls is not None:
                 for call in ast.walk(cls):
-                    if isinstance(call, ast.Call) and call_name(call) == "step" and isinstance(
-                        call.func, ast.Attribute
-                    ) and dotted(call.func.value) == opt_name and model.function_of(call) is not scope:
+                    if (
+                        isinstance(call, ast.Call)
+                        and call_name(call) == "step"
+                        and isinstance(call.func, ast.Attribute)
+                        and dotted(call.func.value) == opt_name
+                        and model.function_of(call) is not scope
+                    ):
                         return True
         return False

@@ -82,9 +82,7 @@ class StepBeforeBackward(Rule):
 
     code = "TL104"
     name = "step-before-backward"
-    message = (
-        "the optimizer steps before this iteration's backward: it applies stale gradients; call `step()` after `backward()`"
-    )
+    message = "the optimizer steps before this iteration's backward: it applies stale gradients; call `step()` after `backward()`"
     triggers = STEP_LOOP_TRIGGERS
     fix_safety = "unsafe"
     confirm_with = "assert_weights_updated"
@@ -213,8 +211,14 @@ def train(model, loader, accelerator):
                 if runs_before(loop.paths, step, Kind.BACKWARD):
                     node = model.steps.anchor(step)
                     if seen.first(node):
-                        later = [e.chain[0] if e.chain else e.node for p in loop.paths if step in p
-                                 for e in p[p.index(step) + 1 :] if e.kind is Kind.BACKWARD]
-                        fix = self.restructure(move_after_last(model, node, later),
-                                               "step after the backward")
+                        later = [
+                            e.chain[0] if e.chain else e.node
+                            for p in loop.paths
+                            if step in p
+                            for e in p[p.index(step) + 1 :]
+                            if e.kind is Kind.BACKWARD
+                        ]
+                        fix = self.restructure(
+                            move_after_last(model, node, later), "step after the backward"
+                        )
                         yield self.report(node, fix=fix)

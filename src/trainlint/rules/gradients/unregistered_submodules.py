@@ -14,9 +14,13 @@ def _is_module_construction(model: FileModel, node: ast.AST) -> bool:
     if not isinstance(node, ast.Call):
         return False
     found = model.roles.classify(node)
-    return len(found) == 1 and found[0] is not None and found[0].role is Role.MODEL and (
-        found[0].call is node
-    ) and not _is_transform(model, node)
+    return (
+        len(found) == 1
+        and found[0] is not None
+        and found[0].role is Role.MODEL
+        and (found[0].call is node)
+        and not _is_transform(model, node)
+    )
 
 
 _TRANSFORM_PREFIXES = ("torchaudio.transforms.", "torchvision.transforms.")
@@ -36,22 +40,35 @@ def _is_transform(model: FileModel, call: ast.Call, depth: int = 0) -> bool:
     built = []
     for node in ast.walk(cls):
         if isinstance(node, ast.Call) and call_name(node) in (
-            "Parameter", "register_parameter", "register_buffer", "add_module"
+            "Parameter",
+            "register_parameter",
+            "register_buffer",
+            "add_module",
         ):
             return False
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
-            isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
-            and t.value.id == "self" for t in node.targets
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and any(
+                isinstance(t, ast.Attribute)
+                and isinstance(t.value, ast.Name)
+                and t.value.id == "self"
+                for t in node.targets
+            )
         ):
             built.append(node.value)
     return bool(built) and all(_is_transform(model, b, depth + 1) for b in built)
 
 
 def _module_elements(model: FileModel, value: ast.AST) -> str | None:
-    """"list" or "dict" when ``value`` builds a plain container of freshly built modules."""
-    if isinstance(value, ast.Call) and call_name(value) in ("list", "tuple", "dict") and (
-        model.qualname(value.func) or ""
-    ).startswith("builtins.") and len(value.args) == 1 and not value.keywords:
+    """ "list" or "dict" when ``value`` builds a plain container of freshly built modules."""
+    if (
+        isinstance(value, ast.Call)
+        and call_name(value) in ("list", "tuple", "dict")
+        and (model.qualname(value.func) or "").startswith("builtins.")
+        and len(value.args) == 1
+        and not value.keywords
+    ):
         inner = _module_elements(model, value.args[0])
         if inner is None and isinstance(value.args[0], ast.GeneratorExp):
             return "list" if _is_module_construction(model, value.args[0].elt) else None
@@ -63,8 +80,10 @@ def _module_elements(model: FileModel, value: ast.AST) -> str | None:
     if isinstance(value, ast.ListComp):
         return "list" if _is_module_construction(model, value.elt) else None
     if isinstance(value, ast.Dict):
-        if value.values and all(k is not None for k in value.keys) and all(
-            _is_module_construction(model, v) for v in value.values
+        if (
+            value.values
+            and all(k is not None for k in value.keys)
+            and all(_is_module_construction(model, v) for v in value.values)
         ):
             return "dict"
         return None
@@ -115,9 +134,7 @@ class UnregisteredSubmodules(Rule):
 
     code = "TL106"
     name = "unregistered-submodules"
-    message = (
-        "submodules in a plain container are not registered: invisible to `.parameters()`, `.to()`, `state_dict()`; use `nn.ModuleList`/`nn.ModuleDict`"
-    )
+    message = "submodules in a plain container are not registered: invisible to `.parameters()`, `.to()`, `state_dict()`; use `nn.ModuleList`/`nn.ModuleDict`"
     triggers = ("Module",)
     fix_safety = "safe"
     confirm_with = None  # its parameters are invisible to every check
@@ -307,8 +324,11 @@ class Net(torch.nn.Module):
                     if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
                         continue
                     target = stmt.targets[0]
-                    if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
-                            and target.value.id == "self"):
+                    if not (
+                        isinstance(target, ast.Attribute)
+                        and isinstance(target.value, ast.Name)
+                        and target.value.id == "self"
+                    ):
                         continue
                     kind = _module_elements(model, stmt.value)
                     empty = isinstance(stmt.value, ast.List) and not stmt.value.elts
@@ -342,8 +362,10 @@ class Net(torch.nn.Module):
                         new = None
                     if new is not None:
                         wrapper = "ModuleDict" if "Dict" in new else "ModuleList"
-                        fix = self.fix(replace_node(model, stmt.value, new),
-                                       message=f"wrap in `{prefix}.{wrapper}`")
+                        fix = self.fix(
+                            replace_node(model, stmt.value, new),
+                            message=f"wrap in `{prefix}.{wrapper}`",
+                        )
                 yield self.report(stmt, fix=fix)
 
     @staticmethod
@@ -359,14 +381,20 @@ class Net(torch.nn.Module):
                 for arg in [*node.args, *(k.value for k in node.keywords)]:
                     inner = arg.value if isinstance(arg, ast.Starred) else arg
                     for sub in walk_tree(inner):
-                        if (isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name)
-                                and sub.value.id == "self"):
+                        if (
+                            isinstance(sub, ast.Attribute)
+                            and isinstance(sub.value, ast.Name)
+                            and sub.value.id == "self"
+                        ):
                             registered.add(sub.attr)
                 func = node.func
-                if (isinstance(func, ast.Attribute) and func.attr in ("append", "extend", "insert")
-                        and isinstance(func.value, ast.Attribute)
-                        and isinstance(func.value.value, ast.Name)
-                        and func.value.value.id == "self"):
+                if (
+                    isinstance(func, ast.Attribute)
+                    and func.attr in ("append", "extend", "insert")
+                    and isinstance(func.value, ast.Attribute)
+                    and isinstance(func.value.value, ast.Name)
+                    and func.value.value.id == "self"
+                ):
                     registered.discard(func.value.attr)
                     if any(_is_module_construction(model, a) for a in node.args) or any(
                         _module_elements(model, a) for a in node.args

@@ -21,8 +21,13 @@ def _divisor(test: ast.AST) -> ast.AST | None:
 
 def _accum_named(node: ast.AST) -> bool:
     for sub in ast.walk(node):
-        name = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(
-            sub, ast.Attribute) else ""
+        name = (
+            sub.id
+            if isinstance(sub, ast.Name)
+            else sub.attr
+            if isinstance(sub, ast.Attribute)
+            else ""
+        )
         low = name.lower()
         if "accum" in low or "update_freq" in low or "grad_acc" in low or "iters_to_acc" in low:
             return True
@@ -33,8 +38,9 @@ def _under(event: Event, guards: list[ast.If]) -> bool:
     return any(g is guard for g, _ in event.guards for guard in guards)
 
 
-def _consumed_each_iteration(loop: StepLoop, bw: Event, guards: list[ast.If],
-                             guarded: set[str | None], single: bool) -> bool:
+def _consumed_each_iteration(
+    loop: StepLoop, bw: Event, guards: list[ast.If], guarded: set[str | None], single: bool
+) -> bool:
     """On every path, this backward's gradients are cleared before it or applied after it
     by an unguarded step: only another optimizer's update is delayed (TD3's actor, a GAN
     critic loop), nothing accumulates."""
@@ -44,19 +50,21 @@ def _consumed_each_iteration(loop: StepLoop, bw: Event, guards: list[ast.If],
     for path in containing:
         i = next(k for k, e in enumerate(path) if e is bw)
         cleared = any(
-            e.kind is Kind.ZERO and not _under(e, guards)
+            e.kind is Kind.ZERO
+            and not _under(e, guards)
             and (single or e.target is None or e.target in guarded)
             for e in path[:i]
         )
-        nxt = next((e for e in path[i + 1:] if e.kind is Kind.STEP), None)
+        nxt = next((e for e in path[i + 1 :] if e.kind is Kind.STEP), None)
         applied = nxt is not None and not _under(nxt, guards)
         if not (cleared or applied):
             return False
     return True
 
 
-_RESCALE = re.compile(r"(?<!un)(scale|multiply|mul|div|divide|normali[sz]e|average|avg)_?grad",
-                      re.IGNORECASE)
+_RESCALE = re.compile(
+    r"(?<!un)(scale|multiply|mul|div|divide|normali[sz]e|average|avg)_?grad", re.IGNORECASE
+)
 
 
 def _rescales_grads(model: FileModel, guard: ast.If, depth: int = 0) -> bool:
@@ -64,8 +72,10 @@ def _rescales_grads(model: FileModel, guard: ast.If, depth: int = 0) -> bool:
     a ``scale_grads(model, 1 / n)``-style helper, ``p.grad.div_(n)``, ``p.grad /= n``,
     ``torch._foreach_div_(grads, n)``."""
     for node in (n for stmt in guard.body for n in walk_tree(stmt)):
-        if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Div, ast.Mult)) and (
-            _mentions_grad(node.target)
+        if (
+            isinstance(node, ast.AugAssign)
+            and isinstance(node.op, (ast.Div, ast.Mult))
+            and (_mentions_grad(node.target))
         ):
             return True
         if not isinstance(node, ast.Call):
@@ -73,8 +83,10 @@ def _rescales_grads(model: FileModel, guard: ast.If, depth: int = 0) -> bool:
         name = call_name(node) or ""
         if _RESCALE.search(name):
             return True
-        if name in ("div_", "mul_") and isinstance(node.func, ast.Attribute) and _mentions_grad(
-            node.func.value
+        if (
+            name in ("div_", "mul_")
+            and isinstance(node.func, ast.Attribute)
+            and _mentions_grad(node.func.value)
         ):
             return True
         if name in ("_foreach_div_", "_foreach_mul_") and node.args and _names_grads(node.args[0]):
@@ -122,9 +134,12 @@ def _lr_divided(model: FileModel, divisors: list[ast.AST | None]) -> bool:
         elif isinstance(node, ast.keyword) and node.arg:
             pairs = [(node.arg, node.value)]
         for name, value in pairs:
-            if _LR_NAME.search(name) and isinstance(value, ast.BinOp) and isinstance(
-                value.op, ast.Div
-            ) and by_count(value.right):
+            if (
+                _LR_NAME.search(name)
+                and isinstance(value, ast.BinOp)
+                and isinstance(value.op, ast.Div)
+                and by_count(value.right)
+            ):
                 return True
     return False
 
@@ -171,9 +186,7 @@ class UnscaledAccumulatedLoss(Rule):
 
     code = "TL109"
     name = "unscaled-accumulated-loss"
-    message = (
-        "gradient accumulation without dividing the loss by the accumulation count: each update is that many times larger; divide the loss by it"
-    )
+    message = "gradient accumulation without dividing the loss by the accumulation count: each update is that many times larger; divide the loss by it"
     severity = "warning"
     confirm_with = "assert_loss_decreases"
     triggers = ("%",)
@@ -377,7 +390,8 @@ for i, real in enumerate(loader):
                     if _accum_named(sub.right) or _accum_named(sub.left):
                         return True
                 if isinstance(sub, ast.Call) and (
-                    any(ast.dump(a) in dumps for a in sub.args) or any(_accum_named(a) for a in sub.args)
+                    any(ast.dump(a) in dumps for a in sub.args)
+                    or any(_accum_named(a) for a in sub.args)
                 ):
                     return True  # a helper that knows the accumulation count may scale
                 name = dotted(sub) if isinstance(sub, (ast.Name, ast.Attribute)) else None
@@ -388,8 +402,11 @@ for i, real in enumerate(loader):
                         frontier.append((val if isinstance(val, ast.AST) else stmt, stmt))
             # `loss /= accum` between definition and backward
         for node in walk_local(fn):
-            if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Div, ast.Mult)) and (
-                ast.dump(node.value) in dumps or _accum_named(node.value)
-            ) and dotted(node.target) == dotted(value):
+            if (
+                isinstance(node, ast.AugAssign)
+                and isinstance(node.op, (ast.Div, ast.Mult))
+                and (ast.dump(node.value) in dumps or _accum_named(node.value))
+                and dotted(node.target) == dotted(value)
+            ):
                 return True
         return False

@@ -84,9 +84,7 @@ class ZeroGradBeforeStep(Rule):
 
     code = "TL102"
     name = "zero-grad-before-step"
-    message = (
-        "`zero_grad()` between `backward()` and the optimizer step: the step applies no update; call it before the forward pass or after `step()`"
-    )
+    message = "`zero_grad()` between `backward()` and the optimizer step: the step applies no update; call it before the forward pass or after `step()`"
     triggers = ("zero_grad", ".grad")
     fix_safety = "safe"
     confirm_with = "assert_weights_updated"
@@ -251,8 +249,13 @@ for x, y in loader:
                             if s.kind is Kind.STEP and _zero_matches_step(model, e, s, loop):
                                 node = model.steps.anchor(e)
                                 if seen.first(node):
-                                    intent = move_next_to(model, node, model.steps.anchor(s),
-                                                          "after")
-                                    yield self.report(node, fix=self.restructure(
-                                        intent, "clear the gradients after the step"))
+                                    intent = move_next_to(
+                                        model, node, model.steps.anchor(s), "after"
+                                    )
+                                    yield self.report(
+                                        node,
+                                        fix=self.restructure(
+                                            intent, "clear the gradients after the step"
+                                        ),
+                                    )
                                 break

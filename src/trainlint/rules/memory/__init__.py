@@ -8,4 +8,10 @@ from trainlint.rules.memory.graph_accumulation import GraphAccumulation
 from trainlint.rules.memory.retain_graph_in_loop import RetainGraphInLoop
 from trainlint.rules.memory.tensor_kept_on_self import TensorKeptOnSelf
 
-__all__ = ["AllocatorCallInLoop", "EvalWithoutNoGrad", "GraphAccumulation", "RetainGraphInLoop", "TensorKeptOnSelf"]
+__all__ = [
+    "AllocatorCallInLoop",
+    "EvalWithoutNoGrad",
+    "GraphAccumulation",
+    "RetainGraphInLoop",
+    "TensorKeptOnSelf",
+]

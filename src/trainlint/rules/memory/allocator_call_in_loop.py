@@ -10,10 +10,15 @@ from trainlint.analysis.model import FileModel, call_name, dotted, walk_local
 from trainlint.analysis.paths import Reported
 from trainlint.rules.base import Invalid, Report, Rule
 
-_AVAILABILITY = {"torch.cuda.is_available", "torch.cuda.is_initialized",
-                 "torch.backends.mps.is_available", "torch.mps.is_available",
-                 "torch.xpu.is_available", "torch.distributed.is_available",
-                 "torch.distributed.is_initialized"}
+_AVAILABILITY = {
+    "torch.cuda.is_available",
+    "torch.cuda.is_initialized",
+    "torch.backends.mps.is_available",
+    "torch.mps.is_available",
+    "torch.xpu.is_available",
+    "torch.distributed.is_available",
+    "torch.distributed.is_initialized",
+}
 _DEVICE_WORDS = {"cuda", "mps", "xpu", "gpu"}
 
 
@@ -32,14 +37,17 @@ def _availability_check(model: FileModel, test: ast.AST, depth: int = 0) -> bool
         return model.qualname(test.func) in _AVAILABILITY or call_name(test) == "is_available"
     if isinstance(test, ast.Attribute):
         return test.attr in ("is_cuda", "is_mps", "is_xpu")
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(
-        test.ops[0], (ast.Eq, ast.NotEq, ast.In)
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Eq, ast.NotEq, ast.In))
     ):
         sides = (test.left, *test.comparators)
         names = " ".join((dotted(x) or "").lower() for x in sides)
         consts = [x.value for x in sides if isinstance(x, ast.Constant)]
         return "device" in names and any(
-            isinstance(c, str) and c.split(":")[0] in _DEVICE_WORDS for c in consts)
+            isinstance(c, str) and c.split(":")[0] in _DEVICE_WORDS for c in consts
+        )
     return False
 
 
@@ -52,7 +60,8 @@ def _flag_of_availability(model: FileModel, name: ast.Name, depth: int) -> bool:
     if not defs and fn is not None and name.id not in params_of(fn):
         defs = model.flow.definitions_before(name.id, fn)  # a module-level flag
     return bool(defs) and all(
-        isinstance(stmt, (ast.Assign, ast.AnnAssign)) and value is not None
+        isinstance(stmt, (ast.Assign, ast.AnnAssign))
+        and value is not None
         and _availability_check(model, value, depth + 1)
         for stmt, value in defs
     )
@@ -115,12 +124,16 @@ class AllocatorCallInLoop(Rule):
 
     code = "TL305"
     name = "allocator-call-in-loop"
-    message = (
-        "allocator/GC call on every training step: costs time and does not fix leaks; remove it or run it every N steps"
-    )
+    message = "allocator/GC call on every training step: costs time and does not fix leaks; remove it or run it every N steps"
     severity = "warning"
-    triggers = ("empty_cache", "reset_peak_memory_stats", "reset_max_memory",
-                "reset_accumulated_memory_stats", "gc.collect", "collect(")
+    triggers = (
+        "empty_cache",
+        "reset_peak_memory_stats",
+        "reset_max_memory",
+        "reset_accumulated_memory_stats",
+        "gc.collect",
+        "collect(",
+    )
     confirm_with = None  # a constant per-step cost: step-time checks compare steps
     valid = [
         """
@@ -252,16 +265,23 @@ for epoch in range(3):
         if not model.imports_module("torch"):
             return
         calls = model.calls_to(
-            "torch.cuda.empty_cache", "torch.cuda.reset_peak_memory_stats", "gc.collect",
-            "torch.cuda.memory.empty_cache", "torch.mps.empty_cache", "torch.xpu.empty_cache",
-            "torch.cuda.memory.reset_peak_memory_stats", "torch.cuda.reset_max_memory_allocated",
-            "torch.cuda.reset_max_memory_cached", "torch.cuda.reset_accumulated_memory_stats",
+            "torch.cuda.empty_cache",
+            "torch.cuda.reset_peak_memory_stats",
+            "gc.collect",
+            "torch.cuda.memory.empty_cache",
+            "torch.mps.empty_cache",
+            "torch.xpu.empty_cache",
+            "torch.cuda.memory.reset_peak_memory_stats",
+            "torch.cuda.reset_max_memory_allocated",
+            "torch.cuda.reset_max_memory_cached",
+            "torch.cuda.reset_accumulated_memory_stats",
             "torch.xpu.reset_peak_memory_stats",
         )
         seen = Reported()
         for call in calls:
             found = model.steps.per_step(
-                call, limits=lambda g: not _availability_check(model, g.test))
+                call, limits=lambda g: not _availability_check(model, g.test)
+            )
             if found is None or _generates(model, found[0].node):
                 continue
             _, anchor = found

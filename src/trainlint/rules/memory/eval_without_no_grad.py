@@ -15,19 +15,25 @@ from trainlint.edits import torch_call, wrap_intent
 from trainlint.findings import Intent
 from trainlint.rules.base import Invalid, Report, Rule
 
-_EVAL_FUNC = re.compile(r"^(evaluate|validate|validation|eval|test|val)(_|$)|"
-                        r"_(evaluate|validate|validation|eval|val|test)$|^(evaluate|validate)\w*",
-                        re.IGNORECASE)
+_EVAL_FUNC = re.compile(
+    r"^(evaluate|validate|validation|eval|test|val)(_|$)|"
+    r"_(evaluate|validate|validation|eval|val|test)$|^(evaluate|validate)\w*",
+    re.IGNORECASE,
+)
 
 
 #: `get_model()`, `build_net(cfg)`: calls that return or change a model, not run it
-_ACCESSOR = re.compile(r"^_?(get|set|build|make|create|load|init|turn|wrap|prepare|convert|"
-                       r"replace|register|freeze|unwrap)_", re.IGNORECASE)
+_ACCESSOR = re.compile(
+    r"^_?(get|set|build|make|create|load|init|turn|wrap|prepare|convert|"
+    r"replace|register|freeze|unwrap)_",
+    re.IGNORECASE,
+)
 #: Names of wrappers that turn grad mode off (`smart_inference_mode()`, `maybe_no_grad`)
 #: or context managers from elsewhere that may (`eval_mode(model)`, `evaluating(net)`):
 #: whether grad is on under them cannot be seen from this file.
-_GRAD_WRAPPER = re.compile(r"no_grad|inference_mode|eval_mode|evaluating|inference_context",
-                           re.IGNORECASE)
+_GRAD_WRAPPER = re.compile(
+    r"no_grad|inference_mode|eval_mode|evaluating|inference_context", re.IGNORECASE
+)
 _ITER_WRAPPERS = ("enumerate", "tqdm", "iter", "zip", "islice", "progress_bar", "track")
 
 
@@ -42,8 +48,11 @@ def _over_data(loop: ast.AST) -> bool:
     if isinstance(it, (ast.List, ast.Tuple, ast.Set, ast.Constant)):
         return False
     if isinstance(it, ast.Call) and call_name(it) == "range":
-        return any(isinstance(sub, ast.Call) and call_name(sub) == "len"
-                   for arg in it.args for sub in ast.walk(arg))
+        return any(
+            isinstance(sub, ast.Call) and call_name(sub) == "len"
+            for arg in it.args
+            for sub in ast.walk(arg)
+        )
     return True
 
 
@@ -59,15 +68,18 @@ def _under_grad_wrapper(model: FileModel, node: ast.AST) -> bool:
         for expr in exprs:
             target = expr.func if isinstance(expr, ast.Call) else expr
             name = dotted(target)
-            if name is not None and not (model.qualname(target) or "").startswith("torch.") and (
-                _GRAD_WRAPPER.search(name.rsplit(".", 1)[-1])
+            if (
+                name is not None
+                and not (model.qualname(target) or "").startswith("torch.")
+                and (_GRAD_WRAPPER.search(name.rsplit(".", 1)[-1]))
             ):
                 return True
     return False
 
 
-def _wrap_in_no_grad(model: FileModel, call: ast.Call,
-                     loops: list[ast.For | ast.AsyncFor | ast.While]) -> Intent | None:
+def _wrap_in_no_grad(
+    model: FileModel, call: ast.Call, loops: list[ast.For | ast.AsyncFor | ast.While]
+) -> Intent | None:
     loop = next((lp for lp in loops if _over_data(lp)), None)  # innermost first
     header = torch_call(model, call, "torch.no_grad")
     if loop is None or header is None:
@@ -124,9 +136,7 @@ class EvalWithoutNoGrad(Rule):
 
     code = "TL303"
     name = "eval-without-no-grad"
-    message = (
-        "model called during evaluation without `torch.no_grad()`: activations are kept for a backward that never comes; wrap the evaluation in `with torch.no_grad():`"
-    )
+    message = "model called during evaluation without `torch.no_grad()`: activations are kept for a backward that never comes; wrap the evaluation in `with torch.no_grad():`"
     triggers = ("eval", "valid", "test")
     fix_safety = "unsafe"
     confirm_with = "assert_memory_stable"
@@ -285,6 +295,7 @@ def validate(model, val_loader):
 
         in_tests = is_test_file(model.path)
         seen = Reported()
+
         def over_data(call: ast.Call) -> bool:
             return any(_over_data(lp) for lp in model.enclosing_loops(call))
 
@@ -293,10 +304,15 @@ def validate(model, val_loader):
             if not any(_over_data(lp) for lp in loops):
                 continue  # warm-up/benchmark repeats, decode steps, env rollouts: no dataset
             fn = model.function_of(call)
-            if not (self._after_eval(model, call, fn) or (
-                fn is not None and _EVAL_FUNC.search(fn.name) and not fn.name.endswith("_step")
-                and not (in_tests and fn.name.startswith("test"))
-            )):
+            if not (
+                self._after_eval(model, call, fn)
+                or (
+                    fn is not None
+                    and _EVAL_FUNC.search(fn.name)
+                    and not fn.name.endswith("_step")
+                    and not (in_tests and fn.name.startswith("test"))
+                )
+            ):
                 continue
             if not grad_enabled_at(model, call)[0] or _under_grad_wrapper(model, call):
                 continue
@@ -305,8 +321,13 @@ def validate(model, val_loader):
             if fn is not None and self._callers_disable_grad(model, fn):
                 continue
             if seen.first(call):
-                yield self.report(call, fix=self.restructure(
-                    _wrap_in_no_grad(model, call, loops), "wrap the evaluation loop in `no_grad()`"))
+                yield self.report(
+                    call,
+                    fix=self.restructure(
+                        _wrap_in_no_grad(model, call, loops),
+                        "wrap the evaluation loop in `no_grad()`",
+                    ),
+                )
 
     @staticmethod
     def _model_calls(
@@ -331,17 +352,27 @@ def validate(model, val_loader):
         # only calls inside evaluation candidates can be reported: skip the rest unseen
         # `keep` wants an enclosing loop of the call's own function: walk only the scopes'
         # outermost loops (in source order, as the scope's walk would meet them)
-        candidates = [sub for scope in scopes.values() for top in (
-            model.outermost_loops(scope) if keep is not None else [scope])
-            for sub in walk_local(top) if isinstance(sub, ast.Call) and (keep is None or keep(sub))]
+        candidates = [
+            sub
+            for scope in scopes.values()
+            for top in (model.outermost_loops(scope) if keep is not None else [scope])
+            for sub in walk_local(top)
+            if isinstance(sub, ast.Call) and (keep is None or keep(sub))
+        ]
         for call in candidates:
             func = call.func
             name = dotted(func)
-            if flow.is_model_call(func) or (
-                name is not None and (id(model.function_of(call)), name) in evaluated
-            ) or (isinstance(func, (ast.Name, ast.Attribute)) and model.qualname(func) is None
-                  and model.steps.is_model(func) and model.resolve_call_target_is_none(func)
-                  and not _ACCESSOR.match((name or "").rsplit(".", 1)[-1])):
+            if (
+                flow.is_model_call(func)
+                or (name is not None and (id(model.function_of(call)), name) in evaluated)
+                or (
+                    isinstance(func, (ast.Name, ast.Attribute))
+                    and model.qualname(func) is None
+                    and model.steps.is_model(func)
+                    and model.resolve_call_target_is_none(func)
+                    and not _ACCESSOR.match((name or "").rsplit(".", 1)[-1])
+                )
+            ):
                 yield call
 
     @staticmethod
@@ -355,8 +386,14 @@ def validate(model, val_loader):
                 if model.function_of(c) is not fn or not isinstance(c.func, ast.Attribute):
                     continue
                 recv = dotted(c.func.value)
-                if recv is None or target is None or not (
-                    target == recv or target.startswith(recv + ".") or recv.startswith(target + ".")
+                if (
+                    recv is None
+                    or target is None
+                    or not (
+                        target == recv
+                        or target.startswith(recv + ".")
+                        or recv.startswith(target + ".")
+                    )
                 ):
                     continue
                 cpos = (c.lineno, c.col_offset)
@@ -373,7 +410,8 @@ def validate(model, val_loader):
             if isinstance(sub, ast.Call) and (
                 model.steps.classify(sub) is not None
                 and model.steps.classify(sub).kind in (Kind.BACKWARD, Kind.STEP)  # type: ignore[union-attr]
-                or call_name(sub) == "grad" and model.qualname(sub.func) == "torch.autograd.grad"
+                or call_name(sub) == "grad"
+                and model.qualname(sub.func) == "torch.autograd.grad"
             ):
                 return True
             if isinstance(sub, ast.Call):
@@ -385,9 +423,13 @@ def validate(model, val_loader):
     @staticmethod
     def _grad_disabled_earlier(model: FileModel, call: ast.Call, fn: ast.AST | None) -> bool:
         for c in model.calls.get("set_grad_enabled", ()):
-            if model.function_of(c) is fn and (c.lineno, c.col_offset) < (
-                call.lineno, call.col_offset
-            ) and isinstance(model.parent_of(c), ast.Expr) and c.args and is_false(c.args[0]):
+            if (
+                model.function_of(c) is fn
+                and (c.lineno, c.col_offset) < (call.lineno, call.col_offset)
+                and isinstance(model.parent_of(c), ast.Expr)
+                and c.args
+                and is_false(c.args[0])
+            ):
                 return True
         return False
 

@@ -65,9 +65,7 @@ class GraphAccumulation(Rule):
 
     code = "TL302"
     name = "graph-accumulation"
-    message = (
-        "a tensor with autograd history is accumulated across iterations: every batch's graph stays alive; accumulate `.detach()` (or `.item()` outside the hot loop)"
-    )
+    message = "a tensor with autograd history is accumulated across iterations: every batch's graph stays alive; accumulate `.detach()` (or `.item()` outside the hot loop)"
     triggers = ("+=", "append", "extend", "] =", "]=", " + ")
     fix_safety = "unsafe"
     confirm_with = "assert_memory_stable"
@@ -356,15 +354,21 @@ for x, y in loader:
             yield self.report(anchor, fix=self._fix(model, value) if anchor is stmt else None)
         for call, arg, kept_in, callee in kept_by_calls(model):
             # a helper (this file's or another's) keeps what the step hands it
-            if (model.steps.per_step(call) is None or not grad_enabled_at(model, call)[0]
-                    or model.flow.value(arg).taint is not Taint.GRAD
-                    or self._defined_without_grad(model, arg)
-                    or backpropagated_later(model, kept_in, call)):
+            if (
+                model.steps.per_step(call) is None
+                or not grad_enabled_at(model, call)[0]
+                or model.flow.value(arg).taint is not Taint.GRAD
+                or self._defined_without_grad(model, arg)
+                or backpropagated_later(model, kept_in, call)
+            ):
                 continue
             what = model.source.segment(arg)
-            yield self.report(call, f"`{callee.rsplit('.', 1)[-1]}()` keeps `{what}`, with its "
-                              f"autograd history, in `{kept_in}` on every step: every batch's "
-                              f"graph stays alive; pass `{what}.detach()` (or `.item()`)")
+            yield self.report(
+                call,
+                f"`{callee.rsplit('.', 1)[-1]}()` keeps `{what}`, with its "
+                f"autograd history, in `{kept_in}` on every step: every batch's "
+                f"graph stays alive; pass `{what}.detach()` (or `.item()`)",
+            )
 
     @staticmethod
     def _defined_without_grad(model: FileModel, value: ast.AST) -> bool:

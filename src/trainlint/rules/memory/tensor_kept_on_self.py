@@ -22,24 +22,23 @@ def _only_logging_values(model: FileModel, value: ast.expr) -> bool:
     """Does every grad-carrying name in ``value`` read a logging value (see _LOG_VALUES)?
     Names bound by a comprehension inside ``value`` come from its iterables, also read."""
     bound = {
-        n.id for comp in ast.walk(value)
+        n.id
+        for comp in ast.walk(value)
         if isinstance(comp, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))
-        for gen in comp.generators for n in ast.walk(gen.target) if isinstance(n, ast.Name)
+        for gen in comp.generators
+        for n in ast.walk(gen.target)
+        if isinstance(n, ast.Name)
     }
     grad_names: list[str] = []
     stack: list[ast.AST] = [value]
     while stack:
         sub = stack.pop()
         if isinstance(sub, (ast.Name, ast.Attribute)) and (name := dotted(sub)) is not None:
-            if name.split(".", 1)[0] not in bound and (
-                model.flow.value(sub).taint is Taint.GRAD
-            ):
+            if name.split(".", 1)[0] not in bound and (model.flow.value(sub).taint is Taint.GRAD):
                 grad_names.append(name)
             continue
         stack.extend(ast.iter_child_nodes(sub))
-    return bool(grad_names) and all(
-        _LOG_VALUES.search(n.rsplit(".", 1)[-1]) for n in grad_names
-    )
+    return bool(grad_names) and all(_LOG_VALUES.search(n.rsplit(".", 1)[-1]) for n in grad_names)
 
 
 class TensorKeptOnSelf(Rule):
@@ -81,9 +80,7 @@ class TensorKeptOnSelf(Rule):
 
     code = "TL304"
     name = "tensor-kept-on-self"
-    message = (
-        "a tensor with autograd history is kept on an object that outlives the training step: the batch's graph stays alive until it is overwritten; store `.detach()`"
-    )
+    message = "a tensor with autograd history is kept on an object that outlives the training step: the batch's graph stays alive until it is overwritten; store `.detach()`"
     triggers = ("self.", "backward")
     confirm_with = "assert_memory_stable"
     valid = [
@@ -209,7 +206,8 @@ class Trainer:
             if anchor is None:
                 continue
             if model.flow.value(node.value).taint is not Taint.GRAD and not backpropagated(
-                    model, node.value):
+                model, node.value
+            ):
                 continue
             if _only_logging_values(model, node.value):
                 continue
@@ -217,21 +215,29 @@ class Trainer:
                 continue
             yield self._report_at(model, node, target, anchor)
 
-    def _report_at(self, model: FileModel, stmt: ast.Assign, target: ast.Attribute,
-                   anchor: ast.AST) -> Report:
+    def _report_at(
+        self, model: FileModel, stmt: ast.Assign, target: ast.Attribute, anchor: ast.AST
+    ) -> Report:
         name = dotted(target) or model.source.segment(target)
         if anchor is stmt:
-            return self.report(stmt, (
-                f"`{name}` keeps a tensor with autograd history past the training step: this "
-                f"batch's graph stays alive until the attribute is overwritten; store `.detach()`"
-            ))
+            return self.report(
+                stmt,
+                (
+                    f"`{name}` keeps a tensor with autograd history past the training step: this "
+                    f"batch's graph stays alive until the attribute is overwritten; store `.detach()`"
+                ),
+            )
         fn = model.function_of(stmt)
         where = f" (in `{fn.name}`)" if fn is not None else ""
-        return self.report(anchor, (
-            f"this call stores a tensor with autograd history on `{name}`{where}, which "
-            f"outlives the training step: the batch's graph stays alive until it is "
-            f"overwritten; store `.detach()` there"
-        ), related=((stmt, f"stored on `{name}` here"),))
+        return self.report(
+            anchor,
+            (
+                f"this call stores a tensor with autograd history on `{name}`{where}, which "
+                f"outlives the training step: the batch's graph stays alive until it is "
+                f"overwritten; store `.detach()` there"
+            ),
+            related=((stmt, f"stored on `{name}` here"),),
+        )
 
     @staticmethod
     def _long_lived(model: FileModel, target: ast.Attribute) -> bool:
@@ -258,9 +264,15 @@ class Trainer:
         if found is not None:
             return found[1]
         fn = model.function_of(stmt)
-        if fn is not None and steps.has_own_step(fn) and any(
-            isinstance(c, ast.Call) and (ev := steps.classify(c)) is not None
-            and ev.kind is Kind.BACKWARD for c in walk_local(fn)
+        if (
+            fn is not None
+            and steps.has_own_step(fn)
+            and any(
+                isinstance(c, ast.Call)
+                and (ev := steps.classify(c)) is not None
+                and ev.kind is Kind.BACKWARD
+                for c in walk_local(fn)
+            )
         ):
             return stmt
         return None
@@ -271,7 +283,8 @@ class Trainer:
         fn = model.function_of(stmt)
         for call in backward_calls(model):
             if model.function_of(call) is not fn or (call.lineno, call.col_offset) < (
-                stmt.lineno, stmt.col_offset
+                stmt.lineno,
+                stmt.col_offset,
             ):
                 continue
             value = backward_value(model, call)

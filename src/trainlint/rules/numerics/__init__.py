@@ -7,4 +7,9 @@ from trainlint.rules.numerics.clip_before_unscale import ClipBeforeUnscale
 from trainlint.rules.numerics.scaler_step_bypassed import ScalerStepBypassed
 from trainlint.rules.numerics.softmax_into_cross_entropy import SoftmaxIntoCrossEntropy
 
-__all__ = ["BackwardInsideAutocast", "ClipBeforeUnscale", "ScalerStepBypassed", "SoftmaxIntoCrossEntropy"]
+__all__ = [
+    "BackwardInsideAutocast",
+    "ClipBeforeUnscale",
+    "ScalerStepBypassed",
+    "SoftmaxIntoCrossEntropy",
+]

@@ -32,10 +32,13 @@ def _autocast_enabled(model: FileModel, expr: ast.AST, depth: int = 0) -> bool |
         value = found[1]
         if isinstance(value, ast.IfExp):
             states = [_autocast_enabled(model, b, 1) for b in (value.body, value.orelse)]
-            nulls = [isinstance(b, ast.Call) and model.qualname(b.func) == "contextlib.nullcontext"
-                     for b in (value.body, value.orelse)]
-            if True in states and all(s is not None or n for s, n in zip(states, nulls,
-                                                                              strict=True)):
+            nulls = [
+                isinstance(b, ast.Call) and model.qualname(b.func) == "contextlib.nullcontext"
+                for b in (value.body, value.orelse)
+            ]
+            if True in states and all(
+                s is not None or n for s, n in zip(states, nulls, strict=True)
+            ):
                 return True
             return None
         return _autocast_enabled(model, value, 1)
@@ -101,9 +104,7 @@ class BackwardInsideAutocast(Rule):
 
     code = "TL603"
     name = "backward-inside-autocast"
-    message = (
-        "`backward()` inside an `autocast` region: autocast should wrap only the forward pass and loss; move `backward()` out of the block"
-    )
+    message = "`backward()` inside an `autocast` region: autocast should wrap only the forward pass and loss; move `backward()` out of the block"
     severity = "warning"
     triggers = ("autocast",)
     fix_safety = "safe"
@@ -234,11 +235,29 @@ with torch.cpu.amp.autocast():
     def _dedent(self, model: FileModel, call: ast.AST) -> Fix | None:
         """Move the backward's statement (and what follows it) out of the innermost
         enabled autocast ``with`` that holds it."""
-        block = next((anc for anc in model.ancestors(call) if isinstance(
-            anc, (ast.With, ast.AsyncWith, ast.FunctionDef, ast.AsyncFunctionDef,
-                  ast.Lambda, ast.ClassDef))), None)
-        if not isinstance(block, ast.With) or len(block.items) != 1 or not _autocast_enabled(
-                model, block.items[0].context_expr):
+        block = next(
+            (
+                anc
+                for anc in model.ancestors(call)
+                if isinstance(
+                    anc,
+                    (
+                        ast.With,
+                        ast.AsyncWith,
+                        ast.FunctionDef,
+                        ast.AsyncFunctionDef,
+                        ast.Lambda,
+                        ast.ClassDef,
+                    ),
+                )
+            ),
+            None,
+        )
+        if (
+            not isinstance(block, ast.With)
+            or len(block.items) != 1
+            or not _autocast_enabled(model, block.items[0].context_expr)
+        ):
             return None
         first = sibling_ancestor(model, call, block.body)
         intent = dedent_intent(model, block, first) if first is not None else None
@@ -247,8 +266,9 @@ with torch.cpu.amp.autocast():
         safety: Applicability = "safe" if first is block.body[-1] else "unsafe"
         return Fix(safety, (), "move `backward()` out of the autocast block", intent)
 
-    def _under_autocast(self, model: FileModel, node: ast.AST, depth: int,
-                        memo: dict[int, bool]) -> bool:
+    def _under_autocast(
+        self, model: FileModel, node: ast.AST, depth: int, memo: dict[int, bool]
+    ) -> bool:
         """Does ``node`` always run inside an enabled autocast region? The innermost
         autocast decides (``enabled=False`` nested inside an enabled region turns it off)."""
         for anc in model.ancestors(node):
@@ -267,8 +287,9 @@ with torch.cpu.amp.autocast():
                 return False
         return False
 
-    def _every_call_under_autocast(self, model: FileModel, fn: ast.AST, depth: int,
-                                   memo: dict[int, bool]) -> bool:
+    def _every_call_under_autocast(
+        self, model: FileModel, fn: ast.AST, depth: int, memo: dict[int, bool]
+    ) -> bool:
         cached = memo.get(id(fn))
         if cached is None:
             memo[id(fn)] = False  # recursion guard

@@ -11,9 +11,14 @@ from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.steps import Event, Kind, StepLoop
 from trainlint.rules.base import Invalid, Report, Rule
 
-_NORM_FUNCS = {"torch.norm", "torch.linalg.norm", "torch.linalg.vector_norm",
-               "torch.linalg.matrix_norm", "torch.nn.utils.get_total_norm",
-               "torch.nn.utils.clip_grad_norm_"}
+_NORM_FUNCS = {
+    "torch.norm",
+    "torch.linalg.norm",
+    "torch.linalg.vector_norm",
+    "torch.linalg.matrix_norm",
+    "torch.nn.utils.get_total_norm",
+    "torch.nn.utils.clip_grad_norm_",
+}
 
 
 def _is_norm_read(model: FileModel, event: Event) -> bool:
@@ -40,8 +45,10 @@ def _is_norm_read(model: FileModel, event: Event) -> bool:
     return False
 
 
-_READ_MSG = ("gradient norm read before `scaler.unscale_(optimizer)`: it measures scaled "
-             "gradients, off by the loss scale; call `scaler.unscale_(optimizer)` first")
+_READ_MSG = (
+    "gradient norm read before `scaler.unscale_(optimizer)`: it measures scaled "
+    "gradients, off by the loss scale; call `scaler.unscale_(optimizer)` first"
+)
 
 
 class ClipBeforeUnscale(Rule):
@@ -86,9 +93,7 @@ class ClipBeforeUnscale(Rule):
 
     code = "TL601"
     name = "clip-before-unscale"
-    message = (
-        "gradients clipped before `scaler.unscale_(optimizer)`: the threshold applies to scaled gradients; call `scaler.unscale_(optimizer)` first"
-    )
+    message = "gradients clipped before `scaler.unscale_(optimizer)`: the threshold applies to scaled gradients; call `scaler.unscale_(optimizer)` first"
     triggers = ("scale(",)
     confirm_with = "assert_loss_decreases"
     valid = [
@@ -273,8 +278,10 @@ for step, (x, y) in enumerate(loader):
         scalers = Scalers(model)
         seen = Reported()
         for loop in precise_step_loops(model):
-            if not any(e.kind is Kind.CLIP or (e.kind is Kind.READ and _is_norm_read(model, e))
-                       for e in loop.events):
+            if not any(
+                e.kind is Kind.CLIP or (e.kind is Kind.READ and _is_norm_read(model, e))
+                for e in loop.events
+            ):
                 continue
             for path in loop.paths:
                 scaled: Event | None = None  # the scaled backward whose gradients are live

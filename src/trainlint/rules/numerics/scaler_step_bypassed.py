@@ -57,9 +57,7 @@ class ScalerStepBypassed(Rule):
 
     code = "TL604"
     name = "scaler-step-bypassed"
-    message = (
-        "gradients from `scaler.scale(loss).backward()` applied by `optimizer.step()`: no unscaling, no inf/NaN check; use `scaler.step(optimizer)`"
-    )
+    message = "gradients from `scaler.scale(loss).backward()` applied by `optimizer.step()`: no unscaling, no inf/NaN check; use `scaler.step(optimizer)`"
     triggers = ("scale(", "GradScaler")
     confirm_with = "assert_finite_grads"
     valid = [
@@ -211,10 +209,12 @@ class Trainer:
                     return True
         return False
 
-    def _never_updated(self, model: FileModel, scalers: Scalers,
-                       seen: Reported) -> Iterator[Report]:
-        steps = [c for c in model.calls.get("step", ())
-                 if isinstance(c.func, ast.Attribute) and c.args]
+    def _never_updated(
+        self, model: FileModel, scalers: Scalers, seen: Reported
+    ) -> Iterator[Report]:
+        steps = [
+            c for c in model.calls.get("step", ()) if isinstance(c.func, ast.Attribute) and c.args
+        ]
         if not steps:
             return
         roles = model.roles
@@ -233,7 +233,12 @@ class Trainer:
         for call in steps:
             recv = call.func.value  # type: ignore[attr-defined]
             b = roles.lookup(recv)
-            if b is None or b.role is not Role.SCALER or b.call is None or literally_disabled(b.call):
+            if (
+                b is None
+                or b.role is not Role.SCALER
+                or b.call is None
+                or literally_disabled(b.call)
+            ):
                 continue  # a scaler passed in: its owner may update it
             if model.qualname(b.call.func) not in GRAD_SCALERS or id(b.call) in updated:
                 continue

@@ -71,10 +71,17 @@ class SigmoidIntoBceWithLogits(Rule):
 
     code = "TL605"
     name = "sigmoid-into-bce-with-logits"
-    message = ("sigmoid output fed to a loss that applies the sigmoid itself: a double "
-               "sigmoid; pass the logits")
-    triggers = ("_with_logits", "BCEWithLogits", "sigmoid_focal_loss", "BCELoss",
-                "binary_cross_entropy")
+    message = (
+        "sigmoid output fed to a loss that applies the sigmoid itself: a double "
+        "sigmoid; pass the logits"
+    )
+    triggers = (
+        "_with_logits",
+        "BCEWithLogits",
+        "sigmoid_focal_loss",
+        "BCELoss",
+        "binary_cross_entropy",
+    )
     confirm_with = "assert_loss_decreases"
     valid = [
         # logits into the loss, sigmoid for metrics
@@ -246,22 +253,31 @@ loss = nn.BCELoss()(model(x), y.float())
     @staticmethod
     def _message(label: str, layer: Layer) -> str:
         if layer is LINEAR:
-            return (f"raw logits of a linear layer fed to `{label}`, which expects "
-                    "probabilities: use `BCEWithLogitsLoss`/`binary_cross_entropy_with_logits`")
-        return (f"sigmoid output fed to `{label}`, which applies the sigmoid itself: a double "
-                "sigmoid; pass the logits")
+            return (
+                f"raw logits of a linear layer fed to `{label}`, which expects "
+                "probabilities: use `BCEWithLogitsLoss`/`binary_cross_entropy_with_logits`"
+            )
+        return (
+            f"sigmoid output fed to `{label}`, which applies the sigmoid itself: a double "
+            "sigmoid; pass the logits"
+        )
 
     def _sinks(self, model: FileModel) -> Iterator[tuple[str, ast.AST, Layer]]:
         """(label, the expression fed as the loss input, the layer it must not come from)."""
         out: list[tuple[ast.Call, str, ast.AST, Layer]] = []
         for funcs, layer in ((_LOGIT_FUNCS, SIGMOID), (_PROB_FUNCS, LINEAR)):
             for call in model.calls_to(*funcs):
-                arg = call.args[0] if call.args else (
-                    keyword(call, "input") or keyword(call, "inputs"))
+                arg = (
+                    call.args[0]
+                    if call.args
+                    else (keyword(call, "input") or keyword(call, "inputs"))
+                )
                 if arg is not None:
                     out.append((call, funcs[model.qualname(call.func) or ""], arg, layer))
-        classes = {**{q: (n, SIGMOID) for q, n in _LOGIT_CLASSES.items()},
-                   **{q: (n, LINEAR) for q, n in _PROB_CLASSES.items()}}
+        classes = {
+            **{q: (n, SIGMOID) for q, n in _LOGIT_CLASSES.items()},
+            **{q: (n, LINEAR) for q, n in _PROB_CLASSES.items()},
+        }
         # criterion objects: `crit = nn.BCEWithLogitsLoss()` ... `crit(out, y)`
         names: set[str] = set()
         for key, binding in model.roles.all_of(Role.CRITERION):

@@ -12,8 +12,10 @@ from trainlint.analysis.roles import Role
 from trainlint.analysis.softmax import softmax_sources
 from trainlint.rules.base import Invalid, Report, Rule
 
-_CE_FUNCS = {"torch.nn.functional.cross_entropy": "cross_entropy",
-             "torch.nn.functional.nll_loss": "nll_loss"}
+_CE_FUNCS = {
+    "torch.nn.functional.cross_entropy": "cross_entropy",
+    "torch.nn.functional.nll_loss": "nll_loss",
+}
 _CE_CLASSES = {"torch.nn.CrossEntropyLoss": "CrossEntropyLoss", "torch.nn.NLLLoss": "NLLLoss"}
 
 _TARGET_WORDS = re.compile(r"target|label|teacher", re.IGNORECASE)
@@ -26,8 +28,13 @@ def _over_targets(softmax: ast.AST) -> bool:
     if not isinstance(softmax, ast.Call) or not softmax.args:
         return False
     for sub in ast.walk(softmax.args[0]):
-        text = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(
-            sub, ast.Attribute) else ""
+        text = (
+            sub.id
+            if isinstance(sub, ast.Name)
+            else sub.attr
+            if isinstance(sub, ast.Attribute)
+            else ""
+        )
         if text and _TARGET_WORDS.search(text):
             return True
     return False
@@ -69,9 +76,7 @@ class SoftmaxIntoCrossEntropy(Rule):
 
     code = "TL602"
     name = "softmax-into-cross-entropy"
-    message = (
-        "softmax output fed to cross-entropy, which applies log-softmax itself: a double softmax; pass the logits"
-    )
+    message = "softmax output fed to cross-entropy, which applies log-softmax itself: a double softmax; pass the logits"
     triggers = ("softmax", "Softmax")
     confirm_with = "assert_loss_decreases"
     valid = [
@@ -228,13 +233,19 @@ for i in range(num_chunks):
     @staticmethod
     def _message(label: str) -> str:
         if label == "log":
-            return ("`log(softmax(x))` is -inf wherever a probability underflows to 0, with NaN "
-                    "gradients through it; use `log_softmax`")
+            return (
+                "`log(softmax(x))` is -inf wherever a probability underflows to 0, with NaN "
+                "gradients through it; use `log_softmax`"
+            )
         if label in ("nll_loss", "NLLLoss"):
-            return (f"softmax output fed to `{label}`, which expects log-probabilities: "
-                    "use `log_softmax`")
-        return (f"softmax output fed to `{label}`, which applies log-softmax itself: "
-                "a double softmax; pass the logits")
+            return (
+                f"softmax output fed to `{label}`, which expects log-probabilities: "
+                "use `log_softmax`"
+            )
+        return (
+            f"softmax output fed to `{label}`, which applies log-softmax itself: "
+            "a double softmax; pass the logits"
+        )
 
     def _sinks(self, model: FileModel) -> Iterator[tuple[str, ast.AST]]:
         """(label, the expression whose softmax-ness matters), in source order."""
@@ -266,8 +277,11 @@ for i in range(num_chunks):
                 out.append((call, "log", call.args[0]))
         for call in model.calls.get("log", ()):
             func = call.func
-            if isinstance(func, ast.Attribute) and not call.args and not call.keywords and (
-                model.qualname(func) is None
+            if (
+                isinstance(func, ast.Attribute)
+                and not call.args
+                and not call.keywords
+                and (model.qualname(func) is None)
             ):
                 out.append((call, "log", func.value))
         out.sort(key=lambda t: (t[0].lineno, t[0].col_offset))

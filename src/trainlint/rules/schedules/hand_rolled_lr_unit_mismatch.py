@@ -218,12 +218,16 @@ for epoch in range(num_epochs):
             if found is None:
                 continue
             if found.counter_unit == "batch":
-                text = (f"hand-written LR schedule divides `{found.counter}`, which advances "
-                        f"once per batch, by `{found.horizon}`, a number of epochs: the "
-                        "schedule ends after that many batches; divide by the total number "
-                        "of steps (epochs * len(loader))")
+                text = (
+                    f"hand-written LR schedule divides `{found.counter}`, which advances "
+                    f"once per batch, by `{found.horizon}`, a number of epochs: the "
+                    "schedule ends after that many batches; divide by the total number "
+                    "of steps (epochs * len(loader))"
+                )
             else:
-                text = (f"hand-written LR schedule divides the epoch counter `{found.counter}` "
-                        f"by `{found.horizon}`, a number of iterations: the LR barely moves; "
-                        "divide by the number of epochs, or count batches")
+                text = (
+                    f"hand-written LR schedule divides the epoch counter `{found.counter}` "
+                    f"by `{found.horizon}`, a number of iterations: the LR barely moves; "
+                    "divide by the number of epochs, or count batches"
+                )
             yield self.report(write.node, text)

@@ -35,8 +35,13 @@ def _inside_step_function(paths: list, sched: Event) -> bool:
     file reports the order, at its own lines."""
     if sched.via is None or not STEP_FUNCTION_NAMES.match(sched.via.rsplit(".", 1)[-1]):
         return False
-    return all(e.node is sched.node for p in paths if sched in p
-               for e in p[p.index(sched) + 1:] if e.kind is Kind.STEP)
+    return all(
+        e.node is sched.node
+        for p in paths
+        if sched in p
+        for e in p[p.index(sched) + 1 :]
+        if e.kind is Kind.STEP
+    )
 
 
 class SchedulerBeforeOptimizer(Rule):
@@ -76,9 +81,7 @@ class SchedulerBeforeOptimizer(Rule):
 
     code = "TL202"
     name = "scheduler-before-optimizer"
-    message = (
-        "`scheduler.step()` before `optimizer.step()`: the schedule's first value is skipped; step the scheduler after the optimizer"
-    )
+    message = "`scheduler.step()` before `optimizer.step()`: the schedule's first value is skipped; step the scheduler after the optimizer"
     triggers = ("sched", "lr_scheduler", "Scheduler")
     fix_safety = "safe"
     confirm_with = None  # the check steps in the right order itself
@@ -197,12 +200,18 @@ for epoch in range(90):
             for sched in scheds.values():
                 if sched.target in rewound:
                     continue  # the position is set by hand: stepping first is deliberate
-                if runs_before(paths, sched, Kind.STEP) and not _inside_step_function(
-                        paths, sched):
+                if runs_before(paths, sched, Kind.STEP) and not _inside_step_function(paths, sched):
                     node = model.steps.anchor(sched)
                     if seen.first(node):
-                        later = [e.chain[0] if e.chain else e.node for p in paths if sched in p
-                                 for e in p[p.index(sched) + 1 :] if e.kind is Kind.STEP]
-                        fix = self.restructure(move_after_last(model, node, later),
-                                               "step the scheduler after the optimizer")
+                        later = [
+                            e.chain[0] if e.chain else e.node
+                            for p in paths
+                            if sched in p
+                            for e in p[p.index(sched) + 1 :]
+                            if e.kind is Kind.STEP
+                        ]
+                        fix = self.restructure(
+                            move_after_last(model, node, later),
+                            "step the scheduler after the optimizer",
+                        )
                         yield self.report(node, fix=fix)

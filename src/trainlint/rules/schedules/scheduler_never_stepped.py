@@ -59,9 +59,7 @@ class SchedulerNeverStepped(Rule):
 
     code = "TL204"
     name = "scheduler-never-stepped"
-    message = (
-        "this scheduler is never stepped: the LR stays at its initial value; call `scheduler.step()` in the training loop"
-    )
+    message = "this scheduler is never stepped: the LR stays at its initial value; call `scheduler.step()` in the training loop"
     triggers = ("lr_scheduler", "LR(", "LR)", "Scheduler", "_schedule")
     confirm_with = "assert_lr_schedule"
     valid = [

@@ -16,8 +16,18 @@ from trainlint.analysis.schedule_units import (
 from trainlint.analysis.schedules import Schedule, schedule_for_step
 from trainlint.rules.base import Invalid, Report, Rule
 
-_LENGTH_KEYWORDS = ("T_max", "T_0", "step_size", "milestones", "total_steps", "epochs",
-                    "steps_per_epoch", "total_iters", "num_training_steps", "step_size_up")
+_LENGTH_KEYWORDS = (
+    "T_max",
+    "T_0",
+    "step_size",
+    "milestones",
+    "total_steps",
+    "epochs",
+    "steps_per_epoch",
+    "total_iters",
+    "num_training_steps",
+    "step_size_up",
+)
 
 
 def _length_site(sched: Schedule) -> tuple[tuple[ast.AST, str], ...]:

@@ -71,9 +71,7 @@ class EvalModeNotRestored(Rule):
 
     code = "TL701"
     name = "eval-mode-not-restored"
-    message = (
-        "`eval()` in the training loop and no `train()` before the next training step: dropout and batch norm stay in eval mode; call `.train()` after evaluating"
-    )
+    message = "`eval()` in the training loop and no `train()` before the next training step: dropout and batch norm stay in eval mode; call `.train()` after evaluating"
     triggers = ("eval(",)
     fix_safety = "safe"
     confirm_with = None  # weights still update in eval mode
@@ -357,11 +355,15 @@ for step, (x, y) in enumerate(loader):
                         frozen = frozen_modules(model)
                     # resolved names are the loop's own: look them up where it calls in
                     at = e.chain[0] if e.chain else e.node
-                    left = [t for t in eval_targets(model, e, names[i])
-                            if not copy_or_frozen(model, at, t, frozen)]
+                    left = [
+                        t
+                        for t in eval_targets(model, e, names[i])
+                        if not copy_or_frozen(model, at, t, frozen)
+                    ]
                     rest = list(zip(path[i + 1 :], names[i + 1 :], strict=True))
                     if not any(
-                        trains_before_restore(rest, t) or any(
+                        trains_before_restore(rest, t)
+                        or any(
                             trains_before_restore(list(zip(p, n, strict=True)), t) is True
                             and not restores_before_end(rest, t)
                             for p, n in zip(paths, resolved, strict=True)
@@ -377,17 +379,23 @@ for step, (x, y) in enumerate(loader):
                     fix = None
                     if len(left) == 1 and left[0]:
                         edit = append_to_block(model, model.statement_of(at), f"{left[0]}.train()")
-                        fix = self.fix(edit, message=f"call `{left[0]}.train()` after evaluating"
-                                       ) if edit is not None else None
+                        fix = (
+                            self.fix(edit, message=f"call `{left[0]}.train()` after evaluating")
+                            if edit is not None
+                            else None
+                        )
                     if anchor is e.node and e.via is None:
                         yield self.report(e.node, fix=fix)
                     else:  # in a helper (of another file: `via`, the anchor is its call)
                         what = f"`{left[0]}`" if len(left) == 1 and left[0] else "the model"
-                        yield self.report(anchor, _HELPER_MESSAGE.format(what=what), related=(
-                            (e.node, "`eval()` here, with no `train()` after it"),
-                        ) if e.via is None else (), fix=fix)
+                        yield self.report(
+                            anchor,
+                            _HELPER_MESSAGE.format(what=what),
+                            related=((e.node, "`eval()` here, with no `train()` after it"),)
+                            if e.via is None
+                            else (),
+                            fix=fix,
+                        )
 
 
-_HELPER_MESSAGE = (
-    "this call leaves {what} in eval mode (its `eval()` has no `train()` after it) before the next training step: dropout and batch norm stay in eval mode; call `.train()` after evaluating"
-)
+_HELPER_MESSAGE = "this call leaves {what} in eval mode (its `eval()` has no `train()` after it) before the next training step: dropout and batch norm stay in eval mode; call `.train()` after evaluating"

@@ -34,9 +34,7 @@ def _save_target(call: ast.Call) -> ast.expr | None:
 
 
 def _has_literal(node: ast.AST) -> bool:
-    return any(
-        isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(node)
-    )
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(node))
 
 
 def _written_here(model: FileModel, load: ast.Call, saves: list[ast.Call]) -> bool:
@@ -210,8 +208,10 @@ class UnsafeTorchLoad(Rule):
         Valid("import torch\nsd = torch.load(path)\n", options={"require-explicit": False}),
         # torch >= 2.6 (the project's pin or `target-torch`): the default is already safe
         Valid("import torch\nsd = torch.load(path)\n", options={TARGET_TORCH: "2.6"}),
-        Valid("import torch\nsd = torch.load(path, map_location='cpu')\n",
-              options={TARGET_TORCH: "2.7.1"}),
+        Valid(
+            "import torch\nsd = torch.load(path, map_location='cpu')\n",
+            options={TARGET_TORCH: "2.7.1"},
+        ),
         # a round trip through an in-memory buffer, as in broadcasting a pickled object
         "import io\nimport torch\n\ndef share(obj, is_src, data):\n"
         "    if is_src:\n        buffer = io.BytesIO()\n        torch.save(obj, buffer)\n"
@@ -227,20 +227,32 @@ class UnsafeTorchLoad(Rule):
         "import torch\n\ndef load(path, **kw):\n    try:\n        return torch.load(path, **kw)\n"
         "    except (TypeError, ValueError):\n        return torch.load(path, map_location='cpu')\n",
         # a test loads what it just saved
-        Valid("import torch\n\ndef test_roundtrip(tmp_path, model):\n"
-              "    torch.save(model.state_dict(), tmp_path / 'm.pt')\n"
-              "    sd = torch.load(tmp_path / 'm.pt', weights_only=False)\n",
-              path="tests/test_checkpoint.py"),
+        Valid(
+            "import torch\n\ndef test_roundtrip(tmp_path, model):\n"
+            "    torch.save(model.state_dict(), tmp_path / 'm.pt')\n"
+            "    sd = torch.load(tmp_path / 'm.pt', weights_only=False)\n",
+            path="tests/test_checkpoint.py",
+        ),
     ]
     invalid = [
         # explicit False where the value is only ever a state dict: `True` would load it
-        Invalid("import torch\nmodel.load_state_dict(torch.load(args.ckpt, weights_only=False))\n",
-                line=2, column=23),
-        Invalid("import torch\nsd = torch.load(args.ckpt, weights_only=False)\n", line=2, column=6,
-                options={"report-explicit-false": True}),
+        Invalid(
+            "import torch\nmodel.load_state_dict(torch.load(args.ckpt, weights_only=False))\n",
+            line=2,
+            column=23,
+        ),
+        Invalid(
+            "import torch\nsd = torch.load(args.ckpt, weights_only=False)\n",
+            line=2,
+            column=6,
+            options={"report-explicit-false": True},
+        ),
         # explicit False stays unsafe on every torch
-        Invalid("import torch\nsd = torch.load(args.ckpt, weights_only=False)\n", line=2,
-                options={TARGET_TORCH: "2.6", "report-explicit-false": True}),
+        Invalid(
+            "import torch\nsd = torch.load(args.ckpt, weights_only=False)\n",
+            line=2,
+            options={TARGET_TORCH: "2.6", "report-explicit-false": True},
+        ),
         # the loaded value is not provably a state dict: unsafe fix
         Invalid(
             "from torch import load as tload\n\nsd = tload(path)\n",
@@ -287,7 +299,8 @@ class UnsafeTorchLoad(Rule):
             "import torch\n\ndef resume_then_save(path, state):\n"
             "    state.update(torch.load(path, weights_only=False))\n"
             "    torch.save(state, path)\n",
-            line=4, options={"report-explicit-false": True},
+            line=4,
+            options={"report-explicit-false": True},
         ),
     ]
 

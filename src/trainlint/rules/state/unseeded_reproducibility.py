@@ -69,8 +69,10 @@ class UnseededReproducibility(Rule):
     code = "TL703"
     severity = "warning"  # costs time or reproducibility, the training itself is right
     name = "unseeded-reproducibility"
-    message = ("deterministic algorithms are requested but nothing seeds the random "
-               "generators: runs still differ; seed torch (and numpy/random if used)")
+    message = (
+        "deterministic algorithms are requested but nothing seeds the random "
+        "generators: runs still differ; seed torch (and numpy/random if used)"
+    )
     default_enabled = False
     test_files = False
     triggers = ("deterministic", "seed")
@@ -259,12 +261,18 @@ for x, y in loader:
             return  # a seed per run of a sweep
         if scope is not model.tree and not model.call_sites.get(id(scope)):
             return  # called from another file, which may seed before calling it
-        built = [m for m in model_constructions(model, scope)
-                 if (m.lineno, m.col_offset) < (first.lineno, first.col_offset)
-                 and dominates(model, model.statement_of(m), first)]
+        built = [
+            m
+            for m in model_constructions(model, scope)
+            if (m.lineno, m.col_offset) < (first.lineno, first.col_offset)
+            and dominates(model, model.statement_of(m), first)
+        ]
         if not built:
             return
-        yield self.report(first, (
-            f"the seed comes after the model was built on line {built[0].lineno}: its initial "
-            "weights are not reproducible; seed before building the model"))
-
+        yield self.report(
+            first,
+            (
+                f"the seed comes after the model was built on line {built[0].lineno}: its initial "
+                "weights are not reproducible; seed before building the model"
+            ),
+        )

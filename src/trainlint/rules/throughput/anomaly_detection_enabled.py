@@ -51,9 +51,7 @@ class AnomalyDetectionEnabled(Rule):
 
     code = "TL403"
     name = "anomaly-detection-enabled"
-    message = (
-        "autograd anomaly detection left on: training runs several times slower; enable it only while debugging"
-    )
+    message = "autograd anomaly detection left on: training runs several times slower; enable it only while debugging"
     triggers = ("anomaly",)
     confirm_with = None  # a constant per-step cost: step-time checks compare steps
     test_files = False  # tests turn it on to debug a failure

@@ -350,12 +350,16 @@ for batch in loader:
                 if sync.value is not None:
                     read.add((id(loop.node), sync.value))
                 if into_tensor(model, sync.node):
-                    message = (f"{sync.what} on every training step only to add the number back "
-                               f"into a device tensor: {_COST} for nothing; drop the read and "
-                               "keep the sum on the device")
+                    message = (
+                        f"{sync.what} on every training step only to add the number back "
+                        f"into a device tensor: {_COST} for nothing; drop the read and "
+                        "keep the sum on the device"
+                    )
                 elif again:
-                    message = (f"{sync.what} of `{sync.key}` a second time in the step: each read "
-                               "waits for the GPU queue; read it once and reuse the number")
+                    message = (
+                        f"{sync.what} of `{sync.key}` a second time in the step: each read "
+                        "waits for the GPU queue; read it once and reuse the number"
+                    )
                 elif allow_scalars:
                     continue
             stmt = model.statement_of(anchor)
@@ -371,7 +375,11 @@ for batch in loader:
             helper = call_name(anchor)
             where = f" (in `{helper}()`)" if helper else ""
         if sync.kind == "format":
-            return (f"{sync.what}{where} on every training step: formatting reads the tensor "
-                    f"from the GPU, so {_COST}; log a number read every N steps")
-        return (f"{sync.what}{where} on every training step: {_COST}; keep the value on "
-                "the device or read it every N steps")
+            return (
+                f"{sync.what}{where} on every training step: formatting reads the tensor "
+                f"from the GPU, so {_COST}; log a number read every N steps"
+            )
+        return (
+            f"{sync.what}{where} on every training step: {_COST}; keep the value on "
+            "the device or read it every N steps"
+        )

@@ -82,9 +82,11 @@ class LoaderStarvesGpu(Rule):
     code = "TL405"
     severity = "warning"  # costs time or reproducibility, the training itself is right
     name = "loader-starves-gpu"
-    message = ("the DataLoader loads every batch in the training process (no `num_workers`, "
-               "no `pin_memory`) while the GPU waits; pass `num_workers=` and "
-               "`pin_memory=True`")
+    message = (
+        "the DataLoader loads every batch in the training process (no `num_workers`, "
+        "no `pin_memory`) while the GPU waits; pass `num_workers=` and "
+        "`pin_memory=True`"
+    )
     default_enabled = False
     test_files = False
     triggers = ("DataLoader",)
@@ -252,7 +254,8 @@ for batch in loader:
             workers_given, workers = _argument(ctor, "num_workers", _NUM_WORKERS_POS)
             pin_given, pin = _argument(ctor, "pin_memory", _PIN_MEMORY_POS)
             no_workers = not workers_given or (
-                isinstance(workers, ast.Constant) and workers.value == 0)
+                isinstance(workers, ast.Constant) and workers.value == 0
+            )
             if no_workers and not pin_given:
                 dataset = dataset_arg(ctor)
                 if dataset is not None and reads_from_disk_or_transforms(model, dataset):
@@ -262,13 +265,21 @@ for batch in loader:
                 for copy in copies:
                     if keyword(copy, "non_blocking") is None and not _positional_flag(copy):
                         if seen.first(copy):
-                            yield self.report(copy, (
-                                "the loader pins its batches (`pin_memory=True`), but this "
-                                "copy blocks: pass `non_blocking=True`"))
+                            yield self.report(
+                                copy,
+                                (
+                                    "the loader pins its batches (`pin_memory=True`), but this "
+                                    "copy blocks: pass `non_blocking=True`"
+                                ),
+                            )
                     elif is_false(keyword(copy, "non_blocking")) and seen.first(copy):
-                        yield self.report(copy, (
-                            "the loader pins its batches (`pin_memory=True`), but this copy "
-                            "blocks (`non_blocking=False`)"))
+                        yield self.report(
+                            copy,
+                            (
+                                "the loader pins its batches (`pin_memory=True`), but this copy "
+                                "blocks (`non_blocking=False`)"
+                            ),
+                        )
 
 
 def _positional_flag(copy: ast.Call) -> bool:

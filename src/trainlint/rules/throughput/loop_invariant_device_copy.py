@@ -67,8 +67,7 @@ class LoopInvariantDeviceCopy(Rule):
     code = "TL404"
     severity = "warning"  # costs time or reproducibility, the training itself is right
     name = "loop-invariant-device-copy"
-    message = ("the same tensor is copied to the device on every step: move it once, "
-               "before the loop")
+    message = "the same tensor is copied to the device on every step: move it once, before the loop"
     triggers = STEP_LOOP_TRIGGERS
     valid = [
         # the batch changes every step
@@ -215,7 +214,12 @@ def fit(model, features, targets, device, steps=1000):
 
     @staticmethod
     def _message(name: str, call: ast.Call) -> str:
-        how = "`.cuda()`" if isinstance(call.func, ast.Attribute) and (
-            call.func.attr == "cuda") else "`.to(device)`"
-        return (f"`{name}` does not change in the loop, yet {how} copies it to the device on "
-                "every step: move it once, before the loop")
+        how = (
+            "`.cuda()`"
+            if isinstance(call.func, ast.Attribute) and (call.func.attr == "cuda")
+            else "`.to(device)`"
+        )
+        return (
+            f"`{name}` does not change in the loop, yet {how} copies it to the device on "
+            "every step: move it once, before the loop"
+        )

@@ -11,16 +11,26 @@ from trainlint.analysis.steps import after_limiting_exit
 from trainlint.rules.base import Invalid, Report, Rule
 
 _COST = "the host waits for the GPU each batch; remove it or run it only when timing"
-_TIMERS = {"time.time", "time.perf_counter", "time.monotonic", "time.process_time",
-           "time.time_ns", "time.perf_counter_ns", "time.monotonic_ns", "timeit.default_timer"}
+_TIMERS = {
+    "time.time",
+    "time.perf_counter",
+    "time.monotonic",
+    "time.process_time",
+    "time.time_ns",
+    "time.perf_counter_ns",
+    "time.monotonic_ns",
+    "timeit.default_timer",
+}
 
 
 def _reads_timer(model: FileModel, stmt: ast.AST) -> bool:
     """A clock read: `time.perf_counter()`, or CUDA events' `start.elapsed_time(end)`,
     which needs the end event completed."""
-    return any(isinstance(c, ast.Call) and (
-        model.qualname(c.func) in _TIMERS or call_name(c) == "elapsed_time"
-    ) for c in ast.walk(stmt))
+    return any(
+        isinstance(c, ast.Call)
+        and (model.qualname(c.func) in _TIMERS or call_name(c) == "elapsed_time")
+        for c in ast.walk(stmt)
+    )
 
 
 def _times_next(model: FileModel, call: ast.Call) -> bool:
@@ -205,13 +215,23 @@ class Trainer:
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        calls = list(model.calls_to("torch.cuda.synchronize", "torch.xpu.synchronize",
-                                    "torch.mps.synchronize", "torch.cuda.Stream.synchronize"))
+        calls = list(
+            model.calls_to(
+                "torch.cuda.synchronize",
+                "torch.xpu.synchronize",
+                "torch.mps.synchronize",
+                "torch.cuda.Stream.synchronize",
+            )
+        )
         for call in model.calls.get("synchronize", ()):
             func = call.func
-            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and (
-                model.qualname(func.value.func) in ("torch.cuda.current_stream",
-                                                    "torch.cuda.default_stream")
+            if (
+                isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Call)
+                and (
+                    model.qualname(func.value.func)
+                    in ("torch.cuda.current_stream", "torch.cuda.default_stream")
+                )
             ):
                 calls.append(call)
         seen = Reported()
