@@ -785,3 +785,43 @@ def test_a_file_no_file_imports_still_says_what_it_calls(tmp_path):
     runner.run(files, ALL, Settings(), jobs=1, cache=cache)
     train = _summaries(files, cache)["train.py"]
     assert train["lean"] == [] and train["uses"] == [".hooks.after_step"]
+
+
+def test_calls_into_modules_the_run_lacks_are_left_out_of_the_summary(tmp_path):
+    """A call into a top-level module no file of the run is under (`gym.make(env)`)
+    names nothing the index can resolve: its argument facts are not taken, and the
+    summary says which modules it left out. Calls into the run's own modules stay."""
+    (tmp_path / "script.py").write_text(ONE_FILE)
+    (tmp_path / "other.py").write_text(
+        OTHER_CALLER.replace("from .script import", "from script import")
+        + "\n\ndef env(model):\n    import gym\n    return gym.make('x', model)\n"
+    )
+    files = sorted(tmp_path.glob("*.py"))
+    cache = Cache(tmp_path / "cache", "test")
+    runner.run(files, ALL, Settings(), jobs=1, cache=cache)
+    other = _summaries(files, cache)["other.py"]
+    assert other["outside"] == ["gym"]
+    assert [callee for callee, _ in other["calls"]] == ["script.train_one_epoch"]
+    # alone, other.py's call into script.py goes outside the run too (a fresh cache: the
+    # summary above, which kept more, would serve this run as well)
+    cache = Cache(tmp_path / "cache2", "test")
+    runner.run([tmp_path / "other.py"], ALL, Settings(), jobs=1, cache=cache)
+    alone = _summaries([tmp_path / "other.py"], cache)["other.py"]
+    assert alone["outside"] == ["gym", "script"] and alone["calls"] == []
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_summary_cached_without_a_module_is_not_served_once_the_run_has_it(tmp_path, jobs):
+    """other.py, linted alone, is cached without its call into script.py (outside that
+    run). The run that adds script.py summarises other.py again: its OneCycleLR call site
+    says the helper's scheduler may be stepped per batch, so script.py's TL201 goes, as
+    in a run without the cache. Serving the cached summary would keep the false alarm."""
+    (tmp_path / "script.py").write_text(ONE_FILE)
+    (tmp_path / "other.py").write_text(
+        OTHER_CALLER.replace("from .script import", "from script import")
+    )
+    files = sorted(tmp_path.glob("*.py"))
+    assert runner.run(files, ALL, Settings(), jobs=jobs).findings == []
+    cache = Cache(tmp_path / "cache", "test")
+    runner.run([tmp_path / "other.py"], ALL, Settings(), jobs=jobs, cache=cache)
+    assert runner.run(files, ALL, Settings(), jobs=jobs, cache=cache).findings == []

@@ -132,6 +132,9 @@ class Linter:
         #: A file's summary -> the part of its project view known before the whole
         #: project is summarised (the runner swaps in its growing index).
         self.speculate: Callable[[dict[str, Any]], dict[str, Any] | None] = own_view
+        #: root -> the top-level modules a run has under that root, set by the runner: a
+        #: summary leaves out the calls into any other (``project.summarize``'s ``within``)
+        self.project_tops: dict[str, frozenset[str]] | None = None
 
     # -- public ---------------------------------------------------------------------------
     def lint_bytes(
@@ -234,8 +237,14 @@ class Linter:
                 # First, from the model as the file alone gives it: the summary feeds the
                 # other files' views and must not depend on this file's own view.
                 try:
+                    tops = self.project_tops
                     result.summary = project_summary(
-                        model if summarize else None, tree, module, facts, keep
+                        model if summarize else None,
+                        tree,
+                        module,
+                        facts,
+                        keep,
+                        tops.get(module[0], frozenset()) if tops is not None else None,
                     )
                 except Exception as exc:  # pragma: no cover - a bug in the summary
                     result.errors.append(InternalError(path, "project summary", _describe(exc)))

@@ -116,10 +116,16 @@ _WORKER: tuple[Linter, Settings, FixMode | None] | None = None
 
 
 def _init_worker(
-    selection: RuleSelection, settings: Settings, timings: bool, fix: FixMode | None = None
+    selection: RuleSelection,
+    settings: Settings,
+    timings: bool,
+    fix: FixMode | None = None,
+    tops: dict[str, frozenset[str]] | None = None,
 ) -> None:
     global _WORKER
-    _WORKER = (Linter(selection, timings=timings), settings, fix)
+    linter = Linter(selection, timings=timings)
+    linter.project_tops = tops
+    _WORKER = (linter, settings, fix)
 
 
 # Garbage collection while linting. A file's tree and model are alive until its rules
@@ -196,6 +202,7 @@ def _run_pool(
     timings: bool,
     fix: FixMode | None,
     jobs: int,
+    tops: dict[str, frozenset[str]] | None = None,
 ) -> list[FileResult]:
     """Lint in worker processes; a worker that dies is retried in-process, never dropped."""
     # imported here: a run that stays in this process (one file, --jobs 1) never pays
@@ -208,13 +215,13 @@ def _run_pool(
         with ProcessPoolExecutor(
             max_workers=min(jobs, len(paths)),
             initializer=_init_worker,
-            initargs=(selection, settings, timings, fix),
+            initargs=(selection, settings, timings, fix, tops),
         ) as pool:
             return list(pool.map(_work, paths, chunksize=chunk))
     except BrokenProcessPool:
         # A worker was killed (OOM killer, a segfault in a C extension): redo the files
         # one at a time here, so a file that kills us again is reported, not lost.
-        _init_worker(selection, settings, timings, fix)
+        _init_worker(selection, settings, timings, fix, tops)
         return [_work(p) for p in paths]
 
 
@@ -225,11 +232,12 @@ def _lint_all(
     timings: bool,
     fix: FixMode | None,
     jobs: int,
+    tops: dict[str, frozenset[str]] | None = None,
 ) -> list[FileResult]:
     if jobs <= 1 or len(items) < 4:
-        _init_worker(selection, settings, timings, fix)
+        _init_worker(selection, settings, timings, fix, tops)
         return [_work(item) for item in items]
-    return _run_pool(items, selection, settings, timings, fix, jobs)
+    return _run_pool(items, selection, settings, timings, fix, jobs, tops)
 
 
 def _lint_imported_first(
@@ -240,13 +248,14 @@ def _lint_imported_first(
     settings: Settings,
     timings: bool,
     fix: FixMode | None,
+    tops: dict[str, frozenset[str]] | None = None,
 ) -> list[FileResult]:
     """Phase 1 in this process: each file after the files it imports (``deps``, by
     position in ``items``; an import cycle cut where it closes), linted with the view the
     summaries so far give it (``known``: those the cache had). What another file learns
     from a file linted after it (a caller's arguments) is not known yet: such a file is
     linted again in phase 2."""
-    _init_worker(selection, settings, timings, fix)
+    _init_worker(selection, settings, timings, fix, tops)
     assert _WORKER is not None
     linter = _WORKER[0]
     index = ProjectIndex(known, growing=True)
@@ -275,15 +284,17 @@ def _phase_one(
     timings: bool,
     fix: FixMode | None,
     jobs: int,
+    tops: dict[str, frozenset[str]] | None = None,
 ) -> list[FileResult]:
     """Lint and summarise the files at positions ``first`` without a view (with ``keep``:
-    the names other files import from them, where known): in this process each after
-    the files it imports, else in the pool."""
+    the names other files import from them, where known; ``tops``: each root's top-level
+    modules in the run): in this process each after the files it imports, else in the
+    pool."""
     if not first:
         return []
     items: list[WorkItem] = [(paths[i], None, modules[i], keep.get(i)) for i in first]
     if jobs > 1 and len(items) >= 4:
-        return _lint_all(items, selection, settings, timings, fix, jobs)
+        return _lint_all(items, selection, settings, timings, fix, jobs, tops)
     at = {i: k for k, i in enumerate(first)}
     known = [s for i, s in summaries.items() if i not in at]
     return _lint_imported_first(
@@ -294,6 +305,7 @@ def _phase_one(
         settings,
         timings,
         fix,
+        tops,
     )
 
 
@@ -329,6 +341,12 @@ def run(
     modules: list[tuple[str, str, bool] | None] = [
         module_of(p) if p.suffix == ".py" else None for p in paths
     ]
+    # each root's top-level modules: a summary leaves out the calls into any other
+    # (`gym.make(env)`: no file of the run can tell what such a callee does with `env`)
+    tops: dict[str, frozenset[str]] = {}
+    for mod in modules:
+        if mod is not None:
+            tops[mod[0]] = tops.get(mod[0], frozenset()) | {mod[1].split(".", 1)[0]}
     use_cache = cache is not None and checking
     hashes: dict[int, str] = {}
     summaries: dict[int, dict[str, Any]] = {}
@@ -364,9 +382,12 @@ def run(
     for i in [
         i
         for i, s in summaries.items()
-        if "lean" in s and not (i in keep and keep[i] <= set(s["lean"]))
+        if ("lean" in s and not (i in keep and keep[i] <= set(s["lean"])))
+        or not tops.get(s["root"], frozenset()).isdisjoint(s.get("outside", ()))
     ]:
-        del summaries[i]  # (cached when the other files imported less of it)
+        # cached when the other files imported less of it, or when the run had no module
+        # that some of its calls went to
+        del summaries[i]
     # phase 1: files not summarised yet (every file on a cold run), linted without a view;
     # a fix run fixes nothing yet: its fixes wait for the views (phase 2)
     fresh: dict[int, FileResult] = {}
@@ -385,6 +406,7 @@ def run(
             timings,
             fix if checking else None,
             jobs,
+            tops,
         )
         for i, r in zip(first, done, strict=True):
             fresh[i] = r

@@ -247,13 +247,18 @@ def summarize(
     info: tuple[str, str, bool],
     facts: bool = True,
     keep: frozenset[str] | None = None,
+    within: frozenset[str] | None = None,
 ) -> dict:
     """The summary of one file (``model`` None: only what the tree's top level says;
     ``facts`` False: the model is there for the step effects only, the file has none of
     the words the role facts need). ``keep``, when given, names the top-level functions
     and classes the other files of the run import (by their bytes): the others' returns,
     kept parameters and effects, which only a caller in another file reads, are left
-    out (their entries say ``"lean"``; see :attr:`ProjectIndex.lean_read`)."""
+    out (their entries say ``"lean"``; see :attr:`ProjectIndex.lean_read`). ``within``,
+    when given, names the top-level modules of the run under the file's root: calls into
+    any other top-level module (``gym.make``, ``wandb.init``) name nothing the index can
+    resolve, so their argument facts are not taken, and the summary lists those modules
+    under ``"outside"`` (a run that has one of them must summarise the file again)."""
     root, module, is_pkg = info
     fm = model if facts else None
     imports: dict[str, list[str]] = {}
@@ -287,6 +292,7 @@ def summarize(
             defs.append(stmt.name)
     functions: dict[str, dict] = {}
     classes: dict[str, dict] = {}
+    outside: set[str] = set()
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             functions[stmt.name] = _function(
@@ -331,8 +337,10 @@ def summarize(
         "defs": defs,
         "functions": functions,
         "classes": classes,
-        "calls": _calls(fm, module, is_pkg) if fm is not None else [],
+        "calls": _calls(fm, module, is_pkg, within, outside) if fm is not None else [],
     }
+    if outside:
+        out["outside"] = sorted(outside)
     uses = _uses(model, imports, module) if model is not None else []
     if uses:
         out["uses"] = uses
@@ -628,8 +636,19 @@ def _project_candidate(qual: str) -> bool:
     )
 
 
-def _calls(model: FileModel, module: str, is_pkg: bool) -> list[list[Any]]:
-    """Calls to (possibly) project functions and classes, with the facts of their arguments."""
+def _calls(
+    model: FileModel,
+    module: str,
+    is_pkg: bool,
+    within: frozenset[str] | None = None,
+    outside: set[str] | None = None,
+) -> list[list[Any]]:
+    """Calls to (possibly) project functions and classes, with the facts of their arguments.
+    ``within``: the top-level modules the run has (see ``summarize``); a callee or an
+    argument's class under another one is left out, and its top-level module added to
+    ``outside``."""
+    if within is not None and outside is None:
+        outside = set()
     out: list[list[Any]] = []
     local_defs = {
         s.name
@@ -661,16 +680,19 @@ def _calls(model: FileModel, module: str, is_pkg: bool) -> list[list[Any]]:
                 continue
             else:
                 qual = absolute(qual, module, is_pkg)
+                if within is not None and (top := qual.split(".", 1)[0]) not in within:
+                    outside.add(top)  # type: ignore[union-attr]
+                    continue
             args: list[list[Any]] = []
             for i, arg in enumerate(call.args):
                 if isinstance(arg, ast.Starred):
                     break
-                f = _arg_fact(model, arg, module, is_pkg)
+                f = _arg_fact(model, arg, module, is_pkg, within, outside)
                 if f is not None:
                     args.append([i, f])
             for kw in call.keywords:
                 if kw.arg is not None:
-                    f = _arg_fact(model, kw.value, module, is_pkg)
+                    f = _arg_fact(model, kw.value, module, is_pkg, within, outside)
                     if f is not None:
                         args.append([kw.arg, f])
             if args:
@@ -710,7 +732,14 @@ def _mark_shared(model: FileModel, call: ast.Call, args: list[list[Any]]) -> Non
             slot[1] = [*fact[:4], True]
 
 
-def _arg_fact(model: FileModel, arg: ast.expr, module: str, is_pkg: bool) -> Fact | None:
+def _arg_fact(
+    model: FileModel,
+    arg: ast.expr,
+    module: str,
+    is_pkg: bool,
+    within: frozenset[str] | None = None,
+    outside: set[str] | None = None,
+) -> Fact | None:
     if not isinstance(arg, (ast.Name, ast.Attribute, ast.Call)):
         return None
     found = model.roles.classify(arg)
@@ -724,7 +753,11 @@ def _arg_fact(model: FileModel, arg: ast.expr, module: str, is_pkg: bool) -> Fac
     if isinstance(value, ast.Call):
         q = model.qualname(value.func)
         if q is not None and _project_candidate(q):
-            return ["instance", absolute(q, module, is_pkg), None, False]
+            full = absolute(q, module, is_pkg)
+            if within is not None and (top := full.split(".", 1)[0]) not in within:
+                outside.add(top)  # type: ignore[union-attr]
+                return None
+            return ["instance", full, None, False]
         if q is None and isinstance(value.func, ast.Name) and model.class_named(value.func.id):
             return [
                 "instance",
