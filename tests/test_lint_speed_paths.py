@@ -218,7 +218,7 @@ def test_trigger_words_searched_by_token_answer_as_a_search_of_the_bytes():
         want = [
             r.code
             for r, trig in linter._triggers
-            if not trig or any(linter._trigger_words[i] in data for i in trig)
+            if not trig or any(linter.words.words[i] in data for i in trig)
         ]
         got = [r.code for r in linter._active_rules(data, None, "train.py", ())]
         assert got == want, body
@@ -229,8 +229,9 @@ def test_a_view_words_search_answers_as_a_search_of_the_bytes_and_the_words():
     # search already made of the bytes is reused, and a word that starts at the bytes' end
     # and ends in the view's words (`import` + ` optim`) is found as a plain search finds it.
     from trainlint.config import Settings, select_rules
-    from trainlint.engine import Linter, _Words
+    from trainlint.engine import Linter
     from trainlint.rules import builtin_rules
+    from trainlint.words import FileWords
 
     linter = Linter(select_rules(builtin_rules(), Settings(), cli_select=["ALL"]))
     filler = b"".join(b"value_%d = compute(value_%d)  # padding\n" % (i, i) for i in range(80))
@@ -241,10 +242,10 @@ def test_a_view_words_search_answers_as_a_search_of_the_bytes_and_the_words():
         (b"w = q +", b" x"),
     ]:
         for data in (body, filler + body):
-            words = _Words(linter, data)
+            words = FileWords(linter.words, data)
             words.has(0)  # (some answers already known)
             has = words.followed_by(extra)
-            for i, word in enumerate(linter._trigger_words):
+            for i, word in enumerate(linter.words.words):
                 assert has(i) == (word in data + extra), (data[-20:], extra, word)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import trainlint.runner as runner
+import trainlint.workers as workers
 from trainlint.analysis.project import (
     ProjectIndex,
     absolute,
@@ -148,17 +149,17 @@ def project(tmp_path):
 
 def _run(pkg: Path, cache: Cache, monkeypatch) -> tuple[list, list[str]]:
     linted: list[str] = []
-    real = runner._work
+    real = workers._work
 
     def counting(item):
         path = item if isinstance(item, Path) else item[0]
         linted.append(path.name)
         return real(item)
 
-    monkeypatch.setattr(runner, "_work", counting)
+    monkeypatch.setattr(workers, "_work", counting)
     files = sorted(pkg.glob("*.py"))
     result = runner.run(files, ALL, Settings(), jobs=1, cache=cache)
-    monkeypatch.setattr(runner, "_work", real)
+    monkeypatch.setattr(workers, "_work", real)
     return [(Path(f.path).name, f.line, f.code) for f in result.findings], sorted(linted)
 
 

@@ -215,21 +215,21 @@ _PARENT = os.getpid()
 
 def _dying_work(path):
     """Kills any worker process it runs in (as the OOM killer would)."""
-    import trainlint.runner as runner
+    import trainlint.workers as workers
 
     if os.getpid() != _PARENT:
         os._exit(1)
-    return runner._real_work(path)  # type: ignore[attr-defined]
+    return workers._real_work(path)  # type: ignore[attr-defined]
 
 
 def test_broken_pool_is_redone_in_process(tree, monkeypatch):
     """A worker process that dies loses no file: the run falls back to in-process linting."""
-    import trainlint.runner as runner
+    import trainlint.workers as workers
 
     root = tree({f"m{i}.py": "import torch\nsd = torch.load(p)\n" for i in range(6)})
     files = sorted(root.glob("*.py"))
-    monkeypatch.setattr(runner, "_real_work", runner._work, raising=False)
-    monkeypatch.setattr(runner, "_work", _dying_work)
+    monkeypatch.setattr(workers, "_real_work", workers._work, raising=False)
+    monkeypatch.setattr(workers, "_work", _dying_work)
     result = run(files, ALL, Settings(), jobs=2)
     assert len([f for f in result.findings if f.code == "TL702"]) == 6
 

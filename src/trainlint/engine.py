@@ -20,6 +20,7 @@ from trainlint.analysis.project import (
     EFFECT_WORDS,
     SUMMARY_WORDS,
     apply_view,
+    bare_summary,
     digest,
     own_view,
     view_words,
@@ -27,15 +28,14 @@ from trainlint.analysis.project import (
 from trainlint.analysis.project import summarize as project_summary
 from trainlint.config import TARGET_TORCH, RuleSelection, TorchPins
 from trainlint.findings import Finding, InternalError, Related
-from trainlint.noqa import FILE_NOQA_RE, OWN_PREFIX, codes_of, noqa_comments, noqa_on_lines
+from trainlint.noqa import OWN_PREFIX, file_noqa_codes, noqa_comments, noqa_on_lines
 from trainlint.rules.base import Report, Rule
 from trainlint.source import Source, SourceError, decode, parse
+from trainlint.words import FileWords, WordTable
 
 SYNTAX_ERROR = "TL001"
 UNUSED_NOQA = "TL002"
 ENGINE_RULES = (SYNTAX_ERROR, UNUSED_NOQA)
-#: Below this size a file's trigger words are searched in its bytes as they are.
-_SMALL_FILE = 2048
 #: Files larger than this are reported and skipped rather than analysed.
 MAX_FILE_BYTES = 10 * 1024 * 1024
 
@@ -58,42 +58,6 @@ class FileResult:
     view: str = ""
 
 
-class _Words:
-    """Which of the linter's words (rules' triggers, the summary's words) one file's
-    bytes spell: each word searched at most once, and only when asked."""
-
-    def __init__(self, linter: Linter, data: bytes) -> None:
-        self.data = data
-        self.words = linter._trigger_words
-        self.spaced = linter._spaced
-        self.present: list[bool | None] = [None] * len(self.words)
-        self.reach = linter._longest_word - 1
-        self.tokens = data if len(data) < _SMALL_FILE else None
-
-    def has(self, i: int) -> bool:
-        found = self.present[i]
-        if found is None:
-            if self.spaced[i]:
-                found = self.words[i] in self.data
-            else:
-                # A word with no whitespace lies inside one whitespace-free token: search
-                # each distinct token once, not every repetition of it (a file is mostly
-                # absent words, each a whole scan: 40% of the bytes to scan, for a split).
-                if self.tokens is None:
-                    self.tokens = b"\n".join(set(self.data.split()))
-                found = self.words[i] in self.tokens
-            self.present[i] = found
-        return found
-
-    def followed_by(self, extra: bytes) -> Callable[[int], bool]:
-        """``has`` for these bytes followed by ``extra`` (a view's words), reusing the
-        searches made so far: the bytes' own answer, or an occurrence that ends in
-        ``extra`` (and may start in the bytes' last few)."""
-        data, words, has = self.data, self.words, self.has
-        end = data[max(0, len(data) - self.reach) :] + extra
-        return lambda i: has(i) or words[i] in end
-
-
 def _without(rules: list[Rule], codes: list[str]) -> list[Rule]:
     """``rules`` less those a file-level ``# trainlint: noqa: CODES`` turns off."""
     return [r for r in rules if not any(r.code.startswith(c) for c in codes)]
@@ -112,21 +76,15 @@ class Linter:
         ]
         self.rule_classes = {cls.code: cls for cls in selection.rules}
         self.known = selection.known or _builtincodes_of() | self.enabled
-        # The trigger words of the whole selection, compiled once: each distinct word is
-        # searched for at most once per file, and only until every rule is decided.
-        # (One alternation regex over all the words was measured 3x slower than bytes
-        # `in`, which runs at memchr speed.)
-        words: dict[bytes, int] = {}
-        self._triggers = [
-            (rule, tuple(words.setdefault(t.encode(), len(words)) for t in rule.triggers))
-            for rule in self.rules
-        ]
-        # the project summary's words, searched with the same table
-        self._summary_words = tuple(words.setdefault(w, len(words)) for w in SUMMARY_WORDS)
-        self._effect_words = tuple(words.setdefault(w, len(words)) for w in EFFECT_WORDS)
-        self._trigger_words = tuple(words)
-        self._spaced = tuple(any(c in w for c in b" \t\n\r\x0b\x0c") for w in words)
-        self._longest_word = max(map(len, words), default=1)
+        # The trigger words of the whole selection and the project summary's, numbered
+        # once: each distinct word is searched for at most once per file, and only until
+        # every rule is decided.
+        self.words = WordTable(
+            [[t.encode() for t in rule.triggers] for rule in self.rules]
+            + [SUMMARY_WORDS, EFFECT_WORDS]
+        )
+        self._triggers = list(zip(self.rules, self.words.groups[:-2], strict=True))
+        self._summary_words, self._effect_words = self.words.groups[-2:]
         self.collect_timings = timings
         self._torch_pins = TorchPins()
         #: A file's summary -> the part of its project view known before the whole
@@ -162,7 +120,7 @@ class Linter:
             return self._lint_bytes(result, data, path, ignored, text, view, module, keep)
         finally:
             if module is not None and result.summary is None:
-                result.summary = _bare_summary(module)
+                result.summary = bare_summary(module)
 
     def _lint_bytes(
         self,
@@ -193,7 +151,7 @@ class Linter:
                     )
                 )
             return result
-        found = _Words(self, data)
+        found = FileWords(self.words, data)
         active = self._active_rules(data, view, path, ignored, found)
         check_noqa = on(UNUSED_NOQA) and b"noqa" in data.lower()
         if not active and not check_noqa and not on(SYNTAX_ERROR) and module is None:
@@ -201,7 +159,7 @@ class Linter:
         try:
             if text is None:
                 text, _ = decode(data)
-            file_noqa = self._file_noqa(text)
+            file_noqa = file_noqa_codes(text)
             if file_noqa is not None and not file_noqa and module is None:
                 return result  # `# trainlint: noqa` skips the whole file
             tree = parse(text, path)
@@ -218,8 +176,8 @@ class Linter:
             active, check_noqa = [], False
         elif file_noqa:
             active = _without(active, file_noqa)
-        facts = module is not None and any(found.has(i) for i in self._summary_words)
-        summarize = facts or module is not None and any(found.has(i) for i in self._effect_words)
+        facts = module is not None and found.any(self._summary_words)
+        summarize = facts or module is not None and found.any(self._effect_words)
         if not active and not check_noqa and not summarize:
             if module is not None:
                 result.summary = project_summary(None, tree, module, keep=keep)
@@ -301,13 +259,13 @@ class Linter:
         view: dict[str, Any] | None,
         path: str,
         ignored: tuple[str, ...],
-        words: _Words | None = None,
+        words: FileWords | None = None,
     ) -> list[Rule]:
         """The rules to run on ``data``: on for this file, and some trigger word present
         (the project view's facts stand in for words the file does not spell itself).
         ``words``: the file's word search, when the caller has one."""
         if words is None:
-            words = _Words(self, data)
+            words = FileWords(self.words, data)
         has: Callable[[int], bool] = words.has
         if view:
             has = words.followed_by(view_words(view))
@@ -356,19 +314,6 @@ class Linter:
             report.fix,
             related=related,
         )
-
-    @staticmethod
-    def _file_noqa(text: str) -> list[str] | None:
-        """None: no file-level directive; []: skip file; [codes]: skip those rules."""
-        if "trainlint" not in text:
-            return None
-        found: list[str] | None = None
-        for m in FILE_NOQA_RE.finditer(text):
-            codes = codes_of(m.group("codes"))
-            if not codes:
-                return []
-            found = (found or []) + codes
-        return found
 
     def _suppress(
         self, findings: list[Finding], source: Source, report_unused: bool, path: str
@@ -422,23 +367,6 @@ class Linter:
                         )
                     )
         return kept
-
-
-def _bare_summary(module: tuple[str, str, bool]) -> dict[str, Any]:
-    """The summary of a file with nothing to say (unreadable, too large, not parsed)."""
-    root, name, is_pkg = module
-    return {
-        "root": root,
-        "module": name,
-        "pkg": is_pkg,
-        "imports": {},
-        "stars": [],
-        "exported": {},
-        "defs": [],
-        "functions": {},
-        "classes": {},
-        "calls": [],
-    }
 
 
 def _builtincodes_of() -> frozenset[str]:

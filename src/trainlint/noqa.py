@@ -33,6 +33,20 @@ def codes_of(text: str | None) -> list[str]:
     return [c.upper() for c in _CODE_SPLIT.split(text.strip()) if c]
 
 
+def file_noqa_codes(text: str) -> list[str] | None:
+    """A file's ``# trainlint: noqa`` directives: None, none; [], skip the whole file;
+    [codes], turn those rules off in it."""
+    if "trainlint" not in text:
+        return None
+    found: list[str] | None = None
+    for m in FILE_NOQA_RE.finditer(text):
+        codes = codes_of(m.group("codes"))
+        if not codes:
+            return []
+        found = (found or []) + codes
+    return found
+
+
 def noqa_on_lines(source: Source, lines: set[int]) -> dict[int, list[str]]:
     out: dict[int, list[str]] = {}
     for n in lines:

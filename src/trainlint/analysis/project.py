@@ -349,6 +349,23 @@ def summarize(
     return out
 
 
+def bare_summary(module: tuple[str, str, bool]) -> dict[str, Any]:
+    """The summary of a file with nothing to say (unreadable, too large, not parsed)."""
+    root, name, is_pkg = module
+    return {
+        "root": root,
+        "module": name,
+        "pkg": is_pkg,
+        "imports": {},
+        "stars": [],
+        "exported": {},
+        "defs": [],
+        "functions": {},
+        "classes": {},
+        "calls": [],
+    }
+
+
 def _uses(model: FileModel, imports: dict[str, list[str]], module: str) -> list[str]:
     """What the file calls through its imports, spelled as its lint resolves it
     (``.engine.train_step``), and ``?.m`` for a method ``m`` called on a name or ``self``

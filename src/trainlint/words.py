@@ -1,0 +1,70 @@
+"""The trigger-word pre-filter: which of a run's words one file's bytes spell.
+
+Each rule declares trigger words; a file that spells none of a rule's words is not
+analysed for it, and a file that spells none of any rule's words (nor the project
+summary's) is never modelled. The words of the whole selection are numbered once per run
+(:class:`WordTable`), and each file's bytes are searched for each distinct word at most
+once, only when a rule or the summary asks (:class:`FileWords`). One alternation regex
+over all the words was measured 3x slower than bytes ``in``, which runs at memchr speed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+#: Below this size a file's words are searched in its bytes as they are (a split costs more).
+_SMALL_FILE = 2048
+_WHITESPACE = b" \t\n\r\x0b\x0c"
+
+
+class WordTable:
+    """The distinct words of some groups of words (a rule's triggers, the summary's
+    words), numbered: ``groups[k]`` holds the numbers of group ``k``'s words."""
+
+    def __init__(self, groups: Sequence[Iterable[bytes]]) -> None:
+        numbers: dict[bytes, int] = {}
+        self.groups: list[tuple[int, ...]] = [
+            tuple(numbers.setdefault(w, len(numbers)) for w in group) for group in groups
+        ]
+        self.words: tuple[bytes, ...] = tuple(numbers)
+        self.spaced = tuple(any(c in w for c in _WHITESPACE) for w in self.words)
+        #: how many bytes before a join a word across it may start in
+        self.reach = max(map(len, self.words), default=1) - 1
+
+
+class FileWords:
+    """Which of a table's words one file's bytes spell: each word searched at most once,
+    and only when asked."""
+
+    def __init__(self, table: WordTable, data: bytes) -> None:
+        self.data = data
+        self.table = table
+        self.present: list[bool | None] = [None] * len(table.words)
+        self.tokens = data if len(data) < _SMALL_FILE else None
+
+    def has(self, i: int) -> bool:
+        found = self.present[i]
+        if found is None:
+            if self.table.spaced[i]:
+                found = self.table.words[i] in self.data
+            else:
+                # A word with no whitespace lies inside one whitespace-free token: search
+                # each distinct token once, not every repetition of it (a file is mostly
+                # absent words, each a whole scan: 40% of the bytes to scan, for a split).
+                if self.tokens is None:
+                    self.tokens = b"\n".join(set(self.data.split()))
+                found = self.table.words[i] in self.tokens
+            self.present[i] = found
+        return found
+
+    def any(self, numbers: Iterable[int]) -> bool:
+        """Whether the bytes spell any of these words."""
+        return any(self.has(i) for i in numbers)
+
+    def followed_by(self, extra: bytes) -> Callable[[int], bool]:
+        """``has`` for these bytes followed by ``extra`` (a view's words), reusing the
+        searches made so far: the bytes' own answer, or an occurrence that ends in
+        ``extra`` (and may start in the bytes' last few)."""
+        data, words, has = self.data, self.table.words, self.has
+        end = data[max(0, len(data) - self.table.reach) :] + extra
+        return lambda i: has(i) or words[i] in end
