@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from trainlint.analysis.reordering import independent, jumps
 from trainlint.findings import Edit, Intent
 
 if TYPE_CHECKING:
@@ -89,19 +90,6 @@ def add_keyword(model: FileModel, call: ast.Call, text: str) -> Edit | None:
 
 # -- restructuring intents (built from the ast; carried out by cst_fix) -------------------
 
-_JUMPS = (
-    ast.Return,
-    ast.Break,
-    ast.Continue,
-    ast.Raise,
-    ast.Try,
-    ast.Yield,
-    ast.YieldFrom,
-    ast.Global,
-    ast.Nonlocal,
-) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
-_OWN_SCOPE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
-
 
 def siblings(model: FileModel, stmt: ast.stmt) -> list[ast.stmt] | None:
     """The statement list ``stmt`` sits in (a body, an ``else``, a ``finally``)."""
@@ -120,31 +108,11 @@ def sibling_ancestor(model: FileModel, node: ast.AST, block: list[ast.stmt]) -> 
     it), if any."""
     cur: ast.AST | None = model.statement_of(node)
     ids = {id(s) for s in block}
-    while cur is not None and not isinstance(cur, _OWN_SCOPE[:2]):
+    while cur is not None and not isinstance(cur, (ast.FunctionDef, ast.AsyncFunctionDef)):
         if id(cur) in ids:
             return cur  # type: ignore[return-value]
         cur = model.parent_of(cur)
     return None
-
-
-_LOOPS = (ast.For, ast.AsyncFor, ast.While)
-
-
-def _jumps(stmt: ast.stmt) -> bool:
-    """Control flow that moving the statement (or moving past it) could change: a
-    return/raise, a break/continue out of it, a ``try``, a yield (nested defs do not
-    count; a break inside a loop of its own does)."""
-    todo: list[tuple[ast.AST, bool]] = [(stmt, False)]
-    while todo:
-        node, in_loop = todo.pop()
-        if isinstance(node, (ast.Break, ast.Continue)):
-            if not in_loop:
-                return True
-        elif isinstance(node, _JUMPS):
-            return True
-        inner = in_loop or isinstance(node, _LOOPS)
-        todo.extend((c, inner) for c in ast.iter_child_nodes(node) if not isinstance(c, _OWN_SCOPE))
-    return False
 
 
 def _indent_unit(model: FileModel, stmt: ast.stmt) -> str:
@@ -184,62 +152,6 @@ def _region(
     return line, col, end_line, end_col
 
 
-def _names(stmts: list[ast.stmt]) -> tuple[set[str], set[str]]:
-    """The dotted names ``stmts`` read and the ones they write (``self.norm``, ``loss``;
-    a subscript or attribute store writes into its base; nested scopes do not count)."""
-    from trainlint.analysis.model import dotted
-
-    reads: set[str] = set()
-    writes: set[str] = set()
-
-    def target(node: ast.AST) -> None:
-        if isinstance(node, (ast.Tuple, ast.List)):
-            for elt in node.elts:
-                target(elt)
-        elif isinstance(node, (ast.Starred, ast.Subscript)):
-            target(node.value)
-        else:
-            name = dotted(node)
-            if name is not None:
-                writes.add(name)
-
-    todo: list[ast.AST] = list(stmts)
-    while todo:
-        node = todo.pop()
-        if isinstance(node, _OWN_SCOPE) and node not in stmts:
-            continue
-        if isinstance(node, (ast.Name, ast.Attribute)):
-            name = dotted(node)
-            if name is not None:
-                if isinstance(node.ctx, ast.Load):
-                    reads.add(name)  # the whole chain; its prefixes are not reads of their own
-                else:
-                    target(node)
-                continue
-        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            target(node)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            writes.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, ast.AugAssign):
-            target(node.target)
-        todo.extend(ast.iter_child_nodes(node))
-    return reads, writes
-
-
-def _overlap(a: set[str], b: set[str]) -> bool:
-    return any(x == y or x.startswith(y + ".") or y.startswith(x + ".") for x in a for y in b)
-
-
-def _independent(moved: list[ast.stmt], passed: list[ast.stmt]) -> bool:
-    """Moving ``moved`` across ``passed`` keeps every name's value as each side saw it:
-    neither writes what the other reads or writes."""
-    m_reads, m_writes = _names(moved)
-    p_reads, p_writes = _names(passed)
-    return not (
-        _overlap(m_reads, p_writes) or _overlap(m_writes, p_reads) or _overlap(m_writes, p_writes)
-    )
-
-
 def move_intent(
     model: FileModel, moved: list[ast.stmt], anchor: ast.stmt, where: str = "before"
 ) -> Intent | None:
@@ -263,10 +175,10 @@ def move_intent(
     if pos[0] <= a <= pos[-1]:
         return None
     lo, hi = min(pos[0], a), max(pos[-1], a)
-    if any(_jumps(s) for s in block[lo : hi + 1]):
+    if any(jumps(s) for s in block[lo : hi + 1]):
         return None
     ids = {id(s) for s in moved}
-    if not _independent(moved, [s for s in block[lo : hi + 1] if id(s) not in ids]):
+    if not independent(moved, [s for s in block[lo : hi + 1] if id(s) not in ids]):
         return None  # a value one side computes would reach the other side changed
     span = _region(model, block, lo, hi)
     if span is None:
@@ -316,7 +228,7 @@ def append_to_block(model: FileModel, stmt: ast.stmt, code: str) -> Edit | None:
     if block is None:
         return None
     i = next(k for k, s in enumerate(block) if s is stmt)
-    if any(_jumps(s) for s in block[i + 1 :]):
+    if any(jumps(s) for s in block[i + 1 :]):
         return None
     lines = model.source.lines
     indent = lines[stmt.lineno - 1][: stmt.col_offset]
