@@ -1,7 +1,8 @@
 """Data loaders: which names hold the object a ``DataLoader(...)`` call builds, whether a
 training loop iterates it (directly, or after it was passed to a same-file function as
 an argument), which `DataLoader` a loop iterates, what dataset it reads, and which of
-the loop's batch tensors it copies to a device.
+the loop's batch tensors it copies to a device. Also whether a loop goes over data at
+all, whatever iterable holds it.
 """
 
 from __future__ import annotations
@@ -107,6 +108,28 @@ def loader_of_loop(model: FileModel, loop: ast.AST) -> Binding | None:
     if binding is None or binding.role is not Role.LOADER or binding.call is None:
         return None
     return binding if binding.qualname == DATA_LOADER else None
+
+
+_ITER_WRAPPERS = ("enumerate", "tqdm", "iter", "zip", "islice", "progress_bar", "track")
+
+
+def goes_over_data(loop: ast.AST) -> bool:
+    """Does ``loop`` go over a data set (a loader, batches, `range(len(loader))`), rather
+    than repeat a fixed input, step a decoder, or walk a literal tuple of models?"""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False  # `while len(returns) < n`: an environment rollout or a decode loop
+    it: ast.AST = loop.iter
+    while isinstance(it, ast.Call) and call_name(it) in _ITER_WRAPPERS and it.args:
+        it = it.args[0]
+    if isinstance(it, (ast.List, ast.Tuple, ast.Set, ast.Constant)):
+        return False
+    if isinstance(it, ast.Call) and call_name(it) == "range":
+        return any(
+            isinstance(sub, ast.Call) and call_name(sub) == "len"
+            for arg in it.args
+            for sub in ast.walk(arg)
+        )
+    return True
 
 
 def dataset_arg(call: ast.Call) -> ast.expr | None:

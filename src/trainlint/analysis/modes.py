@@ -39,6 +39,23 @@ def restores_before_end(events: list[tuple[Event, str | None]], target: str | No
     return any(e.kind is Kind.TRAIN and same_module(n, target) for e, n in events)
 
 
+def left_in_eval(
+    rest: list[tuple[Event, str | None]],
+    paths: list[tuple[Event, ...]],
+    names: list[tuple[str | None, ...]],
+    target: str | None,
+) -> bool:
+    """After an `eval()` of ``target``, does training come before its `train()`? ``rest``
+    is what follows the `eval()` on its path through the loop; ``paths`` are all the
+    loop's paths and ``names`` their events' targets. Either later on the same path, or
+    in the next iteration: ``rest`` never restores it and some path trains first."""
+    return trains_before_restore(rest, target) or any(
+        trains_before_restore(list(zip(p, n, strict=True)), target) is True
+        and not restores_before_end(rest, target)
+        for p, n in zip(paths, names, strict=True)
+    )
+
+
 #: Modules that are copies of the trained one or frozen on purpose: an EMA/SWA average,
 #: a distillation teacher, an RL target network, a frozen reference model.
 _COPY_WORD = re.compile(

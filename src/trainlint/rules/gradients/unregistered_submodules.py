@@ -6,90 +6,9 @@ import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel, call_name, walk_local, walk_tree
-from trainlint.analysis.roles import Role, nn_prefix
+from trainlint.analysis.roles import nn_prefix
+from trainlint.analysis.submodules import is_module_construction, module_elements
 from trainlint.rules.base import Invalid, Report, Rule
-
-
-def _is_module_construction(model: FileModel, node: ast.AST) -> bool:
-    if not isinstance(node, ast.Call):
-        return False
-    found = model.roles.classify(node)
-    return (
-        len(found) == 1
-        and found[0] is not None
-        and found[0].role is Role.MODEL
-        and (found[0].call is node)
-        and not _is_transform(model, node)
-    )
-
-
-_TRANSFORM_PREFIXES = ("torchaudio.transforms.", "torchvision.transforms.")
-
-
-def _is_transform(model: FileModel, call: ast.Call, depth: int = 0) -> bool:
-    """A parameter-free data transform: a torchaudio/torchvision transform, or a
-    same-file module whose only submodules are such transforms. Nothing of it can be
-    missing from `.parameters()` or `state_dict()`."""
-    if (model.qualname(call.func) or "").startswith(_TRANSFORM_PREFIXES):
-        return True
-    if depth > 0 or not isinstance(call.func, ast.Name) or model.qualname(call.func):
-        return False
-    cls = model.class_named(call.func.id)
-    if cls is None or model.local_base(cls) is not None:
-        return False
-    built = []
-    for node in ast.walk(cls):
-        if isinstance(node, ast.Call) and call_name(node) in (
-            "Parameter",
-            "register_parameter",
-            "register_buffer",
-            "add_module",
-        ):
-            return False
-        if (
-            isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Call)
-            and any(
-                isinstance(t, ast.Attribute)
-                and isinstance(t.value, ast.Name)
-                and t.value.id == "self"
-                for t in node.targets
-            )
-        ):
-            built.append(node.value)
-    return bool(built) and all(_is_transform(model, b, depth + 1) for b in built)
-
-
-def _module_elements(model: FileModel, value: ast.AST) -> str | None:
-    """ "list" or "dict" when ``value`` builds a plain container of freshly built modules."""
-    if (
-        isinstance(value, ast.Call)
-        and call_name(value) in ("list", "tuple", "dict")
-        and (model.qualname(value.func) or "").startswith("builtins.")
-        and len(value.args) == 1
-        and not value.keywords
-    ):
-        inner = _module_elements(model, value.args[0])
-        if inner is None and isinstance(value.args[0], ast.GeneratorExp):
-            return "list" if _is_module_construction(model, value.args[0].elt) else None
-        return inner
-    if isinstance(value, (ast.List, ast.Tuple)):
-        if value.elts and all(_is_module_construction(model, e) for e in value.elts):
-            return "list"
-        return None
-    if isinstance(value, ast.ListComp):
-        return "list" if _is_module_construction(model, value.elt) else None
-    if isinstance(value, ast.Dict):
-        if (
-            value.values
-            and all(k is not None for k in value.keys)
-            and all(_is_module_construction(model, v) for v in value.values)
-        ):
-            return "dict"
-        return None
-    if isinstance(value, ast.DictComp):
-        return "dict" if _is_module_construction(model, value.value) else None
-    return None
 
 
 class UnregisteredSubmodules(Rule):
@@ -330,7 +249,7 @@ class Net(torch.nn.Module):
                         and target.value.id == "self"
                     ):
                         continue
-                    kind = _module_elements(model, stmt.value)
+                    kind = module_elements(model, stmt.value)
                     empty = isinstance(stmt.value, ast.List) and not stmt.value.elts
                     if kind is not None or empty:
                         candidates.append((stmt, target.attr, kind))
@@ -396,12 +315,12 @@ class Net(torch.nn.Module):
                     and func.value.value.id == "self"
                 ):
                     registered.discard(func.value.attr)
-                    if any(_is_module_construction(model, a) for a in node.args) or any(
-                        _module_elements(model, a) for a in node.args
+                    if any(is_module_construction(model, a) for a in node.args) or any(
+                        module_elements(model, a) for a in node.args
                     ):
                         appended.add(func.value.attr)
             elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Attribute):
-                if _module_elements(model, node.value):
+                if module_elements(model, node.value):
                     appended.add(node.target.attr)
         # `self.x.append(...)` puts self.x among call *receivers*, not arguments
         return {"registered": registered - appended, "appended": appended}

@@ -3,35 +3,18 @@
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterator
 
-from trainlint.analysis.model import FileModel, call_name, dotted, walk_local, walk_tree
+from trainlint.analysis.grad_accumulation import (
+    accumulation_divisor,
+    lr_divided_by_count,
+    names_accumulation_count,
+    rescales_grads,
+)
+from trainlint.analysis.model import FileModel, dotted, walk_local
 from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.steps import Event, Kind, StepLoop, backward_value
 from trainlint.rules.base import Invalid, Report, Rule
-
-
-def _divisor(test: ast.AST) -> ast.AST | None:
-    for sub in ast.walk(test):
-        if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
-            return sub.right
-    return None
-
-
-def _accum_named(node: ast.AST) -> bool:
-    for sub in ast.walk(node):
-        name = (
-            sub.id
-            if isinstance(sub, ast.Name)
-            else sub.attr
-            if isinstance(sub, ast.Attribute)
-            else ""
-        )
-        low = name.lower()
-        if "accum" in low or "update_freq" in low or "grad_acc" in low or "iters_to_acc" in low:
-            return True
-    return False
 
 
 def _under(event: Event, guards: list[ast.If]) -> bool:
@@ -60,88 +43,6 @@ def _consumed_each_iteration(
         if not (cleared or applied):
             return False
     return True
-
-
-_RESCALE = re.compile(
-    r"(?<!un)(scale|multiply|mul|div|divide|normali[sz]e|average|avg)_?grad", re.IGNORECASE
-)
-
-
-def _rescales_grads(model: FileModel, guard: ast.If, depth: int = 0) -> bool:
-    """Inside the step branch, the accumulated gradients are divided before the step:
-    a ``scale_grads(model, 1 / n)``-style helper, ``p.grad.div_(n)``, ``p.grad /= n``,
-    ``torch._foreach_div_(grads, n)``."""
-    for node in (n for stmt in guard.body for n in walk_tree(stmt)):
-        if (
-            isinstance(node, ast.AugAssign)
-            and isinstance(node.op, (ast.Div, ast.Mult))
-            and (_mentions_grad(node.target))
-        ):
-            return True
-        if not isinstance(node, ast.Call):
-            continue
-        name = call_name(node) or ""
-        if _RESCALE.search(name):
-            return True
-        if (
-            name in ("div_", "mul_")
-            and isinstance(node.func, ast.Attribute)
-            and _mentions_grad(node.func.value)
-        ):
-            return True
-        if name in ("_foreach_div_", "_foreach_mul_") and node.args and _names_grads(node.args[0]):
-            return True  # `torch._foreach_div_(grads, n)` over the gradient list
-        if depth == 0:
-            fn = model.resolve_call(node)
-            if fn is not None:
-                wrapper = ast.If(test=ast.Constant(True), body=fn.body, orelse=[])
-                if _rescales_grads(model, wrapper, 1):
-                    return True
-    return False
-
-
-def _mentions_grad(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(node))
-
-
-def _names_grads(node: ast.AST) -> bool:
-    return _mentions_grad(node) or "grad" in (dotted(node) or "").lower()
-
-
-_LR_NAME = re.compile(r"(^|_)(lr|learning_rate)($|_)", re.IGNORECASE)
-
-
-def _lr_divided(model: FileModel, divisors: list[ast.AST | None]) -> bool:
-    """The learning rate is divided by the accumulation count somewhere in the file
-    (``lr=base_lr / accum``, ``args.lr /= args.grad_accum``): the sum is what it expects."""
-    dumps = {ast.dump(d) for d in divisors if d is not None}
-
-    def by_count(expr: ast.AST) -> bool:
-        return ast.dump(expr) in dumps or _accum_named(expr)
-
-    # the model's assignment and keyword tables, not a walk of the whole tree: only
-    # whether one matches counts, not which comes first
-    nodes: list[ast.AST] = [*model.assignments, *model.keywords]
-    for node in nodes:
-        if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Div):
-            if _LR_NAME.search((dotted(node.target) or "").rsplit(".", 1)[-1]) and by_count(
-                node.value
-            ):
-                return True
-        pairs: list[tuple[str, ast.AST]] = []
-        if isinstance(node, ast.Assign):
-            pairs = [((dotted(t) or "").rsplit(".", 1)[-1], node.value) for t in node.targets]
-        elif isinstance(node, ast.keyword) and node.arg:
-            pairs = [(node.arg, node.value)]
-        for name, value in pairs:
-            if (
-                _LR_NAME.search(name)
-                and isinstance(value, ast.BinOp)
-                and isinstance(value.op, ast.Div)
-                and by_count(value.right)
-            ):
-                return True
-    return False
 
 
 class UnscaledAccumulatedLoss(Rule):
@@ -345,14 +246,16 @@ for i, real in enumerate(loader):
             guards = []
             for step in loop.of(Kind.STEP):
                 for g, branch in step.guards:
-                    if branch and _divisor(g.test) is not None:
+                    if branch and accumulation_divisor(g.test) is not None:
                         guards.append(g)
             if not guards:
                 continue
-            divisors = [_divisor(g.test) for g in guards]
+            divisors = [accumulation_divisor(g.test) for g in guards]
             if any(isinstance(d, ast.Constant) and d.value in (1, 0) for d in divisors):
                 continue
-            if any(_rescales_grads(model, g) for g in guards) or _lr_divided(model, divisors):
+            if any(rescales_grads(model, g) for g in guards) or lr_divided_by_count(
+                model, divisors
+            ):
                 continue  # the sum is divided afterwards, or the LR already accounts for it
             guarded = {t for s in loop.of(Kind.STEP) if _under(s, guards) for t in [s.target]}
             single = len(loop.targets(Kind.STEP)) <= 1
@@ -387,11 +290,11 @@ for i, real in enumerate(loader):
                 if isinstance(sub, ast.BinOp) and isinstance(sub.op, (ast.Div, ast.Mult)):
                     if ast.dump(sub.right) in dumps or ast.dump(sub.left) in dumps:
                         return True
-                    if _accum_named(sub.right) or _accum_named(sub.left):
+                    if names_accumulation_count(sub.right) or names_accumulation_count(sub.left):
                         return True
                 if isinstance(sub, ast.Call) and (
                     any(ast.dump(a) in dumps for a in sub.args)
-                    or any(_accum_named(a) for a in sub.args)
+                    or any(names_accumulation_count(a) for a in sub.args)
                 ):
                     return True  # a helper that knows the accumulation count may scale
                 name = dotted(sub) if isinstance(sub, (ast.Name, ast.Attribute)) else None
@@ -405,7 +308,7 @@ for i, real in enumerate(loader):
             if (
                 isinstance(node, ast.AugAssign)
                 and isinstance(node.op, (ast.Div, ast.Mult))
-                and (ast.dump(node.value) in dumps or _accum_named(node.value))
+                and (ast.dump(node.value) in dumps or names_accumulation_count(node.value))
                 and dotted(node.target) == dotted(value)
             ):
                 return True

@@ -8,7 +8,13 @@ from collections.abc import Callable, Iterator
 
 from trainlint.analysis.context import is_test_file
 from trainlint.analysis.flow import grad_enabled_at
-from trainlint.analysis.model import FileModel, call_name, dotted, is_false, walk_local
+from trainlint.analysis.grad_mode import (
+    callers_disable_grad,
+    grad_disabled_earlier,
+    under_grad_wrapper,
+)
+from trainlint.analysis.loaders import goes_over_data
+from trainlint.analysis.model import FileModel, call_name, dotted, walk_local
 from trainlint.analysis.paths import Reported
 from trainlint.analysis.steps import Kind
 from trainlint.edits import torch_call, wrap_intent
@@ -28,59 +34,12 @@ _ACCESSOR = re.compile(
     r"replace|register|freeze|unwrap)_",
     re.IGNORECASE,
 )
-#: Names of wrappers that turn grad mode off (`smart_inference_mode()`, `maybe_no_grad`)
-#: or context managers from elsewhere that may (`eval_mode(model)`, `evaluating(net)`):
-#: whether grad is on under them cannot be seen from this file.
-_GRAD_WRAPPER = re.compile(
-    r"no_grad|inference_mode|eval_mode|evaluating|inference_context", re.IGNORECASE
-)
-_ITER_WRAPPERS = ("enumerate", "tqdm", "iter", "zip", "islice", "progress_bar", "track")
-
-
-def _over_data(loop: ast.AST) -> bool:
-    """Does ``loop`` go over a data set (a loader, batches, `range(len(loader))`), rather
-    than repeat a fixed input, step a decoder, or walk a literal tuple of models?"""
-    if not isinstance(loop, (ast.For, ast.AsyncFor)):
-        return False  # `while len(returns) < n`: an environment rollout or a decode loop
-    it: ast.AST = loop.iter
-    while isinstance(it, ast.Call) and call_name(it) in _ITER_WRAPPERS and it.args:
-        it = it.args[0]
-    if isinstance(it, (ast.List, ast.Tuple, ast.Set, ast.Constant)):
-        return False
-    if isinstance(it, ast.Call) and call_name(it) == "range":
-        return any(
-            isinstance(sub, ast.Call) and call_name(sub) == "len"
-            for arg in it.args
-            for sub in ast.walk(arg)
-        )
-    return True
-
-
-def _under_grad_wrapper(model: FileModel, node: ast.AST) -> bool:
-    """Inside a `with` or under a decorator that is not torch's own but whose name says it
-    disables grad (or may): a project wrapper torch's names do not cover."""
-    for anc in model.ancestors(node):
-        exprs: list[ast.AST] = []
-        if isinstance(anc, (ast.With, ast.AsyncWith)):
-            exprs = [item.context_expr for item in anc.items]
-        elif isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            exprs = list(anc.decorator_list)
-        for expr in exprs:
-            target = expr.func if isinstance(expr, ast.Call) else expr
-            name = dotted(target)
-            if (
-                name is not None
-                and not (model.qualname(target) or "").startswith("torch.")
-                and (_GRAD_WRAPPER.search(name.rsplit(".", 1)[-1]))
-            ):
-                return True
-    return False
 
 
 def _wrap_in_no_grad(
     model: FileModel, call: ast.Call, loops: list[ast.For | ast.AsyncFor | ast.While]
 ) -> Intent | None:
-    loop = next((lp for lp in loops if _over_data(lp)), None)  # innermost first
+    loop = next((lp for lp in loops if goes_over_data(lp)), None)  # innermost first
     header = torch_call(model, call, "torch.no_grad")
     if loop is None or header is None:
         return None
@@ -297,11 +256,11 @@ def validate(model, val_loader):
         seen = Reported()
 
         def over_data(call: ast.Call) -> bool:
-            return any(_over_data(lp) for lp in model.enclosing_loops(call))
+            return any(goes_over_data(lp) for lp in model.enclosing_loops(call))
 
         for call in self._model_calls(model, over_data):
             loops = model.enclosing_loops(call)
-            if not any(_over_data(lp) for lp in loops):
+            if not any(goes_over_data(lp) for lp in loops):
                 continue  # warm-up/benchmark repeats, decode steps, env rollouts: no dataset
             fn = model.function_of(call)
             if not (
@@ -314,11 +273,11 @@ def validate(model, val_loader):
                 )
             ):
                 continue
-            if not grad_enabled_at(model, call)[0] or _under_grad_wrapper(model, call):
+            if not grad_enabled_at(model, call)[0] or under_grad_wrapper(model, call):
                 continue
-            if self._backprops(model, loops[-1]) or self._grad_disabled_earlier(model, call, fn):
+            if self._backprops(model, loops[-1]) or grad_disabled_earlier(model, call, fn):
                 continue
-            if fn is not None and self._callers_disable_grad(model, fn):
+            if fn is not None and callers_disable_grad(model, fn):
                 continue
             if seen.first(call):
                 yield self.report(
@@ -419,21 +378,3 @@ def validate(model, val_loader):
                 if target is not None and model.steps.has_own_step(target):
                     return True
         return False
-
-    @staticmethod
-    def _grad_disabled_earlier(model: FileModel, call: ast.Call, fn: ast.AST | None) -> bool:
-        for c in model.calls.get("set_grad_enabled", ()):
-            if (
-                model.function_of(c) is fn
-                and (c.lineno, c.col_offset) < (call.lineno, call.col_offset)
-                and isinstance(model.parent_of(c), ast.Expr)
-                and c.args
-                and is_false(c.args[0])
-            ):
-                return True
-        return False
-
-    @staticmethod
-    def _callers_disable_grad(model: FileModel, fn: ast.AST) -> bool:
-        sites = model.call_sites.get(id(fn), [])
-        return bool(sites) and all(not grad_enabled_at(model, s)[0] for s in sites)

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.model import LOOP_NODES, FileModel
+from trainlint.analysis.model import FileModel
 from trainlint.analysis.modes import (
     copy_or_frozen,
     eval_targets,
     frozen_modules,
+    left_in_eval,
     resolved_target,
-    restores_before_end,
     switched_by_flag,
-    trains_before_restore,
 )
-from trainlint.analysis.steps import Event, Kind
+from trainlint.analysis.paths import precise_loop_paths
+from trainlint.analysis.steps import Kind
 from trainlint.edits import append_to_block
 from trainlint.rules.base import Invalid, Report, Rule
 
@@ -330,18 +329,10 @@ for step, (x, y) in enumerate(loader):
 
     def check(self, model: FileModel) -> Iterator[Report]:
         steps = model.steps
-        loops: list[tuple[ast.AST, list[tuple[Event, ...]]]] = []
-        for ep in steps.epoch_loops:
-            paths, precise = steps.loop_paths(ep)
-            if precise:
-                loops.append((ep, paths))
-        for sl in steps.step_loops:
-            if sl.precise and isinstance(sl.node, LOOP_NODES):
-                loops.append((sl.node, sl.paths))
         seen: set[int] = set()
         reported: set[int] = set()
         frozen: set[str] | None = None
-        for _loop, paths in loops:
+        for _loop, paths in precise_loop_paths(model):
             # targets as the loop's own scope names them (helper parameters mapped back
             # to the arguments of the calls that reach them)
             resolved = [tuple(resolved_target(model, e) for e in path) for path in paths]
@@ -361,15 +352,7 @@ for step, (x, y) in enumerate(loader):
                         if not copy_or_frozen(model, at, t, frozen)
                     ]
                     rest = list(zip(path[i + 1 :], names[i + 1 :], strict=True))
-                    if not any(
-                        trains_before_restore(rest, t)
-                        or any(
-                            trains_before_restore(list(zip(p, n, strict=True)), t) is True
-                            and not restores_before_end(rest, t)
-                            for p, n in zip(paths, resolved, strict=True)
-                        )
-                        for t in left
-                    ):
+                    if not any(left_in_eval(rest, paths, resolved, t) for t in left):
                         continue
                     seen.add(id(e.node))
                     anchor = steps.anchor(e)

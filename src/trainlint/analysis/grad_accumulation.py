@@ -1,0 +1,117 @@
+"""Gradient accumulation: the count an optimizer step waits for, names that say they
+hold it, and the places the summed gradients are divided by it instead of the loss
+(the step branch rescales them, or the learning rate is divided by the count)."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from trainlint.analysis.model import FileModel, call_name, dotted, walk_tree
+
+
+def accumulation_divisor(test: ast.AST) -> ast.AST | None:
+    """The count a guard's test waits for: ``accum`` in ``if (i + 1) % accum == 0``."""
+    for sub in ast.walk(test):
+        if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
+            return sub.right
+    return None
+
+
+def names_accumulation_count(node: ast.AST) -> bool:
+    """A name in ``node`` says it holds the accumulation count (``grad_accum_steps``,
+    ``args.update_freq``)."""
+    for sub in ast.walk(node):
+        name = (
+            sub.id
+            if isinstance(sub, ast.Name)
+            else sub.attr
+            if isinstance(sub, ast.Attribute)
+            else ""
+        )
+        low = name.lower()
+        if "accum" in low or "update_freq" in low or "grad_acc" in low or "iters_to_acc" in low:
+            return True
+    return False
+
+
+_RESCALE = re.compile(
+    r"(?<!un)(scale|multiply|mul|div|divide|normali[sz]e|average|avg)_?grad", re.IGNORECASE
+)
+
+
+def rescales_grads(model: FileModel, guard: ast.If, depth: int = 0) -> bool:
+    """Inside the step branch, the accumulated gradients are divided before the step:
+    a ``scale_grads(model, 1 / n)``-style helper, ``p.grad.div_(n)``, ``p.grad /= n``,
+    ``torch._foreach_div_(grads, n)``."""
+    for node in (n for stmt in guard.body for n in walk_tree(stmt)):
+        if (
+            isinstance(node, ast.AugAssign)
+            and isinstance(node.op, (ast.Div, ast.Mult))
+            and (_mentions_grad(node.target))
+        ):
+            return True
+        if not isinstance(node, ast.Call):
+            continue
+        name = call_name(node) or ""
+        if _RESCALE.search(name):
+            return True
+        if (
+            name in ("div_", "mul_")
+            and isinstance(node.func, ast.Attribute)
+            and _mentions_grad(node.func.value)
+        ):
+            return True
+        if name in ("_foreach_div_", "_foreach_mul_") and node.args and _names_grads(node.args[0]):
+            return True  # `torch._foreach_div_(grads, n)` over the gradient list
+        if depth == 0:
+            fn = model.resolve_call(node)
+            if fn is not None:
+                wrapper = ast.If(test=ast.Constant(True), body=fn.body, orelse=[])
+                if rescales_grads(model, wrapper, 1):
+                    return True
+    return False
+
+
+def _mentions_grad(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(node))
+
+
+def _names_grads(node: ast.AST) -> bool:
+    return _mentions_grad(node) or "grad" in (dotted(node) or "").lower()
+
+
+_LR_NAME = re.compile(r"(^|_)(lr|learning_rate)($|_)", re.IGNORECASE)
+
+
+def lr_divided_by_count(model: FileModel, divisors: list[ast.AST | None]) -> bool:
+    """The learning rate is divided by the accumulation count somewhere in the file
+    (``lr=base_lr / accum``, ``args.lr /= args.grad_accum``): the sum is what it expects."""
+    dumps = {ast.dump(d) for d in divisors if d is not None}
+
+    def by_count(expr: ast.AST) -> bool:
+        return ast.dump(expr) in dumps or names_accumulation_count(expr)
+
+    # the model's assignment and keyword tables, not a walk of the whole tree: only
+    # whether one matches counts, not which comes first
+    nodes: list[ast.AST] = [*model.assignments, *model.keywords]
+    for node in nodes:
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Div):
+            if _LR_NAME.search((dotted(node.target) or "").rsplit(".", 1)[-1]) and by_count(
+                node.value
+            ):
+                return True
+        pairs: list[tuple[str, ast.AST]] = []
+        if isinstance(node, ast.Assign):
+            pairs = [((dotted(t) or "").rsplit(".", 1)[-1], node.value) for t in node.targets]
+        elif isinstance(node, ast.keyword) and node.arg:
+            pairs = [(node.arg, node.value)]
+        for name, value in pairs:
+            if (
+                _LR_NAME.search(name)
+                and isinstance(value, ast.BinOp)
+                and isinstance(value.op, ast.Div)
+                and by_count(value.right)
+            ):
+                return True
+    return False

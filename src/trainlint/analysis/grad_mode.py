@@ -1,0 +1,61 @@
+"""Whether grad mode may be off at a call in ways torch's own contexts do not show
+(:func:`trainlint.analysis.flow.grad_enabled_at` reads those): a project wrapper named
+for it, an earlier ``set_grad_enabled(False)`` statement, callers that all run without
+grad."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from trainlint.analysis.flow import grad_enabled_at
+from trainlint.analysis.model import FileModel, dotted, is_false
+
+#: Names of wrappers that turn grad mode off (`smart_inference_mode()`, `maybe_no_grad`)
+#: or context managers from elsewhere that may (`eval_mode(model)`, `evaluating(net)`):
+#: whether grad is on under them cannot be seen from this file.
+_GRAD_WRAPPER = re.compile(
+    r"no_grad|inference_mode|eval_mode|evaluating|inference_context", re.IGNORECASE
+)
+
+
+def under_grad_wrapper(model: FileModel, node: ast.AST) -> bool:
+    """Inside a `with` or under a decorator that is not torch's own but whose name says it
+    disables grad (or may): a project wrapper torch's names do not cover."""
+    for anc in model.ancestors(node):
+        exprs: list[ast.AST] = []
+        if isinstance(anc, (ast.With, ast.AsyncWith)):
+            exprs = [item.context_expr for item in anc.items]
+        elif isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            exprs = list(anc.decorator_list)
+        for expr in exprs:
+            target = expr.func if isinstance(expr, ast.Call) else expr
+            name = dotted(target)
+            if (
+                name is not None
+                and not (model.qualname(target) or "").startswith("torch.")
+                and (_GRAD_WRAPPER.search(name.rsplit(".", 1)[-1]))
+            ):
+                return True
+    return False
+
+
+def grad_disabled_earlier(model: FileModel, call: ast.Call, fn: ast.AST | None) -> bool:
+    """A ``set_grad_enabled(False)`` statement comes before ``call`` in its function
+    ``fn`` (None: the module)."""
+    for c in model.calls.get("set_grad_enabled", ()):
+        if (
+            model.function_of(c) is fn
+            and (c.lineno, c.col_offset) < (call.lineno, call.col_offset)
+            and isinstance(model.parent_of(c), ast.Expr)
+            and c.args
+            and is_false(c.args[0])
+        ):
+            return True
+    return False
+
+
+def callers_disable_grad(model: FileModel, fn: ast.AST) -> bool:
+    """``fn`` is called in this file, and only where grad mode is off."""
+    sites = model.call_sites.get(id(fn), [])
+    return bool(sites) and all(not grad_enabled_at(model, s)[0] for s in sites)

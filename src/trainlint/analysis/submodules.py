@@ -1,0 +1,93 @@
+"""Expressions that build `nn.Module`s: one module construction, or a plain ``list``,
+``tuple`` or ``dict`` of freshly built ones. Parameter-free data transforms do not count:
+nothing of theirs can be missing from `.parameters()` or `state_dict()`."""
+
+from __future__ import annotations
+
+import ast
+
+from trainlint.analysis.model import FileModel, call_name
+from trainlint.analysis.roles import Role
+
+
+def is_module_construction(model: FileModel, node: ast.AST) -> bool:
+    """``node`` is a call that builds one module (not a parameter-free transform)."""
+    if not isinstance(node, ast.Call):
+        return False
+    found = model.roles.classify(node)
+    return (
+        len(found) == 1
+        and found[0] is not None
+        and found[0].role is Role.MODEL
+        and (found[0].call is node)
+        and not _is_transform(model, node)
+    )
+
+
+_TRANSFORM_PREFIXES = ("torchaudio.transforms.", "torchvision.transforms.")
+
+
+def _is_transform(model: FileModel, call: ast.Call, depth: int = 0) -> bool:
+    """A parameter-free data transform: a torchaudio/torchvision transform, or a
+    same-file module whose only submodules are such transforms. Nothing of it can be
+    missing from `.parameters()` or `state_dict()`."""
+    if (model.qualname(call.func) or "").startswith(_TRANSFORM_PREFIXES):
+        return True
+    if depth > 0 or not isinstance(call.func, ast.Name) or model.qualname(call.func):
+        return False
+    cls = model.class_named(call.func.id)
+    if cls is None or model.local_base(cls) is not None:
+        return False
+    built = []
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Call) and call_name(node) in (
+            "Parameter",
+            "register_parameter",
+            "register_buffer",
+            "add_module",
+        ):
+            return False
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and any(
+                isinstance(t, ast.Attribute)
+                and isinstance(t.value, ast.Name)
+                and t.value.id == "self"
+                for t in node.targets
+            )
+        ):
+            built.append(node.value)
+    return bool(built) and all(_is_transform(model, b, depth + 1) for b in built)
+
+
+def module_elements(model: FileModel, value: ast.AST) -> str | None:
+    """ "list" or "dict" when ``value`` builds a plain container of freshly built modules."""
+    if (
+        isinstance(value, ast.Call)
+        and call_name(value) in ("list", "tuple", "dict")
+        and (model.qualname(value.func) or "").startswith("builtins.")
+        and len(value.args) == 1
+        and not value.keywords
+    ):
+        inner = module_elements(model, value.args[0])
+        if inner is None and isinstance(value.args[0], ast.GeneratorExp):
+            return "list" if is_module_construction(model, value.args[0].elt) else None
+        return inner
+    if isinstance(value, (ast.List, ast.Tuple)):
+        if value.elts and all(is_module_construction(model, e) for e in value.elts):
+            return "list"
+        return None
+    if isinstance(value, ast.ListComp):
+        return "list" if is_module_construction(model, value.elt) else None
+    if isinstance(value, ast.Dict):
+        if (
+            value.values
+            and all(k is not None for k in value.keys)
+            and all(is_module_construction(model, v) for v in value.values)
+        ):
+            return "dict"
+        return None
+    if isinstance(value, ast.DictComp):
+        return "dict" if is_module_construction(model, value.value) else None
+    return None
