@@ -6,6 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.model import LOOP_NODES, FileModel, FunctionNode, dotted, walk_local
+from trainlint.analysis.project import single_value
 
 
 def _container_root(node: ast.AST) -> ast.AST | None:
@@ -241,8 +242,6 @@ def _method_of_instance(model: FileModel, call: ast.Call) -> FunctionNode | None
     func = call.func
     if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name):
         return None
-    from trainlint.analysis.project import single_value
-
     value = single_value(model, func.value)
     if not isinstance(value, ast.Call):
         return None

@@ -21,6 +21,7 @@ from trainlint.analysis.imports import (  # (FUNCTION_NODES: the analyses import
     NESTED_SCOPES,
     SCOPE_NODES,
     ImportTable,
+    canonical,
 )
 from trainlint.source import Source
 
@@ -365,8 +366,6 @@ class FileModel:
         if parts:
             if base.startswith("builtins."):
                 return None
-            from trainlint.analysis.imports import canonical
-
             return canonical(base + "." + ".".join(reversed(parts)))
         return base
 
