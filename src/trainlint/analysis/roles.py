@@ -15,7 +15,7 @@ import ast
 import re
 from dataclasses import dataclass
 from enum import Enum
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 from trainlint.analysis.model import call_name, dotted, walk_tree
@@ -112,7 +112,10 @@ class Roles:
         self._returns: dict[int, list[list[Binding | None]]] = {}
         self._in_progress: set[int] = set()
         self._module_classes: dict[int, Role | None] = {}
-        self._not_torch: set[Key] = set()
+        # targets assigned a call that has no role, and the call: those built by something
+        # certainly not a training-library object are `not_torch`, asked for only by
+        # spelling-based guesses (most files never ask)
+        self._no_role_calls: list[tuple[Key, ast.Call]] = []
         self._looked: list[tuple[ast.AST, Binding | None]] | None = None
         self._keys: dict[int, Key | None] = {}
         #: per function: the values its `return` statements give, in walk_local order
@@ -141,14 +144,14 @@ class Roles:
             before = self.bindings
             self.bindings = self._next
             self._bind_parameter_owners()
+            if n + 1 == passes or all(
+                self._same_answer(e, before) or self.lookup(e) == found for e, found in looked
+            ):
+                break
             summary = {k: tuple(b.role for b in v) for k, v in self.bindings.items()}
             if summary == previous:
                 break
             previous = summary
-            if n + 1 < passes and all(
-                self._same_answer(e, before) or self.lookup(e) == found for e, found in looked
-            ):
-                break
 
     # -- keys ------------------------------------------------------------------------
     def key(self, expr: ast.AST) -> Key | None:
@@ -295,10 +298,16 @@ class Roles:
         if isinstance(target, (ast.Name, ast.Attribute)):
             found = self.classify(value)
             self._add(target, found[0] if len(found) == 1 else None, stmt)
-            if found == [None] and isinstance(value, ast.Call) and self._foreign(value):
+            if found == [None] and isinstance(value, ast.Call):
                 key = self.key(target)
                 if key is not None:
-                    self._not_torch.add(key)
+                    self._no_role_calls.append((key, value))
+
+    @cached_property
+    def _not_torch(self) -> set[Key]:
+        """Targets some assignment gives a call built by something certainly not a
+        training-library object (see ``_foreign``): their spelling is no evidence."""
+        return {key for key, call in self._no_role_calls if self._foreign(call)}
 
     def _foreign(self, call: ast.Call) -> bool:
         """Built by something that is certainly not a training-library object: a shadowed
