@@ -256,7 +256,31 @@ def _first_values(model: FileModel, loop: ast.AST, ev: ConstantEvaluator) -> dic
 def _hand_counters(model: FileModel, loop: ast.AST, stmt: ast.stmt) -> dict[str, object]:
     """`step = 0` right before the loop (same block) and `step += 1` directly in its body:
     the value `stmt` sees on the first iteration."""
+    counters = _loop_counters(model, loop)
+    if not counters:
+        return {}
+    body = loop.body  # type: ignore[attr-defined]
+    top = _body_statement(model, loop, stmt)
     out: dict[str, object] = {}
+    for name, (first, inc) in counters.items():
+        if any(s is inc for s in body):
+            if top is not None and body.index(inc) < body.index(top):
+                first = first + inc.value.value  # type: ignore[operator,attr-defined]
+        elif not _after(inc, stmt):
+            continue  # incremented somewhere nested before the write: cannot tell
+        out[name] = first
+    return out
+
+
+def _loop_counters(model: FileModel, loop: ast.AST) -> dict[str, tuple[object, ast.AugAssign]]:
+    """The loop's counters kept by hand, whatever statement asks: name -> (its value
+    before the loop, its one `+= number` inside). Asked for each assignment in the loop,
+    and each ask would walk the whole loop body: once per loop."""
+    return model.memo(("hand counters", id(loop)), lambda m: _counters_of(m, loop))
+
+
+def _counters_of(model: FileModel, loop: ast.AST) -> dict[str, tuple[object, ast.AugAssign]]:
+    out: dict[str, tuple[object, ast.AugAssign]] = {}
     parent = model.parent_of(loop)
     block = None
     for field in ("body", "orelse", "finalbody"):
@@ -287,7 +311,6 @@ def _hand_counters(model: FileModel, loop: ast.AST, stmt: ast.stmt) -> dict[str,
                 if isinstance(arg, ast.Name):
                     inits.update({k: _UNKNOWN for k in inits if k.startswith(arg.id + "[")})
     body = loop.body  # type: ignore[attr-defined]
-    top = next((s for s in body if s is stmt or any(n is stmt for n in walk_tree(s))), None)
     inside = [n for s in body for n in walk_tree(s)]  # (no contexts: none is asked)
     for name, init in inits.items():
         if init is _UNKNOWN:
@@ -312,15 +335,21 @@ def _hand_counters(model: FileModel, loop: ast.AST, stmt: ast.stmt) -> dict[str,
             continue  # the dict is handed to a call in the loop, which may move the counter
         if len(incs) != 1 or len(others) != 1:
             continue
-        inc = incs[0]
-        assert isinstance(inc, ast.AugAssign) and isinstance(inc.value, ast.Constant)
-        first = init
-        if any(s is inc for s in body) and top is not None and body.index(inc) < body.index(top):
-            first = init + inc.value.value  # type: ignore[operator]
-        elif not any(s is inc for s in body) and not _after(inc, stmt):
-            continue  # incremented somewhere nested before the write: cannot tell
-        out[name] = first
+        out[name] = (init, incs[0])  # type: ignore[assignment]
     return out
+
+
+def _body_statement(model: FileModel, loop: ast.AST, stmt: ast.AST) -> ast.stmt | None:
+    """The statement of the loop's body that is or holds ``stmt`` (None: it is not in the
+    body)."""
+    body = loop.body  # type: ignore[attr-defined]
+    cur: ast.AST | None = stmt
+    while cur is not None and cur is not loop:
+        parent = model.parent_of(cur)
+        if parent is loop:
+            return cur if any(s is cur for s in body) else None  # type: ignore[return-value]
+        cur = parent
+    return None
 
 
 def counter_key(node: ast.AST) -> str | None:
