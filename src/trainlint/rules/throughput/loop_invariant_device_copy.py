@@ -7,8 +7,7 @@ from collections.abc import Iterator
 
 from trainlint.analysis.devices import device_copy
 from trainlint.analysis.invariants import invariant_in
-from trainlint.analysis.model import FileModel, walk_tree
-from trainlint.analysis.paths import Reported
+from trainlint.analysis.model import FileModel
 from trainlint.analysis.steps import STEP_LOOP_TRIGGERS
 from trainlint.rules.base import Invalid, Report, Rule
 
@@ -17,6 +16,25 @@ def _device_copy(model: FileModel, call: ast.Call) -> ast.Name | None:
     """The local name moved by ``name.to(device)`` / ``name.cuda()``."""
     moved = device_copy(model, call)
     return moved if isinstance(moved, ast.Name) else None
+
+
+def _pos(node: ast.AST) -> tuple[int, int]:
+    return node.lineno, node.col_offset  # type: ignore[attr-defined]
+
+
+def _loops_around(
+    model: FileModel, node: ast.AST, loops: dict[int, ast.For | ast.AsyncFor | ast.While]
+) -> list[ast.For | ast.AsyncFor | ast.While]:
+    """The ``loops`` whose body holds ``node`` at any depth, outermost first."""
+    found = []
+    child = node
+    for anc in model.ancestors(node):
+        loop = loops.get(id(anc))
+        if loop is not None and any(s is child for s in loop.body):
+            found.append(loop)
+        child = anc
+    found.reverse()
+    return found
 
 
 class LoopInvariantDeviceCopy(Rule):
@@ -196,21 +214,25 @@ def fit(model, features, targets, device, steps=1000):
     def check(self, model: FileModel) -> Iterator[Report]:
         if not model.imports_module("torch"):
             return
-        seen = Reported()
-        for loop in model.steps.statement_loops:
-            for stmt in loop.body:
-                for node in walk_tree(stmt):
-                    if not isinstance(node, ast.Call):
-                        continue
-                    name = _device_copy(model, node)
-                    if name is None or model.function_of(node) is not model.function_of(loop):
-                        continue
-                    if model.steps.per_step(node) is None:
-                        continue
-                    if not invariant_in(model, loop, name.id):
-                        continue
-                    if seen.first(node):
-                        yield self.report(node, self._message(name.id, node))
+        loops = {id(loop): loop for loop in model.steps.statement_loops}
+        if not loops:
+            return
+        # Only `x.to(...)` and `x.cuda()` copy: found by name, then each step loop whose
+        # body holds the call (through its parents), outermost first.
+        calls = sorted([*model.calls.get("to", ()), *model.calls.get("cuda", ())], key=_pos)
+        for node in calls:
+            name = _device_copy(model, node)
+            if name is None:
+                continue
+            for loop in _loops_around(model, node, loops):
+                if model.function_of(node) is not model.function_of(loop):
+                    continue
+                if model.steps.per_step(node) is None:
+                    continue
+                if not invariant_in(model, loop, name.id):
+                    continue
+                yield self.report(node, self._message(name.id, node))
+                break
 
     @staticmethod
     def _message(name: str, call: ast.Call) -> str:
