@@ -17,8 +17,8 @@ import torch
 from runtime_helpers import clean_setup
 from torch import nn
 
+from trainlint._runtime.clock import SAMPLE_SECONDS
 from trainlint.testing import CheckFailed, StepTimeResult, assert_step_time_stable, step_time
-from trainlint.testing.step_time import SAMPLE_SECONDS
 
 
 def _burn() -> None:
@@ -105,15 +105,15 @@ def caught(step: Callable[[], None]) -> CheckFailed:
 def sample_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
     """The index of the sample the check is timing (counting from the first timed one)."""
     taken = [0]
-    timed = step_time._Clock.timed
+    timed = step_time.StepClock.timed
 
-    def counting(self: step_time._Clock) -> float:
+    def counting(self: step_time.StepClock) -> float:
         try:
             return timed(self)
         finally:
             taken[0] += 1
 
-    monkeypatch.setattr(step_time._Clock, "timed", counting)
+    monkeypatch.setattr(step_time.StepClock, "timed", counting)
     return lambda: taken[0]
 
 

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
-import time
-import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from trainlint._runtime.clock import StepClock
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, table
@@ -19,16 +17,6 @@ from trainlint.testing._common import Step
 
 CHECK = "assert_step_time_stable"
 
-#: On CPU each timed sample runs the step this long (CPU seconds) at least: a
-#: sub-millisecond step timed on its own is dominated by the timer, cache and
-#: frequency effects, a batch of calls is not.
-SAMPLE_SECONDS = 0.005
-#: Most calls one sample may batch (a step of a microsecond or less).
-MAX_CALLS_PER_SAMPLE = 1000
-#: A step whose thread runs less than this share of the time it is not queued for a
-#: core mostly waits (sleep, I/O, other threads or processes): CPU time cannot see what
-#: makes it slow, so it is timed by the clock instead (see ``_Clock``).
-MIN_CPU_SHARE = 0.5
 #: Most windows timed after a slowdown to confirm that it continues, and how many of
 #: them must each be slower than every window before (see ``_keeps_growing``).
 CONFIRM_WINDOWS = 4
@@ -124,7 +112,7 @@ def assert_step_time_stable(
     if not max_slowdown > 1.0:
         raise ValueError(f"max_slowdown must be > 1, got {max_slowdown!r}")
     run = StepRunner(step, batches, check=CHECK)
-    clock = _Clock(torch, run)
+    clock = StepClock(torch, run)
     with clock.single_threaded():
         for _ in range(warmup):
             run()
@@ -210,132 +198,6 @@ def _floor(window: list[float]) -> float:
     return sum(low) / len(low)
 
 
-class _Clock:
-    """Times samples of the step; on CUDA, one call timed with events, counting host syncs.
-
-    On CPU it reads the calling thread's CPU time (``time.thread_time``), which a busy
-    machine cannot inflate: waiting for a core is not running on it. Not the process's
-    CPU time: torch's intra-op worker threads spin while they wait for work, and other
-    threads of the process (data loaders, the neighbours a test starts) count there too.
-    So that the step's work is all on the calling thread, the check runs it with
-    ``torch.set_num_threads(1)``. A sample batches ``calls`` calls so that it takes
-    ``SAMPLE_SECONDS`` at least: see docs/testing.md.
-
-    A step that mostly waits would be timed by CPU time as the noise of its few
-    microseconds of Python: the calibration sees that (CPU time under ``MIN_CPU_SHARE``
-    of the wall clock less the run-queue wait) and then times it by that active time,
-    which counts sleeping, I/O and waiting for other threads, but not waiting for a core.
-    """
-
-    def __init__(self, torch: Any, run: Any) -> None:
-        self.torch = torch
-        self.run = run
-        self.on_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-        self.kind = "cuda" if self.on_cuda else "thread_time"
-        self.calls = 1
-        self.times: list[float] = []
-        self.syncs: list[int] = []
-        self.sites: Counter[str] = Counter()
-
-    def calibrate(self) -> None:
-        """Choose the CPU clock and how many calls a sample batches (untimed calls)."""
-        __tracebackhide__ = True
-        if self.on_cuda:
-            return
-        # One call, then three probes of a fifth of a sample each: the first call may be
-        # far slower than the rest (cold caches), and on a busy machine any one probe
-        # may be; the fastest probe sizes the sample. Few calls in all: a step whose
-        # work grows with every call should not have grown much before the first sample.
-        cpu, active = self._measure(1)
-        per_call = max(active, 1e-9)
-        cpu_total = active_total = 0.0
-        per_cpu, per_active = math.inf, math.inf
-        for _ in range(3):
-            probe = max(1, min(MAX_CALLS_PER_SAMPLE // 10, int(0.2 * SAMPLE_SECONDS / per_call)))
-            cpu, active = self._measure(probe)
-            cpu_total, active_total = cpu_total + cpu, active_total + active
-            per_cpu = min(per_cpu, cpu / probe)
-            per_active = min(per_active, active / probe)
-            per_call = max(per_active, 1e-9)
-        # Without the run queue, the wall clock of a computing step on a busy machine is
-        # mostly queueing: only a far smaller CPU share then means the step waits.
-        queue = _run_queue_seconds() is not None
-        if cpu_total < (MIN_CPU_SHARE if queue else MIN_CPU_SHARE / 5) * active_total:
-            self.kind = "active" if queue else "wall"
-            per_call = per_active
-        else:
-            per_call = per_cpu
-        per_call = max(per_call, 1e-9)
-        self.calls = min(MAX_CALLS_PER_SAMPLE, max(1, math.ceil(SAMPLE_SECONDS / per_call)))
-
-    def _measure(self, calls: int) -> tuple[float, float]:
-        """The calling thread's CPU time of ``calls`` calls, and their active time.
-
-        Active time is the wall-clock time less the time the thread was runnable but
-        waiting for a core (the run queue; Linux), or the plain wall-clock time where
-        that cannot be read.
-        """
-        __tracebackhide__ = True
-        run = self.run
-        queued = _run_queue_seconds()
-        wall = time.perf_counter()
-        cpu = time.thread_time()
-        for _ in range(calls):
-            run()
-        cpu = time.thread_time() - cpu
-        wall = time.perf_counter() - wall
-        after = _run_queue_seconds()
-        if queued is not None and after is not None:
-            wall -= after - queued
-        return cpu, max(wall, cpu)
-
-    def timed(self) -> float:
-        __tracebackhide__ = True
-        torch = self.torch
-        if self.on_cuda:
-            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            torch.cuda.synchronize()
-            with _SyncCounter(torch) as counter:
-                start.record()
-                self.run()
-                end.record()
-            end.synchronize()
-            elapsed = start.elapsed_time(end) / 1e3
-            self.syncs.append(counter.count)
-            self.sites.update(counter.sites)
-        else:
-            cpu, active = self._measure(self.calls)
-            elapsed = (cpu if self.kind == "thread_time" else active) / self.calls
-        self.times.append(elapsed)
-        return elapsed
-
-    @contextlib.contextmanager
-    def single_threaded(self) -> Iterator[None]:
-        """One intra-op thread on CPU for the duration, the caller's count restored."""
-        if self.on_cuda:
-            yield
-            return
-        previous = self.torch.get_num_threads()
-        self.torch.set_num_threads(1)
-        try:
-            yield
-        finally:
-            self.torch.set_num_threads(previous)
-
-
-def _run_queue_seconds() -> float | None:
-    """Seconds the calling thread has spent runnable but waiting for a core (Linux).
-
-    The second field of ``/proc/thread-self/schedstat`` (nanoseconds); None where it
-    cannot be read (not Linux, or a kernel without schedstats).
-    """
-    try:
-        with open("/proc/thread-self/schedstat", "rb") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def _report(
     result: StepTimeResult,
     slow: bool,
@@ -391,30 +253,3 @@ def _measured(result: StepTimeResult) -> str:
     if result.clock == "active":
         what = "wall clock less the time queued for a core"
     return f"each {per}: {what}; the step mostly waits, so its CPU time would not show it"
-
-
-class _SyncCounter:
-    """Counts synchronizing CUDA calls through the sync debug mode's warnings."""
-
-    def __init__(self, torch: Any) -> None:
-        self.torch = torch
-        self.count = 0
-        self.sites: Counter[str] = Counter()
-
-    def __enter__(self) -> _SyncCounter:
-        self._previous = self.torch.cuda.get_sync_debug_mode()
-        self._catcher = warnings.catch_warnings(record=True)
-        self._caught = self._catcher.__enter__()
-        warnings.simplefilter("always")
-        self.torch.cuda.set_sync_debug_mode("warn")
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.torch.cuda.set_sync_debug_mode(self._previous)
-        self._catcher.__exit__(*exc)
-        for w in self._caught:
-            if "synchroniz" in str(w.message):
-                self.count += 1
-                self.sites[f"{w.filename}:{w.lineno}"] += 1
-            else:  # not ours to swallow
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
