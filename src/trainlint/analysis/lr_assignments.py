@@ -310,20 +310,28 @@ def _counters_of(model: FileModel, loop: ast.AST) -> dict[str, tuple[object, ast
             for arg in s.value.args:
                 if isinstance(arg, ast.Name):
                     inits.update({k: _UNKNOWN for k in inits if k.startswith(arg.id + "[")})
-    body = loop.body  # type: ignore[attr-defined]
-    inside = [n for s in body for n in walk_tree(s)]  # (no contexts: none is asked)
-    for name, init in inits.items():
-        if init is _UNKNOWN:
+    known = {name: init for name, init in inits.items() if init is not _UNKNOWN}
+    if not known:
+        return out
+    # the `+= number` of each: from the file's assignments, those inside the loop's body
+    incs: dict[str, list[ast.AugAssign]] = {}
+    for a in model.assignments:
+        if (
+            isinstance(a, ast.AugAssign)
+            and isinstance(a.op, ast.Add)
+            and isinstance(a.value, ast.Constant)
+            and is_number(a.value.value)
+            and (key := counter_key(a.target)) in known
+            and _body_statement(model, loop, a) is not None
+        ):
+            incs.setdefault(key, []).append(a)
+    inside: list[ast.AST] | None = None  # the body's nodes: walked only for a candidate
+    for name, init in known.items():
+        found = incs.get(name, ())
+        if len(found) != 1:
             continue
-        incs = [
-            s
-            for s in inside
-            if isinstance(s, ast.AugAssign)
-            and isinstance(s.op, ast.Add)
-            and counter_key(s.target) == name
-            and isinstance(s.value, ast.Constant)
-            and is_number(s.value.value)
-        ]
+        if inside is None:
+            inside = [n for s in loop.body for n in walk_tree(s)]  # type: ignore[attr-defined]
         others = [
             n
             for n in inside
@@ -333,9 +341,9 @@ def _counters_of(model: FileModel, loop: ast.AST) -> dict[str, tuple[object, ast
         ]
         if "[" in name and _dict_escapes_in(model, name.split("[", 1)[0], loop):
             continue  # the dict is handed to a call in the loop, which may move the counter
-        if len(incs) != 1 or len(others) != 1:
+        if len(others) != 1:
             continue
-        out[name] = (init, incs[0])  # type: ignore[assignment]
+        out[name] = (init, found[0])
     return out
 
 
