@@ -150,6 +150,11 @@ def kept_parameters(model: FileModel, fn: FunctionNode) -> dict[str, str]:
     attribute, a global, a container it was handed), with that accumulator as written:
     ``def update(self, loss): self.history.append(loss)`` -> ``{"loss": "self.history"}``.
     A dict entry overwritten under one key does not grow and is not counted."""
+    return _kept_by_function(model).get(id(fn), {})
+
+
+def _kept_by_function(model: FileModel) -> dict[int, dict[str, str]]:
+    """``kept_parameters`` of every function of the file that keeps one (by id)."""
 
     def build(m: FileModel) -> dict[int, dict[str, str]]:
         out: dict[int, dict[str, str]] = {}
@@ -180,7 +185,7 @@ def kept_parameters(model: FileModel, fn: FunctionNode) -> dict[str, str]:
             out.setdefault(id(owner), {})[value.id] = name
         return out
 
-    return model.memo(kept_parameters, build).get(id(fn), {})
+    return model.memo(kept_parameters, build)
 
 
 def kept_by_calls(model: FileModel) -> Iterator[tuple[ast.Call, ast.expr, str, str]]:
@@ -192,6 +197,8 @@ def kept_by_calls(model: FileModel) -> Iterator[tuple[ast.Call, ast.expr, str, s
     from trainlint.analysis.effects import argument, resolve_foreign
 
     view_calls = model.project.get("calls") if model.project else None
+    if not view_calls and not _kept_by_function(model):
+        return  # no function here keeps a parameter, and the view knows none elsewhere
     for calls in model.calls.values():
         for call in calls:
             fn = model.resolve_call(call) or _method_of_instance(model, call)
