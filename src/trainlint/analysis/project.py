@@ -653,19 +653,25 @@ def _project_candidate(qual: str) -> bool:
     )
 
 
+def _left_out(qual: str, within: frozenset[str] | None, outside: set[str]) -> bool:
+    """Whether ``qual`` is under a top-level module the run lacks (``within``: the run's,
+    None when unknown); if so, that module is added to ``outside``."""
+    if within is None:
+        return False
+    top = qual.split(".", 1)[0]
+    if top in within:
+        return False
+    outside.add(top)
+    return True
+
+
 def _calls(
-    model: FileModel,
-    module: str,
-    is_pkg: bool,
-    within: frozenset[str] | None = None,
-    outside: set[str] | None = None,
+    model: FileModel, module: str, is_pkg: bool, within: frozenset[str] | None, outside: set[str]
 ) -> list[list[Any]]:
     """Calls to (possibly) project functions and classes, with the facts of their arguments.
     ``within``: the top-level modules the run has (see ``summarize``); a callee or an
     argument's class under another one is left out, and its top-level module added to
     ``outside``."""
-    if within is not None and outside is None:
-        outside = set()
     out: list[list[Any]] = []
     local_defs = {
         s.name
@@ -697,8 +703,7 @@ def _calls(
                 continue
             else:
                 qual = absolute(qual, module, is_pkg)
-                if within is not None and (top := qual.split(".", 1)[0]) not in within:
-                    outside.add(top)  # type: ignore[union-attr]
+                if _left_out(qual, within, outside):
                     continue
             args: list[list[Any]] = []
             for i, arg in enumerate(call.args):
@@ -754,8 +759,8 @@ def _arg_fact(
     arg: ast.expr,
     module: str,
     is_pkg: bool,
-    within: frozenset[str] | None = None,
-    outside: set[str] | None = None,
+    within: frozenset[str] | None,
+    outside: set[str],
 ) -> Fact | None:
     if not isinstance(arg, (ast.Name, ast.Attribute, ast.Call)):
         return None
@@ -771,10 +776,7 @@ def _arg_fact(
         q = model.qualname(value.func)
         if q is not None and _project_candidate(q):
             full = absolute(q, module, is_pkg)
-            if within is not None and (top := full.split(".", 1)[0]) not in within:
-                outside.add(top)  # type: ignore[union-attr]
-                return None
-            return ["instance", full, None, False]
+            return None if _left_out(full, within, outside) else ["instance", full, None, False]
         if q is None and isinstance(value.func, ast.Name) and model.class_named(value.func.id):
             return [
                 "instance",
