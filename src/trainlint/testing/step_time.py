@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -17,10 +18,15 @@ from trainlint.testing._common import Step
 
 CHECK = "assert_step_time_stable"
 
-#: Most windows timed after a slowdown to confirm that it continues, and how many of
-#: them must each be slower than every window before (see ``_keeps_growing``).
+#: Windows timed after a slowdown to confirm that it continues, and the share of the
+#: allowed slowdown (``max_slowdown - 1``) by which the trend of all windows must grow
+#: from one to the next for the step to fail (see ``_growth``). Half, not all of it: on
+#: a busy machine a step's CPU time per call doubles, a sample batches half as many
+#: calls, and a window sees half the growth it would on a quiet one. The second window
+#: need only be slower than the first by half that again for the windows to be timed:
+#: one of the two slowed by a busy machine hides up to half the growth.
 CONFIRM_WINDOWS = 4
-CONFIRM_RISES = 2
+CONFIRM_GROWTH = 0.5
 
 SYMPTOMS = {
     "slower-each-step": Symptom(
@@ -45,7 +51,9 @@ class StepTimeResult:
     (the same where the run queue cannot be read: plain wall clock) or ``"cuda"`` (CUDA
     events around one call). ``early``, ``late`` and ``confirm`` are the floors (the mean
     of the lowest third) of the first half of the ``steps`` samples, of the second half
-    and of each window timed to confirm a slowdown; ``ratio`` is ``late / early``.
+    and of each window timed to confirm a slowdown; ``ratio`` is ``late / early``;
+    ``growth`` is how much the trend of all those windows grows from one window to the
+    next, as a share of its start (0 when no slowdown was confirmed).
     ``early_median`` and ``late_median`` are the plain medians of the two halves.
     ``syncs[i]`` counts the host syncs of step ``i`` and ``sync_sites`` where they came
     from; both are None off CUDA.
@@ -58,6 +66,7 @@ class StepTimeResult:
     early: float = 0.0
     late: float = 0.0
     confirm: tuple[float, ...] = ()
+    growth: float = 0.0
     syncs: tuple[int, ...] | None = None
     sync_sites: dict[str, int] | None = None
     calls_per_sample: int = 1
@@ -79,12 +88,14 @@ def assert_step_time_stable(
 
     Runs ``warmup`` untimed steps, then times ``steps`` samples and compares the floor
     (the mean of the lowest third) of the second half with that of the first: noise on a
-    busy machine only ever adds time, so the fastest samples are the step's own cost. A
-    slowdown above ``max_slowdown`` is confirmed by timing up to ``CONFIRM_WINDOWS`` more
-    windows of as many samples: ``CONFIRM_RISES`` of them must each be slower than every
-    window before by a quarter of the early-to-late growth (half on CUDA). A step whose
-    work grows keeps slowing down; noise, or a slowdown that happens once and then holds,
-    does not, and is not reported.
+    busy machine only ever adds time, so the fastest samples are the step's own cost.
+    When the second half is slower by more than a quarter of the allowed slowdown
+    (``max_slowdown - 1``), ``CONFIRM_WINDOWS`` more windows of as many samples are
+    timed, and the check fails when the trend of all the windows (a median of slopes,
+    see ``_growth``) grows by ``CONFIRM_GROWTH`` (half) of it from one window to the
+    next: a step that becomes ``max_slowdown`` slower within two windows. A step whose work grows keeps
+    slowing down; noise, or a slowdown that happens once and then holds, does not, and
+    is not reported.
 
     On CPU a sample is the CPU time of the calling thread (``time.thread_time``) over
     enough consecutive calls to take at least ``SAMPLE_SECONDS`` (calibrated after the
@@ -123,15 +134,15 @@ def assert_step_time_stable(
         half = steps // 2
         early, late = _floor(times[:half]), _floor(times[half:steps])
         ratio = late / early if early > 0 else math.inf
-        slow = ratio > max_slowdown
+        allowed = CONFIRM_GROWTH * (max_slowdown - 1)
+        slow = ratio > 1 + allowed / 2
         confirm: list[float] = []
+        growth = 0.0
         if slow:
-
-            def window() -> float:
-                return _floor([clock.timed() for _ in range(steps - half)])
-
-            part = 0.5 if clock.on_cuda else 0.25
-            slow = _keeps_growing(late, part * (late - early), window, confirm)
+            for _ in range(CONFIRM_WINDOWS):
+                confirm.append(_floor([clock.timed() for _ in range(steps - half)]))
+            growth = _growth([early, late, *confirm])
+            slow = growth > allowed
     on_cuda = clock.on_cuda
     result = StepTimeResult(
         times=tuple(times),
@@ -141,6 +152,7 @@ def assert_step_time_stable(
         early=early,
         late=late,
         confirm=tuple(confirm),
+        growth=growth,
         syncs=tuple(clock.syncs) if on_cuda else None,
         sync_sites=dict(clock.sites) if on_cuda else None,
         calls_per_sample=clock.calls,
@@ -152,38 +164,24 @@ def assert_step_time_stable(
     _report(result, slow, steps, warmup, max_slowdown, max_syncs, step)
 
 
-def _keeps_growing(
-    late: float, rise: float, window: Callable[[], float], confirm: list[float]
-) -> bool:
-    """Whether a slowdown continues: ``CONFIRM_RISES`` of up to ``CONFIRM_WINDOWS`` more
-    windows each set a new high, above every window since ``late`` (and ``late`` itself)
-    by ``rise``. Their floors are appended to ``confirm``.
+def _growth(windows: list[float]) -> float:
+    """How much the floors of consecutive windows grow, window to window, as a share of
+    the first: the slope of their trend line over its start (Theil-Sen: the median of the
+    slopes between every two windows, the start the median of what each window leaves).
 
-    A step whose work grows keeps growing; a one-off slowdown (the CPU clocked down, a
-    neighbour now shares the core's caches, a busier machine seen through a wall clock)
-    does not. ``rise`` is a part of the first growth, early to late (a quarter; half on
-    CUDA, where the host's noise reaches the events), not of the last one: a window whose
-    fastest samples a busy machine slowed would make the next rise look small.
-
-    Noise only adds time, and a busy machine shifts the CPU time of the same work in steps
-    (on some virtual machines a shared host's stolen time is charged to the thread). A
-    slowdown that holds passes for growth only if two windows are slowed, the second
-    more than the first. Growing work is not missed for one slowed window, even one
-    slowed by more than a window's growth: the window after it may not rise above it,
-    but the later ones do. Judged window by window, where one window that did not rise
-    ended the check, one slowed window was enough to miss growing work.
+    A step whose work grows keeps growing at its rate; noise, a one-off slowdown that
+    then holds (the CPU clocked down, a neighbour now shares the core's caches) or one
+    window slowed by a busy machine (on some virtual machines a shared host's stolen
+    time is charged to the thread) moves only some of the slopes, and the median of
+    them stays with the rest: a slowdown that holds leaves most slopes at 0, one slowed
+    window among six bends five of fifteen. Judged window by window against the
+    highest so far, as before, a growing step slowed in one window could run out of
+    windows before it rose above it, and noise that stepped up twice passed for growth.
     """
-    rises = misses = 0
-    high = late
-    while rises < CONFIRM_RISES and misses <= CONFIRM_WINDOWS - CONFIRM_RISES:
-        current = window()
-        confirm.append(current)
-        if current >= high + rise:
-            rises += 1
-        else:
-            misses += 1
-        high = max(high, current)
-    return rises >= CONFIRM_RISES
+    slopes = [(b - a) / (j - i) for (i, a), (j, b) in itertools.combinations(enumerate(windows), 2)]
+    slope = statistics.median(slopes)
+    start = statistics.median(w - slope * i for i, w in enumerate(windows))
+    return slope / start if start > 0 else math.inf
 
 
 def _floor(window: list[float]) -> float:
@@ -221,8 +219,9 @@ def _report(
             f"Step times (ms, after {warmup} warmup): {ms}\n"
             f"({_measured(result)})\n"
             f"Fastest third of each window of {half}-{steps - half} samples (ms): "
-            f"{' -> '.join(windows)}: {result.ratio:.2f}x slower from the first window to "
-            f"the second (allowed {max_slowdown}x), and still growing after that."
+            f"{' -> '.join(windows)}: {result.growth:.0%} of the first window more each "
+            f"window along their trend (allowed: {CONFIRM_GROWTH * (max_slowdown - 1):.0%}, "
+            f"so that the step is at most max_slowdown={max_slowdown} slower after two)."
         )
         sections.append(SYMPTOMS["slower-each-step"].text)
     syncs = result.syncs
@@ -235,11 +234,18 @@ def _report(
             + ("\n" + table(("where", "syncs"), sync_rows) if sync_rows else "")
         )
     headline = (
-        f"later steps are {result.ratio:.2f}x slower than early ones"
+        f"later steps are {_slowdown(result):.2f}x slower than early ones, and slower "
+        "with every window"
         if slow
         else f"up to {max(syncs or (0,))} host syncs per step (max_syncs={max_syncs})"
     )
     fail(CHECK, headline, sections, symptoms=symptoms, sources=[step], result=result)
+
+
+def _slowdown(result: StepTimeResult) -> float:
+    """The last window timed over the first (their floors)."""
+    last = result.confirm[-1] if result.confirm else result.late
+    return last / result.early if result.early > 0 else math.inf
 
 
 def _measured(result: StepTimeResult) -> str:
