@@ -1,14 +1,18 @@
 """Seeing each parameter's gradient as autograd accumulates it, at a fixed cost per backward.
 
 A check's step may be a fraction of a millisecond, so what runs inside it is kept small.
-CPU gradients are measured in their post-accumulate-grad hook: one ``aminmax`` and two
-host reads each (foreach ops loop there anyway, and a large gradient is read once, not
-twice as by abs + max; no engine callback, ~10 us a check). Elsewhere (CUDA) the hook only
-notes the parameter, and a callback queued on the autograd
-engine, run when that backward has accumulated every gradient, takes max |grad| of all of
-them with foreach ops, one per dtype and device group, read on the host at the end (per
-backward only to stop at a non-finite one). Either way before the rest of the step, so a
-``zero_grad()`` later in the step hides nothing. Hooks are registered once per check.
+CPU gradients are measured in their post-accumulate-grad hook by one ``aminmax`` each,
+written into a slot of a small buffer (two 0-d views of it per slot, made once and kept
+for the next check with as many parameters): no tensor is allocated and no number read in
+the hook. The buffer is read in one ``tolist()`` at the end of the step, or at the end of
+each backward when a non-finite gradient must stop the step (an engine callback), or when
+its slots run out (several backwards in one step). A gradient the slots cannot take (not
+float32, sparse, with history) is measured in the hook and read there. Elsewhere (CUDA) the
+hook only notes the parameter, and a callback queued on the autograd engine, run when that
+backward has accumulated every gradient, takes max |grad| of all of them with foreach ops,
+one per dtype and device group, read on the host at the end (per backward only to stop at
+a non-finite one). Either way before the rest of the step, so a ``zero_grad()`` or a clip
+later in the step changes nothing measured. Hooks are registered once per check.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import math
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any
 
 import torch
@@ -26,6 +31,9 @@ from trainlint._runtime.steps import extrema
 _LARGE = 1 << 16  # elements: past this aminmax (one read pass) beats foreach abs + max
 _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 _aminmax = torch.aminmax
+_grad_of = attrgetter("grad")
+_is_cpu = attrgetter("is_cpu")
+_ref = weakref.ref
 
 
 class NonFiniteGradient(BaseException):
@@ -133,28 +141,32 @@ class GradRecorder:
         measure: bool = True,
         stop_on_nonfinite: bool = False,
     ) -> None:
-        self.params = list(params)
+        self.params = params = list(params)
         self.measure = measure
         self.stop_on_nonfinite = stop_on_nonfinite
         self.step = 0
-        # (step, parameter index, max |grad| as a float (_cpu_hook) or a 0-d tensor, or
-        # None when not measured), in the order backward accumulated them
+        # (step, parameter index, max |grad| as a float (CPU) or a 0-d tensor, or None when
+        # not measured), in the order backward accumulated them
         self.events: list[tuple[int, int, Any]] = []
         self.assigned: set[tuple[int, int]] = set()
         self._fired: set[int] = set()  # hooks that fired this step
         self._ever: set[int] = set()  # got a gradient, when not measured
         self._pending: list[int] = []  # accumulated in the running backward, not measured
         self._queued = False
-        self._bad: tuple[int, float] | None = None  # non-finite, to raise at backward's end
         self._numbers: list[float] | None = None
         self._hooks = HookSet()
-        # CPU gradients of any size are measured in their hooks (_cpu_hook); small_dense is
-        # asked only elsewhere, where it picks foreach ops (six calls were a third of this)
-        self._on_cpu = measure and all(p.is_cpu for p in self.params)
+        # CPU gradients are measured in their hooks (into _slots); small_dense is asked
+        # only elsewhere, where it picks foreach ops
+        self._on_cpu = measure and all(map(_is_cpu, params))
         self._small: list[bool] = (
-            [small_dense(p) for p in self.params] if measure and not self._on_cpu else []
+            [small_dense(p) for p in params] if measure and not self._on_cpu else []
         )
         self._floats = self._on_cpu  # every event's value a float (the CPU hooks')
+        # The CPU hooks' slots: a (n, 2) float32 buffer and its 0-d (min, max) views; the
+        # parameter of each slot written this step, in order (see _cpu_hook)
+        self._slots: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+        self._slotted: list[int] = []
+        self._checked = 0  # events already tested for a non-finite value (stop_on_nonfinite)
         # weak: holding last step's grads would keep them alive while the step allocates
         # new ones, doubling gradient memory for the duration of the check
         self._grads_before: list[Any] = []
@@ -164,15 +176,22 @@ class GradRecorder:
     def __enter__(self) -> GradRecorder:
         index = {id(p): i for i, p in enumerate(self.params)}
         try:
+            if self._on_cpu:
+                self._slots = take_slots(len(self.params))
             self._hooks.add_all(self.params, self._make_hook(index))
         except BaseException:
-            self._hooks.remove()
+            self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._hooks.remove()
         self._pending.clear()
+        if self._slotted:  # a step that raised mid-backward: what its hooks measured
+            self._flush_slots()
+        slots, self._slots = self._slots, None
+        if slots is not None:
+            give_back_slots(slots)
 
     def _make_hook(self, index: dict[int, int]) -> Callable[[torch.Tensor], None]:
         fired = self._fired
@@ -204,13 +223,18 @@ class GradRecorder:
         return hook
 
     def _cpu_hook(self, index: dict[int, int]) -> Callable[[torch.Tensor], None]:
-        """CPU gradients, measured in the hook as floats (an aminmax, one read pass whatever
-        the size, and host reads that cost nothing on the CPU): an engine callback is queued
-        only to stop the step at the end of a backward that made a non-finite one."""
+        """CPU gradients: one ``aminmax`` into the next free slot (no allocation, no host
+        read; the slots are read together later), or, for a gradient it does not take,
+        measured and read at once (:func:`cpu_max_abs`). With ``stop_on_nonfinite`` the
+        first hook of each backward queues an engine callback that reads what that backward
+        made and stops the step at a non-finite gradient."""
         fired = self._fired
-        events = self.events
+        slotted = self._slotted
+        assert self._slots is not None
+        slots = self._slots[1]
+        capacity = len(slots)
         stop = self.stop_on_nonfinite
-        raise_bad = self._raise_bad
+        aminmax = _aminmax
 
         def hook(param: torch.Tensor) -> None:
             i = index[id(param)]
@@ -218,20 +242,58 @@ class GradRecorder:
             grad = param.grad
             if grad is None:
                 return
-            if grad.requires_grad:  # a backward with create_graph=True
-                grad = grad.detach()
-            number = cpu_max_abs(grad)
-            events.append((self.step, i, number))
-            if stop and self._bad is None and not math.isfinite(number):
-                self._bad = (i, number)
-                _queue_callback(raise_bad)
+            if stop and not self._queued:
+                self._queued = True
+                _queue_callback(self._end_of_backward)
+            k = len(slotted)
+            if k < capacity:
+                try:
+                    aminmax(grad, out=slots[k])
+                except RuntimeError:  # not float32, sparse, or with history (create_graph)
+                    pass
+                else:
+                    slotted.append(i)
+                    return
+            self._measure_now(i, grad)
 
         return hook
 
-    def _raise_bad(self) -> None:
-        bad, self._bad = self._bad, None
-        if bad is not None:
-            raise NonFiniteGradient(*bad)
+    def _measure_now(self, i: int, grad: torch.Tensor) -> None:
+        """A gradient the slots did not take: measured and read now, after what the slots
+        hold (events stay in the order backward made them)."""
+        if self._slotted:
+            self._flush_slots()
+        if grad.requires_grad:  # a backward with create_graph=True
+            grad = grad.detach()
+        self.events.append((self.step, i, cpu_max_abs(grad)))
+
+    def _flush_slots(self) -> None:
+        """Read the slots written since the last read into events, in one host read."""
+        assert self._slots is not None
+        slotted, step = self._slotted, self.step
+        pairs = self._slots[0].tolist()
+        nan = math.nan
+        self.events += [
+            (step, i, nan if lo != lo or hi != hi else max(abs(hi), abs(lo)))  # as cpu_max_abs
+            for i, (lo, hi) in zip(slotted, pairs, strict=False)  # pairs: every slot
+        ]
+        slotted.clear()
+
+    def _end_of_backward(self) -> None:
+        """An engine callback (stop_on_nonfinite, CPU): stop the step at the first
+        non-finite gradient this backward made, before the rest of the step runs."""
+        self._queued = False
+        if self._slotted:
+            self._flush_slots()
+        self._raise_nonfinite()
+
+    def _raise_nonfinite(self) -> None:
+        events, start = self.events, self._checked
+        self._checked = len(events)
+        isfinite = math.isfinite
+        for _, i, number in events[start:]:
+            if not isfinite(number):
+                raise NonFiniteGradient(i, number)
 
     def _flush(self) -> None:
         """Measure what the backward that just ended accumulated (an engine callback)."""
@@ -260,12 +322,16 @@ class GradRecorder:
         self.step = step
         self._fired.clear()
         self._queued = False
-        self._grads_before = [_NONE if p.grad is None else weakref.ref(p.grad) for p in self.params]
+        # one read of each .grad (a tensor attribute costs ~1k instructions)
+        self._grads_before = [_NONE if g is None else _ref(g) for g in map(_grad_of, self.params)]
 
     def end_step(self) -> None:
         if self._pending:  # a backward that raised, or ran outside the engine's callbacks
             self._flush()
-        self._raise_bad()
+        if self._slotted:
+            self._flush_slots()
+        if self.stop_on_nonfinite and self._on_cpu:
+            self._raise_nonfinite()
         self._queued = False
         fired = self._fired
         if len(fired) == len(self.params):
@@ -310,6 +376,36 @@ class GradRecorder:
 
     def fired(self) -> set[int]:
         return self._ever | {index for _, index, _ in self.events}
+
+
+# Slots for the CPU hooks, by parameter count: made once (two 0-d views per parameter
+# cost ~20k instructions each time), taken by a recorder for a check and given back
+# after, so two checks running at once never share one.
+_free_slots: dict[int, list[tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]]] = {}
+_FREE_SIZES = 16  # parameter counts kept, at most
+
+
+def take_slots(n: int) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    free = _free_slots.get(n)
+    if free:
+        try:
+            return free.pop()
+        except IndexError:  # another thread took it
+            pass
+    buffer = torch.empty(n, 2)  # float32: other dtypes are measured in the hook
+    low, high = buffer.unbind(1)
+    return buffer, list(zip(low.unbind(), high.unbind(), strict=True))
+
+
+def give_back_slots(slots: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]) -> None:
+    n = len(slots[1])
+    free = _free_slots.get(n)
+    if free is None:
+        if len(_free_slots) >= _FREE_SIZES:
+            _free_slots.clear()
+        free = _free_slots.setdefault(n, [])
+    if len(free) < 2:
+        free.append(slots)
 
 
 class HookSet:
