@@ -262,22 +262,26 @@ def test_processes_started_outside_a_check_are_no_later_check_s():
 
 
 def test_terminate_and_kill_are_patched_only_once_a_process_starts_and_restored_after():
+    from multiprocessing import process
     from multiprocessing.process import BaseProcess
 
     s = clean_setup()
     ctx = multiprocessing.get_context("fork")
     originals = {n: getattr(BaseProcess, n) for n in ("start", "terminate", "kill")}
+    children = process._children
     seen: list[dict[str, bool]] = []
 
     def note() -> None:
         seen.append({n: getattr(BaseProcess, n) is originals[n] for n in originals})
+        seen[-1]["children"] = process._children is children
 
     def quiet_step() -> None:
         note()
         s.step()
 
     assert_grads_nonzero(s.model, quiet_step)
-    assert seen[-1] == {"start": False, "terminate": True, "kill": True}
+    # a check that starts no process swaps multiprocessing's set of children, nothing else
+    assert seen[-1] == {"start": True, "terminate": True, "kill": True, "children": False}
 
     def step() -> None:
         p = ctx.Process(target=_sleep_forever)
@@ -288,5 +292,30 @@ def test_terminate_and_kill_are_patched_only_once_a_process_starts_and_restored_
         s.step()
 
     assert_grads_nonzero(s.model, step)  # the step's own kill is not an error
-    assert seen[-1] == {"start": False, "terminate": False, "kill": False}
+    assert seen[-1] == {"start": True, "terminate": False, "kill": False, "children": False}
     assert {n: getattr(BaseProcess, n) for n in originals} == originals
+    assert process._children is children
+
+
+def test_processes_alive_across_checks_stay_in_multiprocessing_s_children():
+    from multiprocessing import process
+
+    s = clean_setup()
+    ctx = multiprocessing.get_context("fork")
+    kept: list[object] = []
+
+    def step() -> None:
+        p = ctx.Process(target=_sleep_forever, name="kept-worker")
+        p.start()
+        kept.append(p)
+        s.step()
+
+    children = process._children
+    try:
+        assert_grads_nonzero(s.model, step, timeout=30)
+        assert process._children is children and kept[0] in children
+        assert kept[0] in multiprocessing.active_children()
+    finally:
+        kept[0].kill()  # type: ignore[attr-defined]
+        kept[0].join()  # type: ignore[attr-defined]
+    assert kept[0] not in multiprocessing.active_children()

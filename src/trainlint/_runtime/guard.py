@@ -51,6 +51,9 @@ _KILL_GRACE = 2.0
 F = TypeVar("F", bound=Callable[..., Any])
 # ident -> Thread (CPython's): a copy of its keys costs a fraction of threading.enumerate()
 _ACTIVE: dict[int, Any] | None = getattr(threading, "_active", None)
+_LOCK = threading.Lock()  # a guard's thread errors and expiry, written from other threads
+_NO_PIDS: frozenset[int] = frozenset()
+_monotonic = time.monotonic
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,22 @@ class ProcessExit:
 class Guard:
     """The state of one guarded check run (see the module docstring)."""
 
+    __slots__ = (
+        "check",
+        "timeout",
+        "thread_errors",
+        "processes",
+        "stopped_by_step",
+        "expired",
+        "stacks",
+        "terminated",
+        "_threads_before",
+        "_children_before",
+        "_previous_hook",
+        "_deadline",
+        "_started",
+    )
+
     def __init__(self, check: str, timeout: float | None) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
@@ -81,17 +100,13 @@ class Guard:
         self.expired = False
         self.stacks = ""
         self.terminated: list[str] = []
-        self._threads_before: set[int] = set()
-        self._children_before: set[int] = set()
-        self._previous_hook: Callable[[Any], Any] | None = None
+        self._children_before: set[int] | frozenset[int] = _NO_PIDS
         self._deadline: Deadline | None = None
-        self._started = 0.0
-        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ enter / exit
 
     def __enter__(self) -> Guard:
-        self._started = time.monotonic()
+        self._started = _monotonic()
         # set(dict) copies in C, no thread switch halfway (a comprehension could raise)
         self._threads_before = (
             set(_ACTIVE)
@@ -104,8 +119,8 @@ class Guard:
         threading.excepthook = self._excepthook
         track_processes(self)
         if self.timeout is not None:
-            self._deadline = Deadline(self._expire)
-            self._deadline.arm(self.timeout)
+            self._deadline = deadline = Deadline(self._expire)
+            deadline.arm(self.timeout)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -130,7 +145,7 @@ class Guard:
         ):
             name = thread.name if thread is not None else "<unknown thread>"
             error = args.exc_value if args.exc_value is not None else args.exc_type()
-            with self._lock:
+            with _LOCK:
                 self.thread_errors.append(ThreadError(name, error, _user_frame(args.exc_traceback)))
         previous = self._previous_hook
         if previous is not None:
@@ -170,7 +185,7 @@ class Guard:
     # ------------------------------------------------------------------ timeout
 
     def _expire(self) -> None:
-        with self._lock:
+        with _LOCK:
             if self.expired:
                 return
             self.expired = True
@@ -203,7 +218,7 @@ class Guard:
         return done
 
     def elapsed(self) -> float:
-        return time.monotonic() - self._started
+        return _monotonic() - self._started
 
 
 def _user_frame(tb: Any) -> str:

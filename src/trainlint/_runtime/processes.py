@@ -6,29 +6,39 @@ from __future__ import annotations
 
 import os
 import threading
+from multiprocessing import process as _process
 from multiprocessing.process import BaseProcess
 from typing import Any
 
 # The guards running (in any thread): the multiprocessing processes started are theirs.
-# BaseProcess's start is replaced while a guard runs, and its terminate and kill from the
-# first process started under a guard (the step can only stop what was started, and most
-# steps start none: two class attributes set and put back a check, not six); the first
-# guard to start puts ours on, the last to end puts the originals back, and no check leaves
-# multiprocessing patched after it (leaving them on would save ~5 us a check).
+# While a guard runs, multiprocessing's module-level set of live children is a _Tracked
+# set, to which BaseProcess.start adds every process it starts (one module attribute set
+# and put back a check: patching BaseProcess.start, a class attribute, invalidated the
+# type caches of every Process class twice a check, ~10k instructions). BaseProcess's
+# terminate and kill are replaced from the first process started under a guard (the step
+# can only stop what was started). The first guard to start puts ours on, the last to end
+# puts the originals back: no check leaves multiprocessing patched after it.
 _RUNNING: list[Any] = []
 _RUNNING_LOCK = threading.Lock()
 _ORIGINAL: dict[str, Any] = {}
+_ON: set[str] = set()  # BaseProcess methods replaced by ours since the first guard started
 
 
-def _start(process: Any) -> None:
-    _ORIGINAL["start"](process)
-    with _RUNNING_LOCK:
-        if _RUNNING:  # (a wrapper left around ours may call it after the last guard)
-            _patch("terminate")
-            _patch("kill")
-        running = list(_RUNNING)
-    for guard in running:
-        guard.processes.append(process)
+class _Tracked(set):  # type: ignore[type-arg]
+    """multiprocessing's live children while a guard runs: each process ``start()`` adds
+    is recorded into every running guard."""
+
+    __slots__ = ()
+
+    def add(self, process: Any) -> None:
+        set.add(self, process)
+        with _RUNNING_LOCK:
+            if _RUNNING:  # (a set kept by someone past the last guard)
+                _patch("terminate")
+                _patch("kill")
+            running = list(_RUNNING)
+        for guard in running:
+            guard.processes.append(process)
 
 
 def _terminate(process: Any) -> None:
@@ -43,7 +53,7 @@ def _kill(process: Any) -> None:
     _ORIGINAL["kill"](process)
 
 
-_REPLACEMENTS = {"start": _start, "terminate": _terminate, "kill": _kill}
+_REPLACEMENTS = {"terminate": _terminate, "kill": _kill}
 
 
 def _patch(name: str) -> None:
@@ -54,21 +64,35 @@ def _patch(name: str) -> None:
     if current is not replacement and (name not in _ORIGINAL or current is _ORIGINAL[name]):
         _ORIGINAL[name] = current
         setattr(BaseProcess, name, replacement)
+        _ON.add(name)
 
 
 def track_processes(guard: Any) -> None:
     with _RUNNING_LOCK:
-        _patch("start")
+        if not _RUNNING:
+            children = _process._children
+            if type(children) is not _Tracked:
+                _ORIGINAL["children"] = children
+                _process._children = _Tracked(children)
         _RUNNING.append(guard)
 
 
 def untrack_processes(guard: Any) -> None:
     with _RUNNING_LOCK:
         _RUNNING.remove(guard)
-        if not _RUNNING:
-            for name, replacement in _REPLACEMENTS.items():
-                if getattr(BaseProcess, name) is replacement:  # (one wrapping ours stays)
-                    setattr(BaseProcess, name, _ORIGINAL[name])
+        if _RUNNING:
+            return
+        tracked = _process._children
+        original = _ORIGINAL.pop("children", None)
+        if type(tracked) is _Tracked and original is not None:
+            if tracked or original:  # the live children, as start() and join() left them
+                original.clear()
+                original.update(tracked)
+            _process._children = original
+        for name in _ON:  # terminate and kill, once a process started under a guard
+            if getattr(BaseProcess, name) is _REPLACEMENTS[name]:  # (one wrapping ours stays)
+                setattr(BaseProcess, name, _ORIGINAL[name])
+        _ON.clear()
 
 
 def _has_children() -> bool:

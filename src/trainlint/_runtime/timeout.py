@@ -23,6 +23,10 @@ except ImportError:  # pragma: no cover - not CPython
     _set_handler = signal.signal
 
 _ITIMER = hasattr(signal, "setitimer")
+# plain ints and the C function: an enum argument is converted on every call
+_SIGALRM = int(getattr(signal, "SIGALRM", 14))
+_ITIMER_REAL = int(getattr(signal, "ITIMER_REAL", 0))
+_setitimer = getattr(signal, "setitimer", None)
 # The guard's own frames (this module's and guard.py's) are left out of the stacks.
 _GUARD_FILES = ("guard.py", "timeout.py")
 
@@ -35,14 +39,17 @@ class StepTimedOut(BaseException):
 
 
 class Deadline:
-    """Stops the thread that created it with :class:`StepTimedOut`, ``timeout`` seconds
-    after :meth:`arm`, first calling ``on_expire`` (in the thread the deadline fires in)."""
+    """Stops the thread that armed it with :class:`StepTimedOut`, ``timeout`` seconds after
+    :meth:`arm`, first calling ``on_expire`` (in the thread the deadline fires in)."""
+
+    __slots__ = ("_on_expire", "_alarm", "_previous", "_watchdog", "_target")
 
     def __init__(self, on_expire: Callable[[], None]) -> None:
         self._on_expire = on_expire
-        self._alarm: tuple[Any, tuple[float, float]] | None = None
+        self._alarm = False
+        self._previous: Any = None
         self._watchdog: threading.Timer | None = None
-        self._target = threading.get_ident()
+        self._target = 0
 
     @property
     def watching(self) -> bool:
@@ -57,27 +64,29 @@ class Deadline:
         # fewer than asking getitimer first).
         if _ITIMER:
             try:
-                previous = _set_handler(signal.SIGALRM, self._on_alarm)
+                previous = _set_handler(_SIGALRM, self._on_alarm)
             except ValueError:  # not the main thread (whose signal handlers are)
                 pass
             else:
-                replaced = signal.setitimer(signal.ITIMER_REAL, timeout)
-                if replaced[0] == 0:
-                    self._alarm = (previous, replaced)
+                replaced = _setitimer(_ITIMER_REAL, timeout)
+                if not replaced[0]:
+                    self._alarm = True
+                    self._previous = previous
                     return
-                signal.setitimer(signal.ITIMER_REAL, *replaced)
-                _set_handler(signal.SIGALRM, previous)
+                _setitimer(_ITIMER_REAL, *replaced)
+                _set_handler(_SIGALRM, previous)
+        self._target = threading.get_ident()
         self._watchdog = threading.Timer(timeout, self._on_watchdog)
         self._watchdog.daemon = True
         self._watchdog.name = "trainlint-timeout"
         self._watchdog.start()
 
     def disarm(self) -> None:
-        if self._alarm is not None:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            previous, _ = self._alarm
-            _set_handler(signal.SIGALRM, previous)
-            self._alarm = None
+        if self._alarm:
+            _setitimer(_ITIMER_REAL, 0)
+            _set_handler(_SIGALRM, self._previous)
+            self._alarm = False
+            self._previous = None
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
