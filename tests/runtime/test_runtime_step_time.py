@@ -164,10 +164,11 @@ def test_step_time_stable_growth_is_caught_when_one_window_was_slowed(monkeypatc
     # the ten samples runs every backward twice. The first confirming window then is
     # faster than it; the growth must still be found in the windows after.
     # Noise can slow two more of the six windows, and then no trend is left to find: the
-    # growth must be found in two of three tries (judged against the highest window so
-    # far, before the trend, it was found in 18 of 30 runs; now in 30 of 30).
+    # growth must be found in three of five tries. Measured on a 2-core VM: found in 86
+    # of 90 tries (judged against the highest window so far, before the trend, in 18 of
+    # 30); missing three of five then happens about once in a thousand runs.
     index, found = sample_index(monkeypatch), []
-    for _ in range(3):
+    for _ in range(5):
         start = index()
         try:
             assert_step_time_stable(
@@ -177,9 +178,9 @@ def test_step_time_stable_growth_is_caught_when_one_window_was_slowed(monkeypatc
             confirm = failure.result.confirm
             assert len(confirm) == 4 and confirm[0] < failure.result.late
             found.append(failure.result.growth)
-        if len(found) == 2:
+        if len(found) == 3:
             return
-    pytest.fail(f"growth found in {len(found)} of 3 tries")
+    pytest.fail(f"growth found in {len(found)} of 5 tries")
 
 
 def test_step_time_stable_a_slowdown_that_holds_is_not_a_slow_step(monkeypatch):
