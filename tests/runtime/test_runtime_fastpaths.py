@@ -11,14 +11,8 @@ import torch
 from runtime_helpers import batch, mlp
 from torch import nn
 
-from trainlint._runtime.recorder import (
-    GradRecorder,
-    HookSet,
-    as_numbers,
-    cpu_max_abs,
-    max_abs,
-    to_floats,
-)
+from trainlint._runtime.magnitudes import as_numbers, cpu_max_abs, max_abs, to_floats
+from trainlint._runtime.recorder import GradRecorder, HookSet
 from trainlint.testing import (
     CheckFailed,
     assert_clip_effective,

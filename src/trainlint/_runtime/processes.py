@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 import threading
-from multiprocessing import process as _process
+from multiprocessing import process
 from multiprocessing.process import BaseProcess
 from typing import Any
+
+_process: Any = process  # its _children is not in the stubs
 
 # The guards running (in any thread): the multiprocessing processes started are theirs.
 # While a guard runs, multiprocessing's module-level set of live children is a _Tracked

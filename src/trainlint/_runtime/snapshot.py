@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from trainlint._runtime.recorder import max_abs, small_dense, to_floats
+from trainlint._runtime.magnitudes import max_abs, small_dense, to_floats
 from trainlint._runtime.steps import extrema, max_abs_values
 
 _FOREACH_MAX = hasattr(torch, "_foreach_max")  # torch >= 2.4

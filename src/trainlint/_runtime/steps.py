@@ -138,7 +138,7 @@ def extrema(tensor: torch.Tensor) -> Extrema:
 
 def max_abs_values(pairs: Sequence[Extrema]) -> list[float]:
     """max |x| for each (min, max) pair, with one host transfer per device and dtype."""
-    from trainlint._runtime.recorder import to_floats
+    from trainlint._runtime.magnitudes import to_floats
 
     flat = to_floats([t for pair in pairs for t in pair])
     nan = math.nan

@@ -26,7 +26,7 @@ _ITIMER = hasattr(signal, "setitimer")
 # plain ints and the C function: an enum argument is converted on every call
 _SIGALRM = int(getattr(signal, "SIGALRM", 14))
 _ITIMER_REAL = int(getattr(signal, "ITIMER_REAL", 0))
-_setitimer = getattr(signal, "setitimer", None)
+_setitimer: Any = getattr(signal, "setitimer", None)
 # The guard's own frames (this module's and guard.py's) are left out of the stacks.
 _GUARD_FILES = ("guard.py", "timeout.py")
 
