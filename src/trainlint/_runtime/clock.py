@@ -15,8 +15,9 @@ from typing import Any
 
 #: On CPU each timed sample runs the step this long (CPU seconds) at least: a
 #: sub-millisecond step timed on its own is dominated by the timer, cache and
-#: frequency effects, a batch of calls is not.
-SAMPLE_SECONDS = 0.005
+#: frequency effects, a batch of calls is not. Long enough that a window of samples
+#: holds enough calls to see growing work beside busy neighbours (docs/testing.md).
+SAMPLE_SECONDS = 0.01
 #: Most calls one sample may batch (a step of a microsecond or less).
 MAX_CALLS_PER_SAMPLE = 1000
 #: A step whose thread runs less than this share of the time it is not queued for a
