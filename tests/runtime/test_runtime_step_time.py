@@ -159,7 +159,7 @@ def test_step_time_stable_growth_is_caught_when_one_window_was_slowed(monkeypatc
     # A busy machine can slow one window of a growing step (a shared host's stolen time
     # is charged to the thread on some virtual machines). Planted: the second window of
     # the ten samples runs every backward twice. The first confirming window then is
-    # faster than it; the growth must still be found in the windows after.
+    # often no slower than it; the growth must still be found in the windows after.
     # Noise can slow two more of the six windows, and then no trend is left to find: the
     # growth must be found in three of five tries. Measured on a 2-core VM: found in 86
     # of 90 tries (judged against the highest window so far, before the trend, in 18 of
@@ -172,8 +172,7 @@ def test_step_time_stable_growth_is_caught_when_one_window_was_slowed(monkeypatc
                 growing_graph(lambda start=start: 2 if 5 <= index() - start < 10 else 1)
             )
         except CheckFailed as failure:
-            confirm = failure.result.confirm
-            assert len(confirm) == 4 and confirm[0] < failure.result.late
+            assert len(failure.result.confirm) == 4
             found.append(failure.result.growth)
         if len(found) == 3:
             return
