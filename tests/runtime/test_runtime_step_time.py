@@ -219,18 +219,21 @@ def test_step_time_stable_a_machine_that_gets_busier_is_not_a_slow_step():
 def test_step_time_stable_time_spent_sleeping_is_not_a_slow_step():
     # A step that computes, and also waits a little longer every call (I/O, a lock, a
     # sleeping neighbour's turn), does no more work: sleeping is not running, so on the
-    # CPU clock it is not slower. The wait grows by 5 us a call without end: under a clock
+    # CPU clock it is not slower. The wait grows by 2.5 us a call without end: under a clock
     # that counted it, the second window would be ~1.9x the first and every confirming
     # window slower again, and the check would fail. (The verdict is asserted, not the
     # ratio: on a noisy machine the CPU time of the same work moves by a third between
-    # windows, which the confirming windows are there to tell from growth.)
+    # windows, which the confirming windows are there to tell from growth.) 2.5 us, half
+    # what it was with 5 ms samples: a check now makes twice the calls, and a sleep of
+    # 1-2.5 ms a call let the core idle long enough that the step's own CPU time after
+    # it grew by 2x (cold caches, a lower clock): failed 2 of 7 runs, then 0 of 16.
     s = clean_setup()
     calls = []
 
     def step():
         calls.append(1)
         s.step()
-        time.sleep(5e-6 * len(calls))
+        time.sleep(2.5e-6 * len(calls))
 
     result = assert_step_time_stable(step)
     assert result.clock == "thread_time"
