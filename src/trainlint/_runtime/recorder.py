@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from trainlint._runtime.magnitudes import as_numbers, cpu_max_abs, max_abs, small_dense
+from trainlint._runtime.pool import KeptPool
 
 _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 _aminmax = torch.aminmax
@@ -303,31 +304,22 @@ class GradRecorder:
 # Slots for the CPU hooks, by parameter count: made once (two 0-d views per parameter
 # cost ~20k instructions each time), taken by a recorder for a check and given back
 # after, so two checks running at once never share one.
-_free_slots: dict[int, list[tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]]] = {}
-_FREE_SIZES = 16  # parameter counts kept, at most
+_free_slots: KeptPool[tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]] = KeptPool(
+    16
+)  # parameter counts kept, at most
 
 
 def take_slots(n: int) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-    free = _free_slots.get(n)
-    if free:
-        try:
-            return free.pop()
-        except IndexError:  # another thread took it
-            pass
+    kept = _free_slots.take(n)
+    if kept is not None:
+        return kept
     buffer = torch.empty(n, 2)  # float32: other dtypes are measured in the hook
     low, high = buffer.unbind(1)
     return buffer, list(zip(low.unbind(), high.unbind(), strict=True))
 
 
 def give_back_slots(slots: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]) -> None:
-    n = len(slots[1])
-    free = _free_slots.get(n)
-    if free is None:
-        if len(_free_slots) >= _FREE_SIZES:
-            _free_slots.clear()
-        free = _free_slots.setdefault(n, [])
-    if len(free) < 2:
-        free.append(slots)
+    _free_slots.give(len(slots[1]), slots)
 
 
 class HookSet:

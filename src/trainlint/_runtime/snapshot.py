@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from trainlint._runtime.magnitudes import max_abs, small_dense, to_floats
+from trainlint._runtime.pool import KeptPool
 from trainlint._runtime.steps import extrema, max_abs_values
 
 _FOREACH_MAX = hasattr(torch, "_foreach_max")  # torch >= 2.4
@@ -190,10 +191,10 @@ class _Rows:
         return out
 
 
-_free_rows: dict[tuple[torch.Size, ...], list[_Rows]] = {}
 _NOT_ROWS: set[tuple[torch.Size, ...]] = set()  # shapes too large for rows
 _ROWS_MAX = _OFF_HEAP  # bytes of a rows buffer, at most: larger models copy as before
 _ROW_SHAPES = 16  # lists of shapes kept, at most
+_free_rows: KeptPool[_Rows] = KeptPool(_ROW_SHAPES)
 
 
 def take_rows(params: list[torch.Tensor]) -> _Rows | None:
@@ -208,12 +209,9 @@ def take_rows(params: list[torch.Tensor]) -> _Rows | None:
     shapes = tuple(key)
     if shapes in _NOT_ROWS:
         return None
-    free = _free_rows.get(shapes)
-    if free:
-        try:
-            return free.pop()
-        except IndexError:  # another thread took it
-            pass
+    kept = _free_rows.take(shapes)
+    if kept is not None:
+        return kept
     numels = [s.numel() for s in shapes]
     rows = sum((n + _ROW - 1) // _ROW for n in numels)
     if not shapes or 0 in numels or rows * _ROW * 4 > _ROWS_MAX:
@@ -225,10 +223,4 @@ def take_rows(params: list[torch.Tensor]) -> _Rows | None:
 
 
 def give_back_rows(rows: _Rows) -> None:
-    free = _free_rows.get(rows.key)
-    if free is None:
-        if len(_free_rows) >= _ROW_SHAPES:
-            _free_rows.clear()
-        free = _free_rows.setdefault(rows.key, [])
-    if len(free) < 2:
-        free.append(rows)
+    _free_rows.give(rows.key, rows)
