@@ -91,7 +91,7 @@ class FileModel:
         self.source = source
         self.path = path
         self.imports = ImportTable()
-        self.parent: dict[int, ast.AST] = {}
+        self.parent: dict[ast.AST, ast.AST] = {}
         self.calls: dict[str, list[ast.Call]] = defaultdict(list)
         self.functions: list[FunctionNode] = []
         self.classes: list[ast.ClassDef] = []
@@ -106,7 +106,7 @@ class FileModel:
         self.named_exprs: list[ast.NamedExpr] = []
         #: `return` statements, in no set order (see returns_in)
         self.returns: list[ast.Return] = []
-        self._scope_of: dict[int, ast.AST] = {}
+        self._scope_of: dict[ast.AST, ast.AST] = {}
         self._memo: dict[object, Any] = {}
         #: The oldest torch (major, minor) the file's project requires, from the nearest
         #: pyproject.toml's dependencies; None when unknown. Set by the engine.
@@ -167,13 +167,12 @@ class FileModel:
         kinds = _KIND
         plans = _PLANS
         leaves = _LEAVES
-        _id = id
         stack: list[tuple[ast.AST, ast.AST]] = [(tree, tree)]
         pop = stack.pop
         push = stack.append
         while stack:
             node, scope = pop()
-            scope_of[_id(node)] = scope
+            scope_of[node] = scope
             cls = node.__class__
             kind = kinds.get(cls)
             if kind is not None:
@@ -233,17 +232,15 @@ class FileModel:
                 if many:
                     for item in value:
                         if item is not None:
-                            key = _id(item)
-                            parent[key] = node
+                            parent[item] = node
                             if item.__class__ in leaves:
-                                scope_of[key] = scope
+                                scope_of[item] = scope
                             else:
                                 push((item, scope))
                 else:
-                    key = _id(value)
-                    parent[key] = node
+                    parent[value] = node
                     if value.__class__ in leaves:
-                        scope_of[key] = scope
+                        scope_of[value] = scope
                     else:
                         push((value, scope))
         # Source order makes every later query deterministic.
@@ -281,21 +278,22 @@ class FileModel:
         outer_ids = {id(c) for c in outer}
         parent = self.parent
         for child in _children(node):
-            parent[id(child)] = node
+            parent[child] = node
             push((child, scope if id(child) in outer_ids else node))
 
     # -- structure ---------------------------------------------------------------------
     def parent_of(self, node: ast.AST) -> ast.AST | None:
-        return self.parent.get(id(node))
+        return self.parent.get(node)
 
     def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
-        cur = self.parent.get(id(node))
+        parent = self.parent
+        cur = parent.get(node)
         while cur is not None:
             yield cur
-            cur = self.parent.get(id(cur))
+            cur = parent.get(cur)
 
     def scope_of(self, node: ast.AST) -> ast.AST:
-        return self._scope_of.get(id(node), self.tree)
+        return self._scope_of.get(node, self.tree)
 
     def scopes_of(self, node: ast.AST) -> list[ast.AST]:
         """Enclosing scopes, innermost first, ending with the module."""
@@ -304,7 +302,7 @@ class FileModel:
     def _scope_chain(self, node: ast.AST) -> list[ast.AST]:
         """``scopes_of`` without the copy, for the model's own read-only lookups: the
         shared chain, which callers must not change."""
-        first = self._scope_of.get(id(node), self.tree)
+        first = self._scope_of.get(node, self.tree)
         chains = self._scope_chains
         chain = chains.get(id(first))
         if chain is None:
@@ -330,7 +328,7 @@ class FileModel:
     def statement_of(self, node: ast.AST) -> ast.stmt:
         cur: ast.AST | None = node
         while cur is not None and not isinstance(cur, ast.stmt):
-            cur = self.parent.get(id(cur))
+            cur = self.parent.get(cur)
         return cur if cur is not None else self.tree.body[0]
 
     # -- names -------------------------------------------------------------------------
@@ -339,7 +337,7 @@ class FileModel:
         # Memoized for the file's own nodes only (their ids are stable while the model
         # lives); a node built by an analysis may reuse a freed node's id.
         key = id(node)
-        if key in self._scope_of:
+        if node in self._scope_of:
             try:
                 return self._qualnames[key]
             except KeyError:
@@ -356,7 +354,7 @@ class FileModel:
         if not isinstance(cur, ast.Name):
             return None
         # a name means the same everywhere in its innermost scope: resolved once there
-        key = (id(self._scope_of.get(id(cur), self.tree)), cur.id)
+        key = (id(self._scope_of.get(cur, self.tree)), cur.id)
         try:
             base = self._resolved[key]
         except KeyError:

@@ -163,7 +163,7 @@ class Roles:
         except KeyError:
             pass
         found = self._key(expr)
-        if k in self.model._scope_of:
+        if expr in self.model._scope_of:
             self._keys[k] = found
         return found
 
