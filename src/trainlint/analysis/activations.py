@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from trainlint.analysis.dominance import dominates
 from trainlint.analysis.model import FileModel, walk_local
-from trainlint.analysis.roles import Role
+from trainlint.analysis.roles import Role, is_module_class
 
 # Methods that keep a tensor's values (reshaping, casting, selecting): probabilities stay
 # probabilities and logits stay logits through them (`.view(-1, C)`, `.float()`).
@@ -137,7 +137,7 @@ def _module_output(
     cls: ast.ClassDef | None = None
     if isinstance(func, ast.Name) and func.id == "self":
         cls = model.enclosing_class(func)
-        if cls is not None and not model.roles.is_module_class(cls):
+        if cls is not None and not is_module_class(model, cls):
             return []
     elif isinstance(func, (ast.Name, ast.Attribute)):
         binding = model.roles.lookup(func)

@@ -19,7 +19,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from trainlint.analysis.model import FUNCTION_NODES, call_name, dotted, walk_local
-from trainlint.analysis.roles import Role
+from trainlint.analysis.roles import Role, is_module_class
 
 if TYPE_CHECKING:
     from trainlint.analysis.model import FileModel
@@ -479,7 +479,7 @@ class Flow:
     def _is_model_call(self, func: ast.AST) -> bool:
         if isinstance(func, ast.Name) and func.id == "self":
             cls = self.model.enclosing_class(func)
-            return cls is not None and self.model.roles.is_module_class(cls)
+            return cls is not None and is_module_class(self.model, cls)
         if isinstance(func, (ast.Name, ast.Attribute)):
             role = self.model.roles.role(func)
             if role is Role.MODEL:

@@ -111,7 +111,6 @@ class Roles:
         self.bindings: dict[Key, list[Binding]] = {}
         self._returns: dict[int, list[list[Binding | None]]] = {}
         self._in_progress: set[int] = set()
-        self._module_classes: dict[int, Role | None] = {}
         # targets assigned a call that has no role, and the call: those built by something
         # certainly not a training-library object are `not_torch`, asked for only by
         # spelling-based guesses (most files never ask)
@@ -399,30 +398,10 @@ class Roles:
         return None
 
     def _class_role(self, cls: ast.ClassDef) -> Role | None:
-        cached = self._module_classes.get(id(cls), ...)
-        if cached is not ...:
-            return cached  # type: ignore[return-value]
-        self._module_classes[id(cls)] = None  # cycle guard
-        role: Role | None = None
-        for base in cls.bases:
-            q = self.model.qualname(base)
-            if q in _MODULE_BASES:
-                role = Role.MODEL
-            elif q in _OPTIMIZER_BASES:
-                role = Role.OPTIMIZER
-            elif q in _SCHEDULER_BASES or (q or "").startswith("torch.optim.lr_scheduler."):
-                role = Role.SCHEDULER
-            elif isinstance(base, ast.Name):
-                local = self.model.class_named(base.id)
-                if local is not None:
-                    role = self._class_role(local)
-            if role is not None:
-                break
-        self._module_classes[id(cls)] = role
-        return role
+        return class_role(self.model, cls)
 
     def is_module_class(self, cls: ast.ClassDef) -> bool:
-        return self._class_role(cls) is Role.MODEL
+        return class_role(self.model, cls) is Role.MODEL
 
     def _returned(self, fn: ast.AST) -> list[Binding | None]:
         if id(fn) in self._returns:
@@ -513,6 +492,39 @@ def parameter_owners(call: ast.Call) -> list[ast.expr]:
             ):
                 out.append(sub.func.value)
     return out
+
+
+def class_role(model: FileModel, cls: ast.ClassDef) -> Role | None:
+    """The role of the objects a same-file class builds, from its bases alone (a torch
+    module, optimizer or scheduler base, or a same-file class that has one): no role
+    bindings needed, so asking it does not build :class:`Roles`."""
+    known: dict[int, Role | None] = model.memo(class_role, lambda _: {})
+    cached = known.get(id(cls), ...)
+    if cached is not ...:
+        return cached  # type: ignore[return-value]
+    known[id(cls)] = None  # cycle guard
+    role: Role | None = None
+    for base in cls.bases:
+        q = model.qualname(base)
+        if q in _MODULE_BASES:
+            role = Role.MODEL
+        elif q in _OPTIMIZER_BASES:
+            role = Role.OPTIMIZER
+        elif q in _SCHEDULER_BASES or (q or "").startswith("torch.optim.lr_scheduler."):
+            role = Role.SCHEDULER
+        elif isinstance(base, ast.Name):
+            local = model.class_named(base.id)
+            if local is not None:
+                role = class_role(model, local)
+        if role is not None:
+            break
+    known[id(cls)] = role
+    return role
+
+
+def is_module_class(model: FileModel, cls: ast.ClassDef) -> bool:
+    """``cls`` is an ``nn.Module`` subclass (directly or through same-file classes)."""
+    return class_role(model, cls) is Role.MODEL
 
 
 def nn_prefix(model: FileModel) -> str | None:

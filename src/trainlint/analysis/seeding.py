@@ -8,6 +8,7 @@ import ast
 import re
 
 from trainlint.analysis.model import FileModel, FunctionNode, call_name, is_true, walk_local
+from trainlint.analysis.roles import is_module_class
 
 #: Calls that seed torch's generator (what a freshly built model's weights come from).
 TORCH_SEEDERS = frozenset(
@@ -92,7 +93,7 @@ def randomly_initialised(model: FileModel, call: ast.Call) -> bool:
         )
     if isinstance(func, ast.Name):
         cls = model.class_named(func.id)
-        return cls is not None and model.roles.is_module_class(cls)
+        return cls is not None and is_module_class(model, cls)
     return False
 
 

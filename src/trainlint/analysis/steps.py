@@ -30,7 +30,7 @@ from trainlint.analysis.model import (
     walk_local,
     walk_tree,
 )
-from trainlint.analysis.roles import Role, Roles
+from trainlint.analysis.roles import Role, Roles, is_module_class
 
 if TYPE_CHECKING:
     from trainlint.analysis.model import FileModel, FunctionNode
@@ -411,7 +411,7 @@ class StepModel:
             return False
         if name == "self":
             cls = self.model.enclosing_class(expr)
-            return cls is not None and self.roles.is_module_class(cls)
+            return cls is not None and is_module_class(self.model, cls)
         last = name.rsplit(".", 1)[-1].lower()
         if any(w in last for w in ("trainer", "engine", "runner", "learner", "loop")):
             return False

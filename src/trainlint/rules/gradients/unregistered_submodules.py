@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel, call_name, walk_local, walk_tree
-from trainlint.analysis.roles import nn_prefix
+from trainlint.analysis.roles import is_module_class, nn_prefix
 from trainlint.analysis.submodules import is_module_construction, module_elements
 from trainlint.rules.base import Invalid, Report, Rule
 
@@ -230,7 +230,7 @@ class Net(torch.nn.Module):
 
         prefix = nn_prefix(model)
         for cls in model.classes:
-            if not model.roles.is_module_class(cls):
+            if not is_module_class(model, cls):
                 continue
             # Most module classes store no container at all: look for candidates first,
             # and walk the whole class for other uses only when there is one.
