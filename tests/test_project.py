@@ -826,3 +826,45 @@ def test_a_summary_cached_without_a_module_is_not_served_once_the_run_has_it(tmp
     cache = Cache(tmp_path / "cache", "test")
     runner.run([tmp_path / "other.py"], ALL, Settings(), jobs=jobs, cache=cache)
     assert runner.run(files, ALL, Settings(), jobs=jobs, cache=cache).findings == []
+
+
+def test_class_targets_from_the_tables_match_a_walk_of_the_class():
+    # _init_attributes reads a class's assigned targets from the model's tables by line
+    # (a bisect) instead of walking the class: same targets, nested defs and classes,
+    # loops and withs included, none of the statements around the class.
+    import ast
+    from collections import Counter
+
+    from trainlint.analysis.model import FileModel
+    from trainlint.analysis.project import _class_targets
+    from trainlint.source import Source
+
+    text = """
+before = 1
+class A(Base):
+    x: int
+    def __init__(self, net, opt):
+        self.net = net; self.opt = opt
+        for self.i, j in pairs:
+            with ctx() as (self.c, d):
+                self.n += 1
+        if (k := 3):
+            pass
+    class Inner:
+        def f(self):
+            self.net = None
+    while True:
+        break
+after = A(1, 2); also = 3
+class B: y = 2
+"""
+    tree = ast.parse(text)
+    model = FileModel(tree, Source(text), "m.py")
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+
+        def spelled(targets):
+            return Counter(ast.unparse(t) for t in targets)
+
+        assert spelled(_class_targets(cls, model)) == spelled(_class_targets(cls, None))
+    a = next(n for n in tree.body if isinstance(n, ast.ClassDef))
+    assert "after" not in {ast.unparse(t) for t in _class_targets(a, model)}

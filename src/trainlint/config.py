@@ -7,6 +7,7 @@ it into one line on stderr and exit status 2.
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -352,16 +353,18 @@ class TorchPins:
 
     def __init__(self) -> None:
         self._by_dir: dict[Path, tuple[int, int] | None] = {}
+        self._by_name: dict[str, tuple[int, int] | None] = {}  # a file's directory, as given
 
     def for_file(self, path: str) -> tuple[int, int] | None:
         try:
-            file = Path(path)
-            if not file.is_file():
+            if not os.path.isfile(path):
                 return None
-            raw = file.parent
-            if raw in self._by_dir:
-                return self._by_dir[raw]
-            pin = self._by_dir[raw] = self._for_dir(raw.resolve())
+            raw = os.path.dirname(path)  # (asked for every file: strings, not Paths)
+            try:
+                return self._by_name[raw]
+            except KeyError:
+                pass
+            pin = self._by_name[raw] = self._for_dir(Path(raw or ".").resolve())
         except (OSError, ValueError):
             return None
         return pin

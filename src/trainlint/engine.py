@@ -271,6 +271,10 @@ class Linter:
             has = words.followed_by(view_words(view))
         in_tests = is_test_file(path)
         active: list[Rule] = []
+        # a word found already is answered without a call; one searched for and absent
+        # too, unless a view's words follow the bytes (then `has` looks there as well)
+        present = words.present
+        again = bool(view)
         for rule, trig in self._triggers:
             if in_tests and not rule.test_files:
                 continue
@@ -278,8 +282,14 @@ class Linter:
                 continue
             if rule.code not in self.enabled:
                 continue
-            if not trig or any(has(i) for i in trig):
+            if not trig:
                 active.append(rule)
+                continue
+            for i in trig:
+                found = present[i]
+                if found or (found is None or again) and has(i):
+                    active.append(rule)
+                    break
         return active
 
     def _meta_finding(

@@ -27,6 +27,7 @@ import ast
 import hashlib
 import json
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -470,25 +471,54 @@ def _class_targets(cls: ast.ClassDef, model: FileModel | None) -> Iterator[ast.e
     """Every target anything in ``cls`` assigns to (its methods' too): of assignments,
     ``for`` loops and ``with`` items, found through the statements alone, and of
     walruses, which only the model's table finds without walking every expression."""
-    todo: list[ast.AST] = list(reversed(cls.body))
-    while todo:
-        node = todo.pop()
-        if isinstance(node, ast.Assign):
-            yield from node.targets
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
-            yield node.target
-        elif isinstance(node, (ast.With, ast.AsyncWith)):
-            yield from (i.optional_vars for i in node.items if i.optional_vars)
-        for field in _BLOCKS:
-            block = getattr(node, field, None)
-            if block:
-                todo.extend(reversed(block))
+    if model is not None:
+        # the model's tables, by line: a statement lies in the class exactly when it
+        # starts within the class's lines (no statement shares its first or last line)
+        lines, targets = _statement_targets(model)
+        end = getattr(cls, "end_lineno", None) or cls.lineno
+        yield from targets[bisect_left(lines, cls.lineno) : bisect_right(lines, end)]
+    else:
+        todo: list[ast.AST] = list(reversed(cls.body))
+        while todo:
+            node = todo.pop()
+            if isinstance(node, ast.Assign):
+                yield from node.targets
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+                yield node.target
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                yield from (i.optional_vars for i in node.items if i.optional_vars)
+            for field in _BLOCKS:
+                block = getattr(node, field, None)
+                if block:
+                    todo.extend(reversed(block))
     if model is None:
         walrus: Iterable[ast.AST] = (n for n in walk_tree(cls) if isinstance(n, ast.NamedExpr))
     else:
         walrus = (n for n in model.named_exprs if any(a is cls for a in model.ancestors(n)))
     for node in walrus:
         yield node.target  # type: ignore[attr-defined]
+
+
+def _statement_targets(model: FileModel) -> tuple[list[int], list[ast.expr]]:
+    """The targets of every assignment, ``for`` and ``with`` statement of the file, by the
+    statement's first line (the lines, sorted, and the targets in the same order)."""
+
+    def build(m: FileModel) -> tuple[list[int], list[ast.expr]]:
+        found: list[tuple[int, ast.expr]] = []
+        for node in m.assignments:
+            if isinstance(node, ast.Assign):
+                found.extend((node.lineno, t) for t in node.targets)
+            else:
+                found.append((node.lineno, node.target))
+        for loop in m.loops:
+            if not isinstance(loop, ast.While):
+                found.append((loop.lineno, loop.target))
+        for w in m.withs:
+            found.extend((w.lineno, i.optional_vars) for i in w.items if i.optional_vars)
+        found.sort(key=lambda lt: lt[0])
+        return [line for line, _ in found], [t for _, t in found]
+
+    return model.memo(_statement_targets, build)
 
 
 def _head(func: ast.expr) -> str | None:
