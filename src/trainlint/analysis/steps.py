@@ -774,6 +774,14 @@ class StepModel:
 
     has_own_step = _has_own_step  # public name for rules (issue 13)
 
+    @cached_property
+    def trains(self) -> bool:
+        """Whether anything in this file is a training step: a step loop or step
+        function, or a def, lambda or class whose own code backpropagates or steps. When
+        not, ``per_step`` answers None and ``has_own_step`` False for every node, and a
+        rule about what happens inside a step can stop before asking them."""
+        return bool(self.step_loops) or bool(self._own_step_scopes)
+
 
 def _over_parameters(loop: ast.AST) -> bool:
     """``for p in model.parameters()`` / ``for group in opt.param_groups``: per-step work."""

@@ -194,8 +194,8 @@ class Trainer:
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        if not model.imports_module("torch"):
-            return
+        if not model.imports_module("torch") or not model.steps.trains:
+            return  # (no training step here: nothing can be kept past one)
         for node in model.assignments:
             if not isinstance(node, ast.Assign) or len(node.targets) != 1:
                 continue
