@@ -136,6 +136,8 @@ def run_fold(cfg, loader):
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
+        if not (model.calls.get("parameters") or model.calls.get("named_parameters")):
+            return  # no `X.parameters()` for an optimizer to have been built over
         for _, binding in model.roles.all_of(Role.OPTIMIZER):
             call = binding.call
             if call is None:
