@@ -840,7 +840,8 @@ def test_class_targets_from_the_tables_match_a_walk_of_the_class():
     from trainlint.source import Source
 
     text = """
-before = 1
+before = (w := 1)
+@register(k2 := 5)
 class A(Base):
     x: int
     def __init__(self, net, opt):
@@ -855,7 +856,7 @@ class A(Base):
             self.net = None
     while True:
         break
-after = A(1, 2); also = 3
+after = A(1, 2); also = (w2 := 3)
 class B: y = 2
 """
     tree = ast.parse(text)
@@ -867,4 +868,6 @@ class B: y = 2
 
         assert spelled(_class_targets(cls, model)) == spelled(_class_targets(cls, None))
     a = next(n for n in tree.body if isinstance(n, ast.ClassDef))
-    assert "after" not in {ast.unparse(t) for t in _class_targets(a, model)}
+    spelled_a = {ast.unparse(t) for t in _class_targets(a, model)}
+    assert {"k2", "k", "self.net"} <= spelled_a
+    assert not spelled_a & {"after", "also", "w", "w2"}

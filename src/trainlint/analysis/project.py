@@ -471,11 +471,11 @@ def _class_targets(cls: ast.ClassDef, model: FileModel | None) -> Iterator[ast.e
     """Every target anything in ``cls`` assigns to (its methods' too): of assignments,
     ``for`` loops and ``with`` items, found through the statements alone, and of
     walruses, which only the model's table finds without walking every expression."""
+    end = getattr(cls, "end_lineno", None) or cls.lineno
     if model is not None:
         # the model's tables, by line: a statement lies in the class exactly when it
         # starts within the class's lines (no statement shares its first or last line)
         lines, targets = _statement_targets(model)
-        end = getattr(cls, "end_lineno", None) or cls.lineno
         yield from targets[bisect_left(lines, cls.lineno) : bisect_right(lines, end)]
     else:
         todo: list[ast.AST] = list(reversed(cls.body))
@@ -494,7 +494,9 @@ def _class_targets(cls: ast.ClassDef, model: FileModel | None) -> Iterator[ast.e
     if model is None:
         walrus: Iterable[ast.AST] = (n for n in walk_tree(cls) if isinstance(n, ast.NamedExpr))
     else:
-        walrus = (n for n in model.named_exprs if any(a is cls for a in model.ancestors(n)))
+        # (the class's decorators are its own; its lines hold nothing outside it)
+        first = min([d.lineno for d in cls.decorator_list] + [cls.lineno])
+        walrus = (n for n in model.named_exprs if first <= n.lineno <= end)
     for node in walrus:
         yield node.target  # type: ignore[attr-defined]
 
