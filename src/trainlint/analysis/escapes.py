@@ -195,6 +195,22 @@ def escapes(model: FileModel) -> Escapes:
     return model.memo(Escapes, Escapes)
 
 
+def may_dispatch_processes(model: FileModel) -> bool:
+    """False when ``escapes(model).process_dispatches`` is certainly empty, told from the
+    call table alone (no escape analysis, no role bindings): no call creates a
+    ``Process`` or spawns workers, and no call has a pool method's name."""
+    calls = model.calls
+    return bool(
+        calls.get("Process")
+        or model.calls_to(PROCESS, *SPAWN)
+        or any(
+            isinstance(c.func, ast.Attribute) and c.args
+            for method in _POOL_METHODS
+            for c in calls.get(method, ())
+        )
+    )
+
+
 def params_of(fn: ast.AST) -> list[str]:
     if not isinstance(fn, FUNCTION_NODES):
         return []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.escapes import Via
+from trainlint.analysis.escapes import Via, may_dispatch_processes
 from trainlint.analysis.model import FileModel, dotted
 from trainlint.analysis.objects import objects
 from trainlint.analysis.roles import Role
@@ -333,6 +333,8 @@ torch.save(model.state_dict(), "final.pt")
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
+        if not may_dispatch_processes(model):
+            return
         esc = objects(model).escape_analysis
         for d in esc.process_dispatches:
             if d.target is None:
