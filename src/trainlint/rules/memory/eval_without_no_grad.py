@@ -249,8 +249,8 @@ def validate(model, val_loader):
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        if not model.imports_module("torch"):
-            return
+        if not model.imports_module("torch") or not model.loops:
+            return  # (what it reports runs in a loop over data)
 
         in_tests = is_test_file(model.path)
         seen = Reported()
