@@ -340,3 +340,28 @@ def test_a_remembered_value_answers_only_where_its_evaluation_would_make_no_cut(
     assert flow.value(x10).taint is Taint.GRAD
     assert flow.value(x25) == fresh and fresh.taint is not Taint.GRAD
     assert flow.value(x10).taint is Taint.GRAD  # (remembered: asked again, same answer)
+
+
+def test_a_word_inside_another_answers_for_it_in_any_order():
+    # Bytes without `grad` spell no `zero_grad`: a word whose shorter words (in the same
+    # table) are absent is absent without a search of its own, and a word found marks its
+    # shorter words found. Whatever order the words are asked in, every answer is a plain
+    # search's.
+    import random
+
+    from trainlint.words import FileWords, WordTable
+
+    table = WordTable(
+        [[b"zero_grad", b".grad", b"no_grad"], [b"grad", b"sched"], [b"lr_scheduler", b"schedul"]]
+    )
+    assert table.parts[table.words.index(b"zero_grad")] == (table.words.index(b"grad"),)
+    filler = b"".join(b"value_%d = compute(value_%d)  # padding\n" % (i, i) for i in range(80))
+    rng = random.Random(7)
+    for body in (b"", b"opt.zero_grad()\n", b"x.grad\n", b"gradual = 1\n", b"lr_scheduler\n"):
+        for data in (body, filler + body):
+            for _ in range(20):
+                order = list(range(len(table.words)))
+                rng.shuffle(order)
+                words = FileWords(table, data)
+                for i in order:
+                    assert words.has(i) == (table.words[i] in data), (body, table.words[i])

@@ -28,6 +28,18 @@ class WordTable:
         ]
         self.words: tuple[bytes, ...] = tuple(numbers)
         self.spaced = tuple(any(c in w for c in _WHITESPACE) for w in self.words)
+        #: for each word, the other words of the table inside it, shortest first: bytes
+        #: without ``grad`` spell no ``zero_grad`` (most files lack most words, and one
+        #: search then answers several)
+        self.parts: tuple[tuple[int, ...], ...] = tuple(
+            tuple(
+                sorted(
+                    (j for j, v in enumerate(self.words) if v != w and v in w),
+                    key=lambda j: len(self.words[j]),
+                )
+            )
+            for w in self.words
+        )
         #: how many bytes before a join a word across it may start in
         self.reach = max(map(len, self.words), default=1) - 1
 
@@ -45,6 +57,10 @@ class FileWords:
     def has(self, i: int) -> bool:
         found = self.present[i]
         if found is None:
+            for j in self.table.parts[i]:
+                if not self.has(j):
+                    self.present[i] = False
+                    return False
             if self.table.spaced[i]:
                 found = self.table.words[i] in self.data
             else:
@@ -55,6 +71,9 @@ class FileWords:
                     self.tokens = b"\n".join(set(self.data.split()))
                 found = self.table.words[i] in self.tokens
             self.present[i] = found
+            if found:
+                for j in self.table.parts[i]:
+                    self.present[j] = True
         return found
 
     def any(self, numbers: Iterable[int]) -> bool:
