@@ -360,10 +360,8 @@ class TorchPins:
             if not os.path.isfile(path):
                 return None
             raw = os.path.dirname(path)  # (asked for every file: strings, not Paths)
-            try:
+            if raw in self._by_name:
                 return self._by_name[raw]
-            except KeyError:
-                pass
             pin = self._by_name[raw] = self._for_dir(Path(raw or ".").resolve())
         except (OSError, ValueError):
             return None
