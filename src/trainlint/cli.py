@@ -116,7 +116,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         settings.exclude = _patterns(args.exclude) or []
     if args.extend_exclude is not None:
         settings.extend_exclude += _patterns(args.extend_exclude) or []
-    rules = all_rules(settings)
+    rules = all_rules(settings, catalog=True)
     selection = select_rules(
         rules,
         settings,
@@ -159,10 +159,10 @@ def cmd_check(args: argparse.Namespace) -> int:
             return 2
         return 1 if result.diffs and not args.exit_zero else 0
     fmt = args.output_format or ("full" if args.show_source else "concise")
-    formats = builtin_formats()
+    own = builtin_formats()
     from trainlint.plugins.manager import load_formats
 
-    formats.update(load_formats(settings.plugins))
+    formats = {**own, **load_formats(settings.plugins)}
     if fmt not in formats:
         raise ConfigError(f"unknown --output-format `{fmt}` (choose from {', '.join(formats)})")
     if args.statistics:
@@ -172,6 +172,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         if not args.quiet:
             _print_summary(result, args)
     else:
+        if formats[fmt] is not own.get(fmt):
+            # a plugin's format is handed the rule classes themselves (ours read only the
+            # metadata and documentation that the catalog's stand-ins have)
+            from trainlint.rules import real_rule
+
+            rules = [real_rule(r) for r in rules]
         sys.stdout.write(formats[fmt](result.findings, rules))
         if fmt in ("concise", "full") and not args.quiet:
             _print_summary(result, args)
@@ -237,7 +243,7 @@ def _check_stdin(args: argparse.Namespace) -> int:
 
     name = args.stdin_filename or "-"
     settings = _load_settings(args, [Path(name) if args.stdin_filename else Path.cwd()])
-    rules = all_rules(settings)
+    rules = all_rules(settings, catalog=True)
     selection = select_rules(
         rules,
         settings,

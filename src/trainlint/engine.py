@@ -370,9 +370,9 @@ class Linter:
 
 
 def _builtincodes_of() -> frozenset[str]:
-    from trainlint.rules import builtin_rules
+    from trainlint.rules import catalog_rules
 
-    return frozenset(r.code for r in builtin_rules())
+    return frozenset(r.code for r in catalog_rules())
 
 
 def _describe(exc: BaseException) -> str:
