@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainlint.cache import Cache
 from trainlint.cli_parser import build_parser
 from trainlint.config import (
     ConfigError,
@@ -26,6 +25,7 @@ from trainlint.config import (
 from trainlint.rules.base import Rule
 
 if TYPE_CHECKING:
+    from trainlint.cache import Cache
     from trainlint.findings import Finding
     from trainlint.runner import RunResult
 
@@ -289,6 +289,7 @@ def _check_stdin(args: argparse.Namespace) -> int:
 
 
 def _make_cache(settings: Settings, selection: RuleSelection, rules: Sequence[type[Rule]]) -> Cache:
+    from trainlint.cache import Cache  # (hashlib, json: a --no-cache run needs neither)
 
     directory = Path(settings.cache_dir) if settings.cache_dir else Path(".trainlint_cache")
     if not directory.is_absolute():

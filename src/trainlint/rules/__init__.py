@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copyreg
 import importlib
-import pkgutil
 from collections.abc import Iterable
 from functools import cache
 from typing import TYPE_CHECKING, Any, cast
@@ -40,6 +39,8 @@ __all__ = [
 
 def rule_modules() -> list[str]:
     """Dotted names of the modules that define built-in rules (one rule each)."""
+    import pkgutil
+
     names = []
     for family in pkgutil.iter_modules(__path__):
         if not family.ispkg:
