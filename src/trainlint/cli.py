@@ -310,17 +310,24 @@ def _make_cache(settings: Settings, selection: RuleSelection, rules: Sequence[ty
 
 @functools.cache
 def code_fingerprint(package: Path) -> str:
-    """A hash of trainlint's own modules. A checkout (or an editable install) changes
-    what it reports without changing its version; results cached by another build of
-    the same version must not be served. Reading ~60 small files costs a millisecond."""
+    """A hash of trainlint's own modules: each one's path, size and modification time.
+    A checkout (or an editable install) changes what it reports without changing its
+    version; results cached by another build of the same version must not be served.
+    A module's size and time are what Python itself trusts to tell whether its bytecode
+    is current (the time in seconds; here in nanoseconds); reading the ~150 modules
+    instead took 6.8 ms, their sizes and times 2.2."""
     import hashlib  # here: only a run with the cache on needs it
 
-    h = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        h.update(path.relative_to(package).as_posix().encode())
-        with contextlib.suppress(OSError):
-            h.update(path.read_bytes())
-    return h.hexdigest()
+    rows = []
+    for directory, _, names in os.walk(package):
+        for name in names:
+            if name.endswith(".py"):
+                path = os.path.join(directory, name)
+                with contextlib.suppress(OSError):
+                    st = os.stat(path)
+                    rel = os.path.relpath(path, package).replace(os.sep, "/")
+                    rows.append(f"{rel}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(sorted(rows)).encode()).hexdigest()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
