@@ -324,6 +324,13 @@ def test_cache_is_keyed_on_trainlints_own_code(tmp_path):
     with (package / "notebook.py").open("a") as fh:
         fh.write("# masking changed\n")
     assert cli.code_fingerprint.__wrapped__(package) != before
+    # an edit that keeps the size is told by the module's time
+    edited = cli.code_fingerprint.__wrapped__(package)
+    engine = package / "engine.py"
+    text = engine.read_text(encoding="utf-8")
+    engine.write_text(text.replace("Lint one file", "Lint any file", 1), encoding="utf-8")
+    assert engine.stat().st_size == len(text.encode())
+    assert cli.code_fingerprint.__wrapped__(package) != edited
 
 
 def test_every_finding_has_its_rules_severity(run_cli):

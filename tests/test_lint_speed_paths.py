@@ -365,3 +365,60 @@ def test_a_word_inside_another_answers_for_it_in_any_order():
                 words = FileWords(table, data)
                 for i in order:
                     assert words.has(i) == (table.words[i] in data), (body, table.words[i])
+
+
+def test_a_check_imports_only_the_rules_a_file_triggers(tmp_path):
+    # `trainlint check` runs the catalog's stand-ins: a rule's module is imported the first
+    # time the rule checks a file, so a file that triggers no rule imports none of them,
+    # and one that triggers a few imports those (not their whole family).
+    import subprocess
+
+    from trainlint.config import Settings, select_rules
+    from trainlint.engine import Linter
+    from trainlint.rules import catalog_rules
+
+    quiet = tmp_path / "quiet.py"
+    quiet.write_text("import torch\n\nx = torch.zeros(3)\n")
+    clip = tmp_path / "clip.py"
+    clip.write_text("import torch\n\ntorch.nn.utils.clip_grad_norm_(params, 1.0)\n")
+    linter = Linter(select_rules(catalog_rules(), Settings(), cli_select=["TL1"]))
+    active = linter._active_rules(clip.read_bytes(), None, str(clip), ())
+    assert 0 < len(active) < 5
+    script = (
+        "import sys\n"
+        "from trainlint.cli import main\n"
+        "main(['check', '--no-cache', '-q', '--exit-zero', '--select', 'TL1', sys.argv[1]])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('trainlint.rules.')"
+        " and m.count('.') > 2 and not m.endswith('._shared')))\n"
+    )
+    imported = {}
+    for path in (quiet, clip):
+        proc = subprocess.run(
+            [sys.executable, "-c", script, str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=tmp_path,
+        )
+        imported[path.name] = proc.stdout.splitlines()[-1]
+    assert imported["quiet.py"] == "[]"
+    assert imported["clip.py"] == repr(sorted(r.__module__ for r in active))
+
+
+def test_catalog_stand_ins_travel_to_worker_processes():
+    # A selection pickled for a worker started by spawn (macOS, Windows) brings back the
+    # same stand-ins, and a rule made there from one reports as the rule itself.
+    import pickle
+
+    from trainlint.config import Settings, select_rules
+    from trainlint.engine import Linter
+    from trainlint.rules import catalog_rules
+
+    selection = select_rules(catalog_rules(), Settings(), cli_select=["ALL"])
+    again = pickle.loads(pickle.dumps(selection))
+    assert again.rules == selection.rules and again.known == selection.known
+    source = (
+        b"import torch\n\nfor x in data:\n    loss = f(x)\n    loss.backward(retain_graph=True)\n"
+    )
+    lazy = Linter(again).lint_bytes(source, "train.py").findings
+    assert [f.code for f in lazy] == ["TL301"]

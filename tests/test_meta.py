@@ -134,6 +134,35 @@ def test_generated_docs_are_current():
     assert not stale, f"docs are stale, run `python -m trainlint.docs`: {stale}"
 
 
+def test_rule_catalog_is_current():
+    from trainlint.rules import _catalog
+
+    text = Path(_catalog.__file__).read_text(encoding="utf-8")
+    assert _catalog._split(text)[1] == _catalog.render(), (
+        "the rule catalog is stale: run `python -m trainlint.rules._catalog --write`"
+    )
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.code)
+def test_catalog_stand_in_answers_as_its_rule(rule):
+    from trainlint.rules import CatalogRule, catalog_rules, real_rule
+    from trainlint.rules._catalog import FIELDS
+
+    listed = {r.code: r for r in catalog_rules()}[rule.code]
+    assert issubclass(listed, CatalogRule) and real_rule(listed) is rule
+    for attr in (*FIELDS, "origin", "__module__", "__qualname__", "__name__"):
+        assert getattr(listed, attr) == getattr(rule, attr), attr
+    assert listed.doc_sections() == rule.doc_sections()
+    assert listed.documentation() == rule.documentation()
+    assert listed.validate_metadata() == rule.validate_metadata()
+
+
+def test_catalog_lists_the_rules_in_code_order():
+    from trainlint.rules import catalog_rules
+
+    assert [r.code for r in catalog_rules()] == [r.code for r in RULES]
+
+
 SRC = Path(trainlint.__file__).resolve().parent
 
 

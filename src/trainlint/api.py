@@ -12,10 +12,12 @@ from trainlint.findings import Finding
 from trainlint.rules.base import Rule
 
 
-def all_rules(settings: Settings | None = None) -> list[type[Rule]]:
+def all_rules(settings: Settings | None = None, *, catalog: bool = False) -> list[type[Rule]]:
+    """Every rule the settings know, in code order. ``catalog``: the built-ins as the
+    catalog's stand-ins, each imported when it first checks a file (what linting needs)."""
     from trainlint.plugins.manager import load_rules
 
-    return load_rules(settings.plugins if settings else [])
+    return load_rules(settings.plugins if settings else [], catalog=catalog)
 
 
 def lint_source(
@@ -29,7 +31,7 @@ def lint_source(
     """Lint one module's source. ``select``/``ignore`` take codes or prefixes."""
     settings = Settings(rule_options=dict(options or {}))
     selection = select_rules(
-        all_rules(settings),
+        all_rules(settings, catalog=True),
         settings,
         cli_select=list(select) if select is not None else None,
         cli_ignore=list(ignore),
@@ -57,7 +59,7 @@ def lint_paths(
     cfg = Path(config) if config else find_config(path_list[0] if path_list else Path.cwd())
     settings = load_config(cfg) if cfg else Settings()
     selection = select_rules(
-        all_rules(settings),
+        all_rules(settings, catalog=True),
         settings,
         cli_select=list(select) if select is not None else None,
         cli_ignore=list(ignore),

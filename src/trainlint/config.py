@@ -7,6 +7,7 @@ it into one line on stderr and exit status 2.
 from __future__ import annotations
 
 import fnmatch
+import importlib
 import os
 import re
 import sys
@@ -14,11 +15,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 from trainlint.rules.base import Rule
 
@@ -43,6 +39,10 @@ TARGET_TORCH = "target-torch"
 #: pins torch in ``[project] dependencies`` is assumed to run on it.
 OLDEST_TORCH = "2.1"
 _TORCH_VERSION_RE = re.compile(r"^\s*(\d+)\.(\d+)(?:\.\d+)?\s*$")
+
+
+def _toml() -> Any:  # imported on first use: a check outside any project reads no TOML
+    return importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
 
 class ConfigError(Exception):
@@ -86,8 +86,8 @@ def find_config(start: Path) -> Path | None:
             except (OSError, UnicodeDecodeError):
                 continue
             try:
-                data = tomllib.loads(text)
-            except tomllib.TOMLDecodeError as exc:
+                data = _toml().loads(text)
+            except _toml().TOMLDecodeError as exc:
                 if "tool.trainlint" in text:
                     raise ConfigError(f"{candidate}: invalid TOML: {exc}") from None
                 continue  # someone else's broken pyproject is not our config
@@ -98,10 +98,10 @@ def find_config(start: Path) -> Path | None:
 
 def load_config(path: Path) -> Settings:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = _toml().loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except (UnicodeDecodeError, _toml().TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     if path.name == "pyproject.toml":
         table = data.get("tool", {}).get("trainlint", {})
@@ -392,8 +392,8 @@ def _pyproject_pin(path: Path) -> tuple[int, int] | None:
     Someone else's unreadable or malformed file is not our error: it gives no pin.
     """
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        data = _toml().loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, _toml().TOMLDecodeError):
         return None
     project = data.get("project")
     deps = project.get("dependencies") if isinstance(project, dict) else None

@@ -9,8 +9,6 @@ build output and caches.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -63,6 +61,9 @@ def _excluded(path: Path, settings: Settings) -> bool:
 
 def _git_files(directory: Path) -> set[Path] | None:
     """Files git does not ignore under ``directory``, or None when git can't tell."""
+    import shutil
+    import subprocess  # (here: a check of named files never runs git)
+
     if shutil.which("git") is None:
         return None
     try:

@@ -8,7 +8,6 @@ and rules run, only when the file contains a trigger word of some selected rule.
 from __future__ import annotations
 
 import time
-import traceback
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -380,12 +379,14 @@ class Linter:
 
 
 def _builtincodes_of() -> frozenset[str]:
-    from trainlint.rules import builtin_rules
+    from trainlint.rules import catalog_rules
 
-    return frozenset(r.code for r in builtin_rules())
+    return frozenset(r.code for r in catalog_rules())
 
 
 def _describe(exc: BaseException) -> str:
+    import traceback
+
     tb = traceback.extract_tb(exc.__traceback__)
     where = f" ({tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
     return f"{type(exc).__name__}: {exc}{where}"

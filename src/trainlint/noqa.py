@@ -11,19 +11,31 @@ import tokenize
 
 from trainlint.source import Source
 
-# A code is letters then a digit, then letters or digits: `TL1O1` (a letter O) is read
-# whole, so TL002 can name it, rather than as `TL1` plus trailing text.
-NOQA_RE = re.compile(
-    r"#\s*noqa(?![\w-])(?:\s*:\s*(?P<codes>[A-Z]+[0-9][0-9A-Z]*"
-    r"(?:\s*[,\s]\s*[A-Z]+[0-9][0-9A-Z]*)*))?",
-    re.IGNORECASE,
-)
 #: Codes starting with this are trainlint's own: an unknown one in a `noqa` is a mistake.
 OWN_PREFIX = "TL"
-FILE_NOQA_RE = re.compile(
-    r"^\s*#\s*trainlint\s*:\s*noqa(?:\s*:\s*(?P<codes>[A-Z]+[0-9]*(?:\s*[,\s]\s*[A-Z]+[0-9]*)*))?\s*$",
-    re.IGNORECASE | re.MULTILINE,
-)
+
+
+# The patterns are compiled on first use (~2 ms together): most files have no noqa
+# comment, and a check of a few files may meet none.
+@functools.cache
+def _noqa() -> re.Pattern[str]:
+    # A code is letters then a digit, then letters or digits: `TL1O1` (a letter O) is
+    # read whole, so TL002 can name it, rather than as `TL1` plus trailing text.
+    return re.compile(
+        r"#\s*noqa(?![\w-])(?:\s*:\s*(?P<codes>[A-Z]+[0-9][0-9A-Z]*"
+        r"(?:\s*[,\s]\s*[A-Z]+[0-9][0-9A-Z]*)*))?",
+        re.IGNORECASE,
+    )
+
+
+@functools.cache
+def _file_noqa() -> re.Pattern[str]:
+    return re.compile(
+        r"^\s*#\s*trainlint\s*:\s*noqa(?:\s*:\s*(?P<codes>[A-Z]+[0-9]*(?:\s*[,\s]\s*[A-Z]+[0-9]*)*))?\s*$",
+        re.IGNORECASE | re.MULTILINE,
+    )
+
+
 _CODE_SPLIT = re.compile(r"[,\s]+")
 
 
@@ -39,7 +51,7 @@ def file_noqa_codes(text: str) -> list[str] | None:
     if "trainlint" not in text:
         return None
     found: list[str] | None = None
-    for m in FILE_NOQA_RE.finditer(text):
+    for m in _file_noqa().finditer(text):
         codes = codes_of(m.group("codes"))
         if not codes:
             return []
@@ -55,8 +67,8 @@ def noqa_on_lines(source: Source, lines: set[int]) -> dict[int, list[str]]:
             hash_at = text.find("#")
             if hash_at < 0:
                 continue
-            m = NOQA_RE.search(text, hash_at)
-            if m and not FILE_NOQA_RE.match(text):
+            m = _noqa().search(text, hash_at)
+            if m and not _file_noqa().match(text):
                 out[n] = codes_of(m.group("codes"))
     return out
 
@@ -64,18 +76,22 @@ def noqa_on_lines(source: Source, lines: set[int]) -> dict[int, list[str]]:
 # Comments and string literals, in order, for sources the interpreter parsed: before
 # 3.12 a string literal is a regular language (an f-string cannot nest its own quotes or
 # hold a comment), so skipping strings finds exactly the comments `tokenize` would.
-_COMMENT_OR_STRING = re.compile(
-    "|".join(
-        (
-            r"(#[^\r\n]*)",  # a comment: group 1
-            r"'''(?:[^'\\]|\\.|'(?!''))*'''",  # triple-quoted strings first
-            r'"""(?:[^"\\]|\\.|"(?!""))*"""',
-            r"'(?:[^'\\\r\n]|\\.)*'",
-            r'"(?:[^"\\\r\n]|\\.)*"',
-        )
-    ),
-    re.DOTALL,
-)
+@functools.cache
+def _comment_or_string() -> re.Pattern[str]:
+    return re.compile(
+        "|".join(
+            (
+                r"(#[^\r\n]*)",  # a comment: group 1
+                r"'''(?:[^'\\]|\\.|'(?!''))*'''",  # triple-quoted strings first
+                r'"""(?:[^"\\]|\\.|"(?!""))*"""',
+                r"'(?:[^'\\\r\n]|\\.)*'",
+                r'"(?:[^"\\\r\n]|\\.)*"',
+            )
+        ),
+        re.DOTALL,
+    )
+
+
 _SCAN_COMMENTS = sys.version_info < (3, 12)
 
 
@@ -94,12 +110,12 @@ def scan_noqa_comments(text: str) -> dict[int, list[str]]:
         return _scan_to_directives(text, _to_directive())
     out: dict[int, list[str]] = {}
     line, counted = 1, 0
-    for m in _COMMENT_OR_STRING.finditer(text):
+    for m in _comment_or_string().finditer(text):
         comment = m.group(1)
         if comment is None:
             continue
-        found = NOQA_RE.search(comment)
-        if found and not FILE_NOQA_RE.match(comment):
+        found = _noqa().search(comment)
+        if found and not _file_noqa().match(comment):
             start = m.start()
             line += text.count("\n", counted, start)
             counted = start
@@ -111,7 +127,7 @@ def scan_noqa_comments(text: str) -> dict[int, list[str]]:
 # strings and the comments without a directive are stepped over inside the regex engine,
 # which stops at the next comment that has one (group 1) or where it can read no further.
 # Possessive repeats (Python 3.11) never backtrack: each step takes the first alternative
-# that matches, as `finditer` over `_COMMENT_OR_STRING` does.
+# that matches, as `finditer` over `_comment_or_string()` does.
 _AT_NOQA = r"[^\S\r\n]*(?i:noqa)(?![\w-])"
 _POSSESSIVE = sys.version_info >= (3, 11)
 
@@ -147,8 +163,8 @@ def _scan_to_directives(text: str, to_directive: re.Pattern[str]) -> dict[int, l
         if comment is None:
             pos = m.end() + 1  # a quote that opens no string: `finditer` steps over it
             continue
-        found = NOQA_RE.search(comment)
-        if found and not FILE_NOQA_RE.match(comment):
+        found = _noqa().search(comment)
+        if found and not _file_noqa().match(comment):
             start = m.start(1)
             line += text.count("\n", counted, start)
             counted = start
@@ -164,13 +180,13 @@ def tokenize_noqa_comments(source: Source) -> dict[int, list[str]]:
     except (tokenize.TokenError, SyntaxError, IndentationError):
         tokens = []
         for i, line in enumerate(source.lines, 1):
-            m = NOQA_RE.search(line)
+            m = _noqa().search(line)
             if m:
                 out[i] = codes_of(m.group("codes"))
         return out
     for tok in tokens:
         if tok.type == tokenize.COMMENT:
-            m = NOQA_RE.search(tok.string)
-            if m and not FILE_NOQA_RE.match(tok.string):
+            m = _noqa().search(tok.string)
+            if m and not _file_noqa().match(tok.string):
                 out[tok.start[0]] = codes_of(m.group("codes"))
     return out

@@ -6,10 +6,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainlint.analysis.project import ProjectIndex, digest, import_graph, module_of
-from trainlint.cache import Cache, content_hash
 from trainlint.config import RuleSelection, Settings, TorchPins, per_file_ignored
 from trainlint.engine import FileResult
 from trainlint.findings import Finding, InternalError
@@ -23,6 +22,9 @@ from trainlint.workers import (  # (display_path, read_file, FixMode, lint_file:
     phase_one,
     read_file,
 )
+
+if TYPE_CHECKING:
+    from trainlint.cache import Cache
 
 __all__ = ["FixMode", "RunResult", "display_path", "lint_file", "read_file", "run"]
 
@@ -78,6 +80,8 @@ def run(
     hashes: dict[int, str] = {}
     summaries: dict[int, dict[str, Any]] = {}
     if use_cache:
+        from trainlint.cache import content_hash
+
         assert cache is not None
         for i, p in enumerate(paths):
             data = read_file(p)

@@ -24,8 +24,6 @@ No tree and no per-file model outlives its file.
 from __future__ import annotations
 
 import ast
-import hashlib
-import json
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
@@ -752,6 +750,8 @@ def _calls(
             if args:
                 _mark_shared(model, call, args)
                 out.append([qual, args])
+    import json
+
     out.sort(key=lambda c: json.dumps(c))
     return out
 
@@ -1335,6 +1335,9 @@ def own_view(summary: dict) -> dict | None:
 def digest(view: dict | None) -> str:
     if not view:
         return ""
+    import hashlib
+    import json
+
     return hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()[:32]
 
 

@@ -11,7 +11,7 @@ from importlib.machinery import PathFinder
 from typing import TYPE_CHECKING, Any
 
 from trainlint.config import ConfigError
-from trainlint.rules import builtin_rules
+from trainlint.rules import builtin_rules, catalog_rules
 from trainlint.rules.base import Rule
 
 if TYPE_CHECKING:
@@ -102,9 +102,11 @@ def _origin(pm: pluggy.PluginManager, impl: Any) -> str:
     return pm.get_name(impl.plugin) or repr(impl.plugin)
 
 
-def load_rules(plugins: Sequence[str] = ()) -> list[type[Rule]]:
+def load_rules(plugins: Sequence[str] = (), *, catalog: bool = False) -> list[type[Rule]]:
+    """The built-in rules and the plugins' rules, in code order. ``catalog``: the built-ins
+    as the catalog's stand-ins (no rule module imported; see ``rules.CatalogRule``)."""
     pm = _manager(tuple(plugins))
-    rules = builtin_rules()
+    rules = catalog_rules() if catalog else builtin_rules()
     if pm is None:
         return sorted(rules, key=lambda r: r.code)
     owner = {r.code: "trainlint (built-in)" for r in rules}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,16 +16,28 @@ if TYPE_CHECKING:
 Formatter = Callable[[Sequence[Finding], "Sequence[type[Rule]]"], str]
 
 
-def builtin_formats() -> dict[str, Formatter]:
-    from trainlint.reporting import github, jsonfmt, sarif, text
+#: format -> (module of this package, its formatter)
+_FORMATS = {
+    "concise": ("text", "concise"),
+    "full": ("text", "full"),
+    "json": ("jsonfmt", "format_json"),
+    "sarif": ("sarif", "format_sarif"),
+    "github": ("github", "format_github"),
+}
 
-    return {
-        "concise": text.concise,
-        "full": text.full,
-        "json": jsonfmt.format_json,
-        "sarif": sarif.format_sarif,
-        "github": github.format_github,
-    }
+
+def builtin_formats() -> dict[str, Formatter]:
+    """Name -> formatter; a format's module (json, for two of them) is imported when a run
+    prints in it."""
+    return {name: _formatter(*where) for name, where in _FORMATS.items()}
+
+
+def _formatter(module: str, name: str) -> Formatter:
+    def run(findings: Sequence[Finding], rules: Sequence[type[Rule]]) -> str:
+        real: Formatter = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        return real(findings, rules)
+
+    return run
 
 
 def location(f: Finding) -> str:

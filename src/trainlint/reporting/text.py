@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,6 +22,8 @@ def _source_lines(
         try:
             data = Path(path).read_bytes()
             if cell is not None:
+                import json
+
                 nb = json.loads(data.decode("utf-8-sig"))
                 src = nb["cells"][cell - 1].get("source", "")
                 text = "".join(src) if isinstance(src, list) else str(src)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import re
-import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -126,6 +125,8 @@ class Rule:
     # -- documentation -------------------------------------------------------------------
     @classmethod
     def doc_sections(cls) -> dict[str, str]:
+        import textwrap  # (documentation only: a check never reads it)
+
         doc = textwrap.dedent("\n".join((cls.__doc__ or "").splitlines()[1:]))
         first = (cls.__doc__ or "").splitlines()[0] if cls.__doc__ else ""
         doc = first.strip() + "\n" + doc

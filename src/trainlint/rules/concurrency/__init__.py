@@ -3,14 +3,7 @@ shared models trained on several threads, and distributed samplers that never re
 
 from __future__ import annotations
 
-from trainlint.rules.concurrency.dataset_rng_copied_to_workers import DatasetRngCopiedToWorkers
-from trainlint.rules.concurrency.loader_without_distributed_sampler import (
-    LoaderWithoutDistributedSampler,
-)
-from trainlint.rules.concurrency.module_sent_to_process import ModuleSentToProcess
-from trainlint.rules.concurrency.module_sent_to_remote import ModuleSentToRemote
-from trainlint.rules.concurrency.sampler_without_set_epoch import SamplerWithoutSetEpoch
-from trainlint.rules.concurrency.unlocked_shared_model import UnlockedSharedModel
+from trainlint.rules import family_rule
 
 __all__ = [
     "DatasetRngCopiedToWorkers",
@@ -20,3 +13,9 @@ __all__ = [
     "SamplerWithoutSetEpoch",
     "UnlockedSharedModel",
 ]
+
+
+def __getattr__(name: str) -> type:
+    # each rule's module is imported when the rule is asked for: a check that runs one
+    # rule of the family imports only that one
+    return family_rule(__name__, name)

@@ -2,16 +2,7 @@
 
 from __future__ import annotations
 
-from trainlint.rules.gradients.backward_under_no_grad import BackwardUnderNoGrad
-from trainlint.rules.gradients.clip_after_step import ClipAfterStep
-from trainlint.rules.gradients.grad_norm_after_zero_grad import GradNormAfterZeroGrad
-from trainlint.rules.gradients.graph_broken_loss import GraphBrokenLoss
-from trainlint.rules.gradients.missing_zero_grad import MissingZeroGrad
-from trainlint.rules.gradients.optimizer_on_stale_params import OptimizerOnStaleParams
-from trainlint.rules.gradients.step_before_backward import StepBeforeBackward
-from trainlint.rules.gradients.unregistered_submodules import UnregisteredSubmodules
-from trainlint.rules.gradients.unscaled_accumulated_loss import UnscaledAccumulatedLoss
-from trainlint.rules.gradients.zero_grad_before_step import ZeroGradBeforeStep
+from trainlint.rules import family_rule
 
 __all__ = [
     "BackwardUnderNoGrad",
@@ -25,3 +16,9 @@ __all__ = [
     "UnscaledAccumulatedLoss",
     "ZeroGradBeforeStep",
 ]
+
+
+def __getattr__(name: str) -> type:
+    # each rule's module is imported when the rule is asked for: a check that runs one
+    # rule of the family imports only that one
+    return family_rule(__name__, name)

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from trainlint.rules.memory.allocator_call_in_loop import AllocatorCallInLoop
-from trainlint.rules.memory.eval_without_no_grad import EvalWithoutNoGrad
-from trainlint.rules.memory.graph_accumulation import GraphAccumulation
-from trainlint.rules.memory.retain_graph_in_loop import RetainGraphInLoop
-from trainlint.rules.memory.tensor_kept_on_self import TensorKeptOnSelf
+from trainlint.rules import family_rule
 
 __all__ = [
     "AllocatorCallInLoop",
@@ -15,3 +11,9 @@ __all__ = [
     "RetainGraphInLoop",
     "TensorKeptOnSelf",
 ]
+
+
+def __getattr__(name: str) -> type:
+    # each rule's module is imported when the rule is asked for: a check that runs one
+    # rule of the family imports only that one
+    return family_rule(__name__, name)

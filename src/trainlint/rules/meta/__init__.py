@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from trainlint.rules.meta.syntax_error import SyntaxError_
-from trainlint.rules.meta.unused_noqa import UnusedNoqa
+from trainlint.rules import family_rule
 
 __all__ = ["SyntaxError_", "UnusedNoqa"]
+
+
+def __getattr__(name: str) -> type:
+    # each rule's module is imported when the rule is asked for: a check that runs one
+    # rule of the family imports only that one
+    return family_rule(__name__, name)

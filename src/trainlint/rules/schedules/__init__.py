@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-from trainlint.rules.schedules.hand_rolled_lr_starts_at_zero import HandRolledLrStartsAtZero
-from trainlint.rules.schedules.hand_rolled_lr_unit_mismatch import HandRolledLrUnitMismatch
-from trainlint.rules.schedules.scheduler_before_optimizer import SchedulerBeforeOptimizer
-from trainlint.rules.schedules.scheduler_never_stepped import SchedulerNeverStepped
-from trainlint.rules.schedules.scheduler_step_with_epoch import SchedulerStepWithEpoch
-from trainlint.rules.schedules.scheduler_unit_mismatch import SchedulerUnitMismatch
-from trainlint.rules.schedules.warmup_starts_at_zero import WarmupStartsAtZero
+from trainlint.rules import family_rule
 
 __all__ = [
     "HandRolledLrStartsAtZero",
@@ -19,3 +13,9 @@ __all__ = [
     "SchedulerUnitMismatch",
     "WarmupStartsAtZero",
 ]
+
+
+def __getattr__(name: str) -> type:
+    # each rule's module is imported when the rule is asked for: a check that runs one
+    # rule of the family imports only that one
+    return family_rule(__name__, name)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from trainlint.rules.state.eval_mode_not_restored import EvalModeNotRestored
-from trainlint.rules.state.unsafe_torch_load import UnsafeTorchLoad
+from trainlint.rules import family_rule
 
 __all__ = ["EvalModeNotRestored", "UnsafeTorchLoad"]
+
+
+def __getattr__(name: str) -> type:
+    # each rule's module is imported when the rule is asked for: a check that runs one
+    # rule of the family imports only that one
+    return family_rule(__name__, name)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from trainlint.rules.throughput.anomaly_detection_enabled import AnomalyDetectionEnabled
-from trainlint.rules.throughput.host_sync_in_loop import HostSyncInLoop
-from trainlint.rules.throughput.synchronize_in_loop import SynchronizeInLoop
+from trainlint.rules import family_rule
 
 __all__ = ["AnomalyDetectionEnabled", "HostSyncInLoop", "SynchronizeInLoop"]
+
+
+def __getattr__(name: str) -> type:
+    # each rule's module is imported when the rule is asked for: a check that runs one
+    # rule of the family imports only that one
+    return family_rule(__name__, name)
