@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, fmt, symptom_texts, table
-from trainlint.testing._common import Step, model_step_runner, named_parameters, plural
+from trainlint.testing._common import (
+    Step,
+    model_step_runner,
+    named_parameters,
+    plural,
+    runtime,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -95,9 +101,7 @@ def assert_weights_updated(
     run = model_step_runner(CHECK, model, step, steps, batches)
     frozen_names: set[str] = set()
     if frozen:
-        from trainlint._runtime.steps import match_params
-
-        frozen_names = match_params(model, frozen, "frozen")
+        frozen_names = runtime().match_params(model, frozen, "frozen")
     named: list[tuple[str, torch.Tensor]] = []
     trainable: list[tuple[str, torch.Tensor]] = []
     frozen_list: list[tuple[str, torch.Tensor]] = []
@@ -125,13 +129,11 @@ def _measure(
 ) -> WeightsResult:
     """Run the steps; the largest |change| of each watched parameter, and who got a grad."""
     __tracebackhide__ = True
-    from trainlint._runtime.recorder import GradRecorder
-    from trainlint._runtime.snapshot import Snapshot
-
+    rt = runtime()
     names = [n for n, _ in trainable]
     params = [p for _, p in trainable]
-    snapshot = Snapshot(params + [p for _, p in frozen_list])
-    recorder = GradRecorder(params, measure=False)
+    snapshot = rt.Snapshot(params + [p for _, p in frozen_list])
+    recorder = rt.GradRecorder(params, measure=False)
     with recorder:
         for i in range(steps):
             recorder.begin_step(i)
