@@ -219,3 +219,58 @@ def test_large_snapshots_reuse_one_mapping_and_stay_exact():
             small[3] -= 2 * shift
         assert snap.changes() == [pytest.approx(shift), pytest.approx(2 * shift)]
         assert snapshot._spare is not None and len(snapshot._spare) >= big.numel() * 4
+
+
+def test_an_optimizer_with_the_parameters_in_another_order_or_groups_is_fine():
+    """The membership's short way (the trainable parameters, in order) and the long way
+    (any other order, several groups) agree."""
+    model = mlp()
+    x, y = batch()
+    params = list(model.parameters())
+    for optimizer in (
+        torch.optim.SGD(params, lr=0.1),
+        torch.optim.SGD(params[::-1], lr=0.1),
+        torch.optim.SGD([{"params": params[:2]}, {"params": params[2:], "lr": 0.05}], lr=0.1),
+    ):
+
+        def step(optimizer: torch.optim.Optimizer = optimizer) -> None:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+        result = assert_weights_updated(model, step, optimizer=optimizer)
+        assert all(v > 0 for v in result.change.values())
+
+
+def test_changes_too_large_to_sum_still_pass():
+    """A sum of the changes that overflows to Inf takes the long way, which finds every
+    change finite."""
+    model = nn.Linear(2, 2)
+
+    def step() -> None:
+        with torch.no_grad():
+            model.weight.add_(1e308)
+            model.bias.add_(1e308)
+
+    model.double()
+    with torch.no_grad():
+        model.weight.fill_(-1e308)
+        model.bias.fill_(-1e308)
+    result = assert_weights_updated(model, step)
+    assert math.isinf(sum(result.change.values()))
+    assert all(math.isfinite(v) for v in result.change.values())
+
+
+def test_an_optimizer_holding_a_frozen_parameter_still_says_so():
+    model = mlp()
+    x, y = batch()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    first = next(iter(model.parameters()))
+
+    def step() -> None:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+    with pytest.raises(CheckFailed, match="Frozen parameters that still require grad"):
+        assert_weights_updated(model, step, optimizer=optimizer, frozen=[first])

@@ -74,3 +74,36 @@ def test_other_parameters_copy_as_before():
             params[-1].view(-1)[0] += 1.0
         assert snap.changes()[-1] == 1.0
     assert snapshot.take_rows([big]) is None  # remembered as too large
+
+
+@pytest.mark.parametrize("grad_mode", [True, False])
+def test_rows_copy_and_compare_without_autograd_and_leave_its_mode_as_it_was(grad_mode):
+    params = _params()
+    with torch.set_grad_enabled(grad_mode):
+        snap = Snapshot(params)
+        assert snap._rows is not None
+        rows = snap._rows
+        assert torch.is_grad_enabled() is grad_mode
+        assert not rows.buffer.requires_grad and rows.buffer.grad_fn is None
+        assert all(not v.requires_grad for v in rows.views)
+        with torch.no_grad():
+            params[1].add_(2.0)
+        changes = snap.changes()
+        assert torch.is_grad_enabled() is grad_mode
+    assert changes[1] == pytest.approx(2.0) and changes[0] == 0.0
+    assert not rows.buffer.requires_grad
+
+
+def test_rows_restore_the_grad_mode_when_the_comparison_raises(monkeypatch):
+    params = _params()
+    snap = Snapshot(params)
+    assert snap._rows is not None
+
+    def broken(*args: object) -> None:
+        assert not torch.is_grad_enabled()  # the comparison runs without autograd
+        raise ValueError("boom")
+
+    monkeypatch.setattr(torch, "_foreach_sub_", broken)
+    with pytest.raises(ValueError, match="boom"):
+        snap.changes()
+    assert torch.is_grad_enabled()

@@ -40,29 +40,67 @@ def model_step_runner(
     check: str, model: Any, step: Step, steps: int, batches: Iterable[Any] | None
 ) -> StepRunner:
     """What a check of ``model`` does first: its arguments checked, and the runner of its
-    step. The runtime modules (torch) are bound on the first call: a ``from ... import`` of
-    a loaded module per call cost ~0.7 us (CPython 3.11 looks up and fails to find the
-    module's ``__path__`` each time), two per check."""
-    runtime = _RUNTIME or _load_runtime()
-    runtime[0](check, model, step)
-    runtime[1]("steps", steps, 1)
-    return runtime[2](step, batches, check=check)
+    step."""
+    rt = _RUNTIME or _load_runtime()
+    rt.check_model(check, model, step)
+    rt.check_count("steps", steps, 1)
+    return rt.StepRunner(step, batches, check=check)
 
 
-def _load_runtime() -> tuple[
-    Callable[[str, Any, Any], None], Callable[[str, int, int], None], type[StepRunner]
-]:
+class Runtime:
+    """The runtime names the checks use (torch among them), bound on the first check: a
+    ``from ... import`` of a loaded module per call cost ~0.7 us (CPython 3.11 looks up and
+    fails to find the module's ``__path__`` each time), ~5k instructions, and a check made
+    two to five of them."""
+
+    __slots__ = (
+        "torch",
+        "check_count",
+        "check_model",
+        "StepRunner",
+        "model_device",
+        "match_params",
+        "GradRecorder",
+        "NonFiniteGradient",
+        "HookSet",
+        "Snapshot",
+        "register_optimizer_step_pre_hook",
+    )
+
+    def __init__(self) -> None:
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        from trainlint._runtime.arguments import check_count, check_model
+        from trainlint._runtime.recorder import GradRecorder, HookSet, NonFiniteGradient
+        from trainlint._runtime.snapshot import Snapshot
+        from trainlint._runtime.steps import StepRunner, match_params, model_device
+
+        self.torch = torch
+        self.check_count = check_count
+        self.check_model = check_model
+        self.StepRunner = StepRunner
+        self.model_device = model_device
+        self.match_params = match_params
+        self.GradRecorder = GradRecorder
+        self.NonFiniteGradient = NonFiniteGradient
+        self.HookSet = HookSet
+        self.Snapshot = Snapshot
+        self.register_optimizer_step_pre_hook = register_optimizer_step_pre_hook
+
+
+def runtime() -> Runtime:
+    """The runtime names, imported on the first call."""
+    return _RUNTIME or _load_runtime()
+
+
+def _load_runtime() -> Runtime:
     global _RUNTIME
-    from trainlint._runtime.arguments import check_count, check_model
-    from trainlint._runtime.steps import StepRunner
-
-    _RUNTIME = (check_model, check_count, StepRunner)
+    _RUNTIME = Runtime()
     return _RUNTIME
 
 
-_RUNTIME: (
-    tuple[Callable[[str, Any, Any], None], Callable[[str, int, int], None], type[StepRunner]] | None
-) = None
+_RUNTIME: Runtime | None = None
 
 
 def trainable(
@@ -151,7 +189,7 @@ def plural(n: int, word: str) -> str:
 
 def loss_value(out: Any) -> float | None:
     """A float from what a step returned: a tensor, a number, or (loss, ...) / {"loss": ..}."""
-    import torch
+    torch = runtime().torch
 
     if isinstance(out, (tuple, list)) and out:
         out = out[0]

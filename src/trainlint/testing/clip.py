@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, fmt, table
-from trainlint.testing._common import Step, model_step_runner, plural, trainable
+from trainlint.testing._common import Step, model_step_runner, plural, runtime, trainable
 
 if TYPE_CHECKING:
     import torch
@@ -113,6 +113,9 @@ class _Tracker:
         self.reads: list[GradRead] = []
         self.step = 0
         self.local = threading.local()
+        torch = _torch()
+        self._float32 = torch.float32
+        self._vector_norm = torch.linalg.vector_norm
 
     def event(self, text: str) -> None:
         if not self.order or self.order[-1] != text:
@@ -136,6 +139,8 @@ class _Tracker:
         # one op, no host sync: the norms are summed only when something reads them
         if grad is None:
             self.norm[i] = None
+        elif grad.dtype is self._float32 and not grad.is_sparse and not grad.requires_grad:
+            self.norm[i] = self._vector_norm(grad)  # what _norm does, without its tests
         else:  # a backward with create_graph=True leaves gradients with history
             self.norm[i] = _norm(grad.detach() if grad.requires_grad else grad)
         order = self.order
@@ -145,8 +150,6 @@ class _Tracker:
     def read(self, function: str, indices: list[int], total: Any = None) -> None:
         """Note a read of the parameters ``indices``; ``total``: the total norm the read
         computed itself, where it is :func:`_total_norm`'s to the bit (see _same_norm)."""
-        import torch
-
         indices = sorted(set(indices))
         if not indices:
             return
@@ -166,16 +169,19 @@ class _Tracker:
         else:
             after = "backward"
         norms = [self.norm[i] for i in indices if self.norm[i] is not None]
-        backward = _stacked_norm(torch, norms) if norms else None
+        backward = _stacked_norm(_torch(), norms) if norms else None
         self.event(f"{function}  (saw {fmt(seen)})")
         self.reads.append(GradRead(self.step, function, seen, backward, after, tuple(self.order)))
+
+
+def _torch() -> Any:
+    return runtime().torch
 
 
 def _norm(tensor: torch.Tensor) -> torch.Tensor:
     """The 2-norm as a 0-d tensor (one op, no host sync); float16/bfloat16 accumulate in
     float32, where their squares do not overflow."""
-    import torch
-
+    torch = _torch()
     if tensor.is_sparse:
         tensor = tensor.coalesce().values()
     if tensor.dtype in (torch.float16, torch.bfloat16):
@@ -191,12 +197,11 @@ def _stacked_norm(torch: Any, norms: list[torch.Tensor]) -> float:
 
 def _total_norm(grads: list[torch.Tensor]) -> float:
     """The 2-norm of all of ``grads`` together: one foreach reduction, one host read."""
-    import torch
-
+    torch = _torch()
     if not grads:
         return 0.0
     detached = [g.detach() if g.requires_grad else g for g in grads]  # create_graph=True
-    norms: list[torch.Tensor] | None = None
+    norms: list[Any] | None = None
     floats = (torch.float32, torch.float16, torch.bfloat16)
     if all(g.layout is torch.strided and g.dtype in floats for g in detached):
         try:  # float32 accumulation; torch < 2.3 has no dtype= here
@@ -208,15 +213,30 @@ def _total_norm(grads: list[torch.Tensor]) -> float:
     return _stacked_norm(torch, norms)
 
 
+def _util_targets() -> list[tuple[Any, str]]:
+    """(module, name) of each gradient-reading function to wrap, found on the first check:
+    a ``getattr`` of a name a module lacks raised and caught an AttributeError per check."""
+    global _TARGETS
+    if _TARGETS is None:
+        import torch.nn.utils as nn_utils
+        import torch.nn.utils.clip_grad as clip_grad
+
+        _TARGETS = [
+            (owner, name)
+            for owner in (nn_utils, clip_grad)
+            for name in (*_UTILS, "_get_total_norm")
+            if hasattr(owner, name)
+        ]
+    return _TARGETS
+
+
+_TARGETS: list[tuple[Any, str]] | None = None
+
+
 def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> ClipResult:
     __tracebackhide__ = True
-    import torch
-    import torch.nn.utils as nn_utils
-    import torch.nn.utils.clip_grad as clip_grad
-    from torch.optim.optimizer import register_optimizer_step_pre_hook
-
-    from trainlint._runtime.recorder import HookSet
-
+    rt = runtime()
+    torch = rt.torch
     params = [p for _, p in named]
     tracker = _Tracker(params)
     by_grad: Callable[[Any], list[int]] = lambda grads: [  # noqa: E731
@@ -269,14 +289,13 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
         setattr(owner, name, replacement)
 
     wrapped: dict[int, Any] = {}
-    for owner in (nn_utils, clip_grad):
-        for name in (*_UTILS, "_get_total_norm"):
-            original = getattr(owner, name, None)
-            if original is None:
-                continue
-            if id(original) not in wrapped:
-                wrapped[id(original)] = wrap_util(name, original)
-            patch(owner, name, wrapped[id(original)])
+    for owner, name in _util_targets():
+        original = getattr(owner, name, None)
+        if original is None:
+            continue
+        if id(original) not in wrapped:
+            wrapped[id(original)] = wrap_util(name, original)
+        patch(owner, name, wrapped[id(original)])
 
     optimizer_zero_grad = torch.optim.Optimizer.zero_grad
     module_zero_grad = torch.nn.Module.zero_grad
@@ -294,8 +313,8 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
         group_params = [p for g in optimizer.param_groups for p in g["params"]]
         tracker.mark(group_params, "step", f"{type(optimizer).__name__}.step")
 
-    handles = [register_optimizer_step_pre_hook(step_hook)]
-    hooks = HookSet()
+    handles = [rt.register_optimizer_step_pre_hook(step_hook)]
+    hooks = rt.HookSet()
     patch(torch.optim.Optimizer, "zero_grad", opt_zero_grad)
     patch(torch.nn.Module, "zero_grad", mod_zero_grad)
     try:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, fmt, table
-from trainlint.testing._common import Step, loss_value, model_step_runner, trainable
+from trainlint.testing._common import Step, loss_value, model_step_runner, runtime, trainable
 
 if TYPE_CHECKING:
     import torch
@@ -73,7 +73,7 @@ class _Measured:
     recorder: GradRecorder
     stopped_at: int | None
     rng: Any
-    device: torch.device
+    device: torch.device | None  # None: not located
 
     @property
     def bad_losses(self) -> list[tuple[int, float]]:
@@ -94,19 +94,17 @@ def _measure(
     """Run the steps until a gradient or the loss is non-finite (stopping inside backward
     when ``locate``), recording each gradient's largest magnitude and each loss."""
     __tracebackhide__ = True
-    import torch
-
-    from trainlint._runtime.recorder import GradRecorder, NonFiniteGradient
-    from trainlint._runtime.steps import model_device
-
-    device = model_device(model)
-    recorder = GradRecorder([p for _, p in named], stop_on_nonfinite=locate)
+    rt = runtime()
+    torch, NonFiniteGradient = rt.torch, rt.NonFiniteGradient
+    # the device's random state is kept to rerun a failing step (locate): only then
+    device = rt.model_device(model) if locate else None
+    recorder = rt.GradRecorder([p for _, p in named], stop_on_nonfinite=locate)
     losses: list[float | None] = []
     stopped_at: int | None = None
     rng: Any = None
     with recorder:
         for i in range(steps):
-            if locate:
+            if device is not None:
                 rng = _rng_state(torch, device)
             recorder.begin_step(i)
             try:
@@ -191,6 +189,7 @@ def _report(
             "Loss per step: " + ", ".join(f"{i}: {fmt(v)}" for i, v in enumerate(result.losses))
         )
     if locate and measured.stopped_at is not None:
+        assert measured.device is not None
         sections.append(_locate_nonfinite(torch, run, measured.rng, measured.device))
     elif locate:
         sections.append(

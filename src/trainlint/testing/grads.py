@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, table
-from trainlint.testing._common import Step, model_step_runner, plural, steps_text, trainable
+from trainlint.testing._common import (
+    Step,
+    model_step_runner,
+    plural,
+    runtime,
+    steps_text,
+    trainable,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -85,9 +92,7 @@ def assert_grads_nonzero(
     run = model_step_runner(CHECK, model, step, steps, batches)
     ignored: set[str] = set()
     if ignore:
-        from trainlint._runtime.steps import match_params
-
-        ignored = match_params(model, ignore, "ignore")
+        ignored = runtime().match_params(model, ignore, "ignore")
     named = trainable(model, exclude=ignored)
     result = _measure(run, named, steps, ignored)
     gaps = _diagnose(result)
@@ -101,9 +106,7 @@ def _measure(
 ) -> GradsResult:
     """Run the steps, recording each parameter's largest |gradient| as it accumulates."""
     __tracebackhide__ = True
-    from trainlint._runtime.recorder import GradRecorder
-
-    recorder = GradRecorder([p for _, p in named])
+    recorder = runtime().GradRecorder([p for _, p in named])
     with recorder:
         for i in range(steps):
             recorder.begin_step(i)

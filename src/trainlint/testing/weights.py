@@ -5,13 +5,19 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
+from operator import is_, itemgetter
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, fmt, symptom_texts, table
-from trainlint.testing._common import Step, model_step_runner, named_parameters, plural
+from trainlint.testing._common import (
+    Step,
+    model_step_runner,
+    named_parameters,
+    plural,
+    runtime,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -95,9 +101,7 @@ def assert_weights_updated(
     run = model_step_runner(CHECK, model, step, steps, batches)
     frozen_names: set[str] = set()
     if frozen:
-        from trainlint._runtime.steps import match_params
-
-        frozen_names = match_params(model, frozen, "frozen")
+        frozen_names = runtime().match_params(model, frozen, "frozen")
     named: list[tuple[str, torch.Tensor]] = []
     trainable: list[tuple[str, torch.Tensor]] = []
     frozen_list: list[tuple[str, torch.Tensor]] = []
@@ -125,13 +129,11 @@ def _measure(
 ) -> WeightsResult:
     """Run the steps; the largest |change| of each watched parameter, and who got a grad."""
     __tracebackhide__ = True
-    from trainlint._runtime.recorder import GradRecorder
-    from trainlint._runtime.snapshot import Snapshot
-
+    rt = runtime()
     names = [n for n, _ in trainable]
     params = [p for _, p in trainable]
-    snapshot = Snapshot(params + [p for _, p in frozen_list])
-    recorder = GradRecorder(params, measure=False)
+    snapshot = rt.Snapshot(params + [p for _, p in frozen_list])
+    recorder = rt.GradRecorder(params, measure=False)
     with recorder:
         for i in range(steps):
             recorder.begin_step(i)
@@ -167,10 +169,17 @@ def _diagnose(
     optimizer: Any,
 ) -> _Found | None:
     changes = {**result.change, **result.frozen_change}
-    unchanged = [n for n, _ in trainable if changes[n] == 0.0]
+    moved = list(result.change.values())
+    # all moved (no 0.0 in C) and all finite (a sum of values >= 0 is finite only if
+    # every one is; one too large for the sum takes the long way): the lists are empty
+    if 0.0 not in moved and math.isfinite(sum(moved)):
+        unchanged: list[str] = []
+        corrupted: list[str] = []
+    else:
+        unchanged = [n for n, _ in trainable if changes[n] == 0.0]
+        # a weight that "changed" into NaN or Inf moved, but training is over for it
+        corrupted = [n for n, _ in trainable if not math.isfinite(changes[n])]
     moved_frozen = [n for n, _ in frozen_list if changes[n] != 0.0]
-    # a weight that "changed" into NaN or Inf moved, but training is over for it
-    corrupted = [n for n, _ in trainable if not math.isfinite(changes[n])]
     in_opt: set[int] | None = None
     notes: list[str] = []
     lr_zero = False
@@ -250,8 +259,12 @@ def _optimizer_membership(
         raise TypeError(f"optimizer has no param_groups: {type(optimizer).__name__}")
     held = [p for group in groups for p in group["params"]]
     ids = set(map(id, held))
-    model_ids = set(map(id, map(itemgetter(1), named)))
     notes = []
+    if len(held) == len(trainable) and all(map(is_, held, map(itemgetter(1), trainable))):
+        # the model's trainable parameters, in order: none missing, none foreign, and no
+        # frozen one (each tensor has one name: frozen and trainable are apart)
+        return ids, notes, _lr_zero(groups, notes)
+    model_ids = set(map(id, map(itemgetter(1), named)))
     missing = [n for n, p in trainable if id(p) not in ids]
     if missing:
         notes.append(
@@ -274,6 +287,11 @@ def _optimizer_membership(
             + ", ".join(frozen_held)
             + "."
         )
+    return ids, notes, _lr_zero(groups, notes)
+
+
+def _lr_zero(groups: Any, notes: list[str]) -> bool:
+    """Whether a param group's learning rate is 0, noted in ``notes``."""
     zero_groups = [i for i, g in enumerate(groups) if float(g.get("lr", 1.0)) == 0.0]
     if zero_groups:
         notes.append(
@@ -281,4 +299,4 @@ def _optimizer_membership(
             + ", ".join(str(i) for i in zero_groups)
             + " (a warmup that starts at 0, or a scheduler that is never stepped)."
         )
-    return ids, notes, bool(zero_groups)
+    return bool(zero_groups)
