@@ -174,13 +174,12 @@ class _Tracker:
         self.reads.append(GradRead(self.step, function, seen, backward, after, tuple(self.order)))
 
 
-def _torch() -> Any:
+def _torch() -> Any:  # (bound once per process: see _common.runtime)
     return runtime().torch
 
 
 def _norm(tensor: torch.Tensor) -> torch.Tensor:
-    """The 2-norm as a 0-d tensor (one op, no host sync); float16/bfloat16 accumulate in
-    float32, where their squares do not overflow."""
+    """The 2-norm as a 0-d tensor (one op, no host sync); fp16/bf16 square in float32."""
     torch = _torch()
     if tensor.is_sparse:
         tensor = tensor.coalesce().values()
@@ -214,8 +213,7 @@ def _total_norm(grads: list[torch.Tensor]) -> float:
 
 
 def _util_targets() -> list[tuple[Any, str]]:
-    """(module, name) of each gradient-reading function to wrap, found on the first check:
-    a ``getattr`` of a name a module lacks raised and caught an AttributeError per check."""
+    """(module, name) of each gradient-reading function to wrap, found once per process."""
     global _TARGETS
     if _TARGETS is None:
         import torch.nn.utils as nn_utils
@@ -230,7 +228,7 @@ def _util_targets() -> list[tuple[Any, str]]:
     return _TARGETS
 
 
-_TARGETS: list[tuple[Any, str]] | None = None
+_TARGETS: list[tuple[Any, str]] | None = None  # (a getattr of a missing name raises: once)
 
 
 def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> ClipResult:
