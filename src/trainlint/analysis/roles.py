@@ -368,7 +368,7 @@ class Roles:
                 return [Binding(Role.MODEL, qual, call, stmt)]
         local_cls = self._local_class(call.func)
         if local_cls is not None:
-            role = self._class_role(local_cls)
+            role = class_role(m, local_cls)
             return [Binding(role, local_cls.name, call, stmt) if role else None]
         target = m.resolve_call(call)
         if target is not None:
@@ -396,12 +396,6 @@ class Roles:
             if cls is not None and self.model.qualname(func) is None:
                 return cls
         return None
-
-    def _class_role(self, cls: ast.ClassDef) -> Role | None:
-        return class_role(self.model, cls)
-
-    def is_module_class(self, cls: ast.ClassDef) -> bool:
-        return class_role(self.model, cls) is Role.MODEL
 
     def _returned(self, fn: ast.AST) -> list[Binding | None]:
         if id(fn) in self._returns:
