@@ -14,6 +14,7 @@ from test_runtime_threads import BATCHES, grad_step
 from torch import nn
 
 import trainlint.testing
+from trainlint._runtime import recorder
 from trainlint.testing import CheckFailed, assert_finite_grads, assert_grads_nonzero
 
 # The guard still passes thread exceptions on to the previous hook (pytest's, here).
@@ -62,8 +63,14 @@ def test_a_thread_that_raised_fails_the_check_naming_it():
 
 
 def test_threaded_steps_that_work_pass_repeatedly():
-    for _ in range(20):
+    # Two threads in backward at once: their hooks must not share the recorder's slots.
+    # The kept slots are filled with NaN first, so a slot one hook skipped while another
+    # wrote twice reads as a NaN gradient (before the fix, about one setup in sixteen).
+    for _ in range(100):
         s, step = threaded_setup(crash=False)
+        kept = recorder.take_slots(len(list(s.model.parameters())))
+        kept[0].fill_(float("nan"))
+        recorder.give_back_slots(kept)
         assert_finite_grads(s.model, step, steps=2)
         assert_grads_nonzero(s.model, step)
 

@@ -18,6 +18,7 @@ later in the step changes nothing measured. Hooks are registered once per check.
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -34,6 +35,7 @@ _aminmax = torch.aminmax
 _grad_of = attrgetter("grad")
 _is_cpu = attrgetter("is_cpu")
 _ref = weakref.ref
+_get_ident = threading.get_ident
 
 
 class NonFiniteGradient(BaseException):
@@ -150,8 +152,16 @@ class GradRecorder:
         read; the slots are read together later), or, for a gradient it does not take,
         measured and read at once (:func:`cpu_max_abs`). With ``stop_on_nonfinite`` the
         first hook of each backward queues an engine callback that reads what that backward
-        made and stops the step at a non-finite gradient."""
+        made and stops the step at a non-finite gradient.
+
+        Only the thread that entered the recorder uses the slots and queues callbacks: a
+        step may run backward in several threads at once, and two hooks taking the same
+        free slot would leave another unwritten (read as whatever the buffer last held).
+        A hook in another thread measures and reads at once; a non-finite gradient it saw
+        stops the step at its end."""
         fired = self._fired
+        events = self.events
+        owner = _get_ident()
         slotted = self._slotted
         assert self._slots is not None
         slots = self._slots[1]
@@ -164,6 +174,11 @@ class GradRecorder:
             fired.add(i)
             grad = param.grad
             if grad is None:
+                return
+            if _get_ident() != owner:
+                if grad.requires_grad:
+                    grad = grad.detach()
+                events.append((self.step, i, cpu_max_abs(grad)))
                 return
             if stop and not self._queued:
                 self._queued = True
