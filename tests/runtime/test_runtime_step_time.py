@@ -140,8 +140,9 @@ def test_step_time_stable_step_whose_work_grows():
     assert "TL302 graph-accumulation" in message
     result = failure.result
     assert result.clock == "thread_time"
-    # four confirming windows, along a trend that grows by a quarter a window or more
-    assert result.ratio > 1.125 and len(result.confirm) == 4 and result.growth > 0.25
+    # four confirming windows (eight if four left it undecided), along a trend that grows
+    # by a quarter a window or more
+    assert result.ratio > 1.125 and len(result.confirm) in (4, 8) and result.growth > 0.25
     assert result.early < result.late < result.confirm[-1]
     assert f"{result.growth:.0%} of the first window more each window along their" in message
 
@@ -172,7 +173,7 @@ def test_step_time_stable_growth_is_caught_when_one_window_was_slowed(monkeypatc
                 growing_graph(lambda start=start: 2 if 5 <= index() - start < 10 else 1)
             )
         except CheckFailed as failure:
-            assert len(failure.result.confirm) == 4
+            assert len(failure.result.confirm) in (4, 8)
             found.append(failure.result.growth)
         if len(found) == 3:
             return
@@ -181,12 +182,13 @@ def test_step_time_stable_growth_is_caught_when_one_window_was_slowed(monkeypatc
 
 def test_step_time_stable_a_slowdown_that_holds_is_not_a_slow_step(monkeypatch):
     # The step's work triples from the sixth sample on and then stays: slower, but not
-    # slower with every step (a CPU that clocked down, a cache now shared): not reported,
-    # in two of three tries. The jump lies between the first two of the six windows the
-    # trend is drawn through, so five of its fifteen slopes are steep, and a machine that
-    # gets busier over the later windows can tip the median: on a loaded 2-core VM one
-    # run in about twenty (windows 0.44 -> 1.66 -> 1.62 -> 1.47 -> 1.71 -> 2.15 ms, a trend
-    # of 28% a window against 25% allowed). A weakness of the check, not of the test.
+    # slower with every step (a CPU that clocked down, a cache now shared): not reported.
+    # The jump lies between the first two windows, so five of the trend's fifteen slopes
+    # are steep, and a machine that gets busier over the later windows could tip the
+    # median (on a loaded 2-core VM once in about twenty runs: 0.44 -> 1.66 -> 1.62 ->
+    # 1.47 -> 1.71 -> 2.15 ms); such a trend is now undecided and timed further (see
+    # test_step_time_stable_undecided_windows_are_decided_by_more). Two of three tries:
+    # on a loaded VM a window's floor can move by half, whatever the check decides.
     index = sample_index(monkeypatch)
     failures = []
     for _ in range(3):
@@ -339,7 +341,7 @@ def test_step_time_stable_under_load_200_clean_runs_and_growing_work_caught():
 
 
 @pytest.mark.parametrize(
-    ("windows", "growing"),
+    ("windows", "verdict"),
     [
         # A CI runner beside two CPU-bound processes: a constant step's floors (ms) stepped
         # up twice; judged against the highest window so far, this was reported as growth.
@@ -350,8 +352,44 @@ def test_step_time_stable_under_load_200_clean_runs_and_growing_work_caught():
         ([1.0, 3.0, 3.0, 3.1, 2.9, 3.0], False),  # slower once, then holds
         ([1.0, 1.6, 2.2, 2.8, 3.4, 4.0], True),  # linear growth
         ([1.0, 1.6, 2.9, 2.8, 3.4, 5.0], True),  # linear growth, noisy
+        # CI: a step slowed three times over once, then a machine getting busier over the
+        # last windows; the trend of all six grew 28% a window, of all but the first 6%
+        ([0.44, 1.66, 1.62, 1.47, 1.71, 2.15], None),
+        # CI: growing work (a matmul more each call) whose floors a machine growing quieter
+        # held flat for four windows: 20% a window, below the 25% allowed
+        ([2.173, 2.532, 5.28, 4.701, 4.673, 4.647], None),
+        ([1.0, 3.0, 3.0, 3.0, 3.0, 4.0, 3.0, 3.0, 3.0, 3.0], False),  # more windows: it holds
+        ([4.0, 5.0, 9.0, 9.0, 9.0, 9.0, 11.0, 13.0, 15.0, 17.0], True),  # more: it grows
     ],
 )
-def test_step_time_stable_trend_of_windows(windows, growing):
+def test_step_time_stable_trend_of_windows(windows, verdict):
     # the confirming decision on floors recorded on a loaded machine, and on plain shapes
-    assert (step_time._growth(windows) > step_time.CONFIRM_GROWTH * 0.5) is growing
+    assert step_time._verdict(windows, step_time.CONFIRM_GROWTH * 0.5) is verdict
+
+
+@pytest.mark.parametrize(
+    ("floors", "reported"),
+    [
+        ([3, 4, 7, 7, 7, 7, 10, 13, 16, 19], True),  # growth a busy machine hid a while
+        ([1, 3, 3, 3, 3, 5, 3, 3, 3, 3], False),  # slowed once, then a busier last window
+    ],
+)
+def test_step_time_stable_undecided_windows_are_decided_by_more(monkeypatch, floors, reported):
+    # Six windows cannot tell these apart (see the trend table above); the ten timed
+    # after four more can. Sample times are set per window of five, so that the decision,
+    # not this machine's noise, is what is tested (real growing steps: the tests above).
+    def timed(clock: step_time.StepClock) -> float:
+        clock.run()
+        elapsed = floors[len(clock.times) // 5] * 1e-3
+        clock.times.append(elapsed)
+        return elapsed
+
+    monkeypatch.setattr(step_time.StepClock, "timed", timed)
+    try:
+        result = assert_step_time_stable(clean_setup().step)
+    except CheckFailed as failure:
+        result = failure.result
+        assert reported, str(failure)
+    else:
+        assert not reported, result
+    assert len(result.confirm) == 8  # four windows, then four more

@@ -24,7 +24,8 @@ CHECK = "assert_step_time_stable"
 #: a busy machine a step's CPU time per call doubles, a sample batches half as many
 #: calls, and a window sees half the growth it would on a quiet one. The second window
 #: need only be slower than the first by half that again for the windows to be timed:
-#: one of the two slowed by a busy machine hides up to half the growth.
+#: one of the two slowed by a busy machine hides up to half the growth. An undecided
+#: trend (see ``_verdict``) is decided by as many windows again.
 CONFIRM_WINDOWS = 4
 CONFIRM_GROWTH = 0.5
 
@@ -93,9 +94,10 @@ def assert_step_time_stable(
     (``max_slowdown - 1``), ``CONFIRM_WINDOWS`` more windows of as many samples are
     timed, and the check fails when the trend of all the windows (a median of slopes,
     see ``_growth``) grows by ``CONFIRM_GROWTH`` (half) of it from one window to the
-    next: a step that becomes ``max_slowdown`` slower within two windows. A step whose work grows keeps
-    slowing down; noise, or a slowdown that happens once and then holds, does not, and
-    is not reported.
+    next: a step that becomes ``max_slowdown`` slower within two windows, and still grows
+    without the first window. An undecided trend is timed over as many windows again
+    (``_verdict``). A step whose work grows keeps slowing down; noise, or a slowdown
+    that happens once and then holds, does not, and is not reported.
 
     On CPU a sample is the CPU time of the calling thread (``time.thread_time``) over
     enough consecutive calls to take at least ``SAMPLE_SECONDS`` (calibrated after the
@@ -139,10 +141,13 @@ def assert_step_time_stable(
         confirm: list[float] = []
         growth = 0.0
         if slow:
-            for _ in range(CONFIRM_WINDOWS):
-                confirm.append(_floor([clock.timed() for _ in range(steps - half)]))
+            verdict = None
+            while verdict is None and len(confirm) < 2 * CONFIRM_WINDOWS:
+                for _ in range(CONFIRM_WINDOWS):
+                    confirm.append(_floor([clock.timed() for _ in range(steps - half)]))
+                verdict = _verdict([early, late, *confirm], allowed)
             growth = _growth([early, late, *confirm])
-            slow = growth > allowed
+            slow = bool(verdict)
     on_cuda = clock.on_cuda
     result = StepTimeResult(
         times=tuple(times),
@@ -162,6 +167,26 @@ def assert_step_time_stable(
     if not slow and not too_many_syncs:
         return result
     _report(result, slow, steps, warmup, max_slowdown, max_syncs, step)
+
+
+def _verdict(windows: list[float], allowed: float) -> bool | None:
+    """Whether the floors of the windows keep growing by more than ``allowed`` of the
+    first a window (see ``_growth``); None when they cannot yet say.
+
+    Growing: the trend of all of them grows by more than ``allowed``, and that of all but
+    the first by half of it (of its own start). Not: the trend of all of them grows by half
+    of it or less. Between, the step may grow, or a busy machine may have bent a trend
+    (a growing step's flattened for a few windows by load lifting as its work grew; a
+    step slowed once between the first two windows, five of the fifteen slopes steep,
+    while load then rose): more windows decide. A step slowed once, then holding, leaves
+    the windows after the first flat, whatever the slopes to the first say.
+    """
+    growth = _growth(windows)
+    if growth <= allowed / 2:
+        return False
+    if growth > allowed and _growth(windows[1:]) > allowed / 2:
+        return True
+    return None
 
 
 def _growth(windows: list[float]) -> float:
