@@ -8,7 +8,8 @@ sources (always at hand where torch is installed); pass directories for another 
 litgpt sdists unpacked by ``bench/ecosystem.py`` (``--cache-dir``, default its own
 cache); ``--timm`` the timm sdist from the same cache. Times are CPU seconds (user + system),
 the minimum of ``--runs`` runs, so that other work on the machine matters less; they
-are printed as ratios to the floor measured in the same process:
+are printed as ratios to the floor measured in the same process, and the cold/floor
+ratio also as the median of paired runs (the steadier number on a shared machine):
 
 * **floor**: read every file and ``ast.parse`` it, one process;
 * **cold**: lint every file, all rules, one process, no cache;
@@ -34,6 +35,7 @@ import ast
 import contextlib
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -205,11 +207,16 @@ def main(argv: list[str] | None = None) -> int:
         def warm() -> None:
             run(files, selection, settings, jobs=1, cache=cache)
 
-        # floor and cold interleaved, so that a busy machine slows both alike
-        floor_t = cold_t = float("inf")
+        # floor and cold interleaved, each cold run between two floor runs, so that a
+        # busy machine slows both alike: on a shared host one run's CPU time moves by a
+        # third from one minute to the next, and each minimum may come from another minute
+        floors = [cpu_time(floor, 1)]
+        colds: list[float] = []
         for _ in range(args.runs):
-            floor_t = min(floor_t, cpu_time(floor, 1))
-            cold_t = min(cold_t, cpu_time(cold, 1))
+            colds.append(cpu_time(cold, 1))
+            floors.append(cpu_time(floor, 1))
+        floor_t, cold_t = min(floors), min(colds)
+        paired = sorted(c * 2 / (a + b) for c, a, b in zip(colds, floors, floors[1:]))
         rows: list[tuple[str, float]] = [
             ("ast.parse floor (read + parse)", floor_t),
             ("trainlint cold, 1 process, all rules", cold_t),
@@ -252,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{'':{width}}  {'CPU s':>7}  {'x floor':>7}")
         for name, secs in rows:
             print(f"{name:{width}}  {secs:7.3f}  {secs / floor_t:7.2f}")
+        print(f"cold / floor, paired (each cold run over the mean of the floor runs before and "
+              f"after it): median {statistics.median(paired):.2f}, range "
+              f"{paired[0]:.2f}-{paired[-1]:.2f} over {len(paired)} runs")
         print(f"warm / cold = {warm_t / cold_t:.3f}")
         print(f"fix / cold = {fix_t / cold_t:.2f} (SPEC: <= 2 on fixtures/)")
         if shutil.which("ruff"):
