@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             colds.append(cpu_time(cold, 1))
             floors.append(cpu_time(floor, 1))
         floor_t, cold_t = min(floors), min(colds)
-        paired = sorted(c * 2 / (a + b) for c, a, b in zip(colds, floors, floors[1:]))
+        paired = sorted(c * 2 / (a + b) for c, a, b in zip(colds, floors[:-1], floors[1:], strict=True))
         rows: list[tuple[str, float]] = [
             ("ast.parse floor (read + parse)", floor_t),
             ("trainlint cold, 1 process, all rules", cold_t),
