@@ -103,6 +103,15 @@ def _load_runtime() -> Runtime:
 _RUNTIME: Runtime | None = None
 
 
+def selects(specs: Any) -> bool:
+    """Whether an ``ignore=``/``frozen=`` argument names anything: not None, and not an
+    empty string or collection. A tensor, parameter or module always does: ``if specs:``
+    raised for a tensor of several elements and skipped a one-element tensor holding 0."""
+    if specs is None:
+        return False
+    return not isinstance(specs, (str, tuple, list, set, frozenset)) or len(specs) > 0
+
+
 def trainable(
     model: torch.nn.Module, exclude: set[str] | None = None
 ) -> list[tuple[str, torch.Tensor]]:
