@@ -258,3 +258,30 @@ def test_large_cpu_gradients_are_measured_in_their_hooks_too():
         assert _same(got, expected), (got, expected)  # type: ignore[arg-type]
         assert str(got[0]) != "-0.0"
         big.grad = small.grad = None
+
+
+def test_the_first_device_and_loss_value_are_the_general_ones():
+    from trainlint._runtime.steps import model_device
+    from trainlint.testing._common import first_device, loss_value, named_parameters
+
+    model = mlp()
+    assert first_device(model, named_parameters(model)) == model_device(model)
+
+    class Reordered(nn.Module):  # parameters() not the base class's: asked, not assumed
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = mlp()
+
+        def parameters(self, recurse: bool = True):
+            return iter([torch.zeros(1, device="meta"), *super().parameters(recurse)])
+
+    odd = Reordered()
+    assert first_device(odd, named_parameters(odd)) == torch.device("meta")
+    w = torch.randn(3, requires_grad=True)
+    for out in ((w * 2).sum(), w * 2, torch.tensor(3), torch.tensor([2.5]), (w.sum(), 1)):
+        detached = (out[0] if isinstance(out, tuple) else out).detach()
+        expected = float(detached if detached.numel() == 1 else detached.float().mean())
+        assert loss_value(out) == expected
+    assert math.isnan(loss_value(torch.tensor(math.nan)))
+    with pytest.raises(RuntimeError):
+        loss_value(torch.tensor(1 + 2j))

@@ -180,6 +180,41 @@ def test_grads_nonzero_ignore_and_a_typo_in_ignore():
         assert_grads_nonzero(model, step, ignore=["rigth"])
 
 
+def test_grads_nonzero_ignore_takes_a_bare_tensor():
+    # `if ignore:` asked the tensor for its truth value: "Boolean value of Tensor with more
+    # than one value is ambiguous", and a one-element parameter holding 0 was not ignored
+    model = TwoBranch()
+    x, y = batch()
+
+    def step():
+        model.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+
+    with pytest.raises(CheckFailed, match="right.bias"):
+        assert_grads_nonzero(model, step, ignore=model.right.weight)
+    result = assert_grads_nonzero(model, step, ignore=model.right)
+    assert result.ignored == ("right.bias", "right.weight")
+
+    class Gated(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = mlp()
+            self.gate = nn.Parameter(torch.zeros(1))  # unused: never gets a gradient
+
+        def forward(self, x):
+            return self.body(x)
+
+    gated = Gated()
+
+    def gated_step():
+        gated.zero_grad()
+        nn.functional.mse_loss(gated(x), y).backward()
+
+    assert assert_grads_nonzero(gated, gated_step, ignore=gated.gate).ignored == ("gate",)
+    with pytest.raises(CheckFailed, match="gate"):
+        assert_grads_nonzero(gated, gated_step)
+
+
 def test_grads_nonzero_counts_gradients_assigned_directly():
     # The correct Ray pattern: gradients computed elsewhere are copied into .grad.
     model = mlp()
@@ -534,6 +569,26 @@ def test_weights_updated_frozen_backbone_with_all_parameters_in_the_optimizer():
     result = assert_weights_updated(model, step, frozen=[model[0]], optimizer=opt)
     assert result.frozen_change == {"0.weight": 0.0, "0.bias": 0.0}
     assert set(result.change) == {"2.weight", "2.bias"}
+
+
+def test_weights_updated_frozen_takes_a_bare_tensor():
+    # `if frozen:` asked the tensor for its truth value: "Boolean value of Tensor with more
+    # than one value is ambiguous" before any step ran
+    model = mlp()
+    model[0].weight.requires_grad_(False)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    x, y = batch()
+
+    def step():
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+    result = assert_weights_updated(model, step, frozen=model[0].weight, optimizer=opt)
+    assert result.frozen_change == {"0.weight": 0.0}
+    assert set(result.change) == {"0.bias", "2.weight", "2.bias"}
+    with pytest.raises(CheckFailed, match="0.bias .* frozen but moved by"):
+        assert_weights_updated(model, step, frozen=model[0].bias, optimizer=opt)
 
 
 def test_weights_updated_lr_zero_is_named():

@@ -8,6 +8,10 @@ Everything is read from the registry, so these tests follow a change of ``confir
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -380,3 +384,51 @@ def test_ddp_in_sync_confirms_only_its_rules():
     with pytest.raises(CheckFailed) as info:
         trainlint.testing.assert_ddp_in_sync(make_model, no_sync_step, batches=BATCHES)
     _assert_confirms_only_its_own(info.value, "assert_ddp_in_sync", "ranks-diverged")
+
+
+def test_the_registry_is_the_rule_classes_metadata():
+    # read from the rules' catalog, not the classes: the same codes, names, messages and
+    # confirm_with, in the same order
+    expected = {r.code: (r.code, r.name, r.message, r.confirm_with) for r in builtin_rules()}
+    links._registry.cache_clear()
+    got = {
+        code: (i.code, i.name, i.message, i.confirm_with) for code, i in links._registry().items()
+    }
+    assert list(got.items()) == list(expected.items())
+
+
+_FAILING_CHECK = """
+import json, sys
+import torch
+from torch import nn
+from trainlint.testing import CheckFailed, assert_grads_nonzero
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+
+def step():
+    model.zero_grad()
+    with torch.no_grad():
+        loss = nn.functional.mse_loss(model(x), y)
+    loss.requires_grad_(True).backward()
+
+try:
+    assert_grads_nonzero(model, step)
+except CheckFailed as error:
+    rule_modules = [m for m in sys.modules if m.startswith("trainlint.rules.")]
+    print(json.dumps({"rules": list(error.rules), "message": str(error), "modules": rule_modules}))
+"""
+
+
+def test_a_failing_check_names_its_rules_without_importing_rule_modules():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, "-c", _FAILING_CHECK], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["rules"] and "TL105" in got["rules"]
+    for code in got["rules"]:
+        assert f"{code} {REGISTRY[code].name}" in got["message"]
+    assert set(got["modules"]) <= {"trainlint.rules._catalog", "trainlint.rules.base"}

@@ -5,6 +5,7 @@ No torch at import: the helpers that need it import it when called.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -103,11 +104,23 @@ def _load_runtime() -> Runtime:
 _RUNTIME: Runtime | None = None
 
 
+def selects(specs: Any) -> bool:
+    """Whether an ``ignore=``/``frozen=`` argument names anything: not None, and not an
+    empty string or collection. A tensor, parameter or module always does: ``if specs:``
+    raised for a tensor of several elements and skipped a one-element tensor holding 0."""
+    if specs is None:
+        return False
+    return not isinstance(specs, (str, tuple, list, set, frozenset)) or len(specs) > 0
+
+
 def trainable(
-    model: torch.nn.Module, exclude: set[str] | None = None
+    model: torch.nn.Module,
+    exclude: set[str] | None = None,
+    walked: list[tuple[str, torch.Tensor]] | None = None,
 ) -> list[tuple[str, torch.Tensor]]:
-    """The model's named parameters that require grad and hold elements, minus ``exclude``."""
-    named = named_parameters(model, trainable=True)
+    """The model's named parameters that require grad and hold elements, minus ``exclude``;
+    ``walked``: its :func:`named_parameters`, when a check walked them already."""
+    named = named_parameters(model, trainable=True) if walked is None else _kept(walked, True)
     if exclude:
         named = [(n, p) for n, p in named if n not in exclude]
     if not named:
@@ -157,6 +170,15 @@ def named_parameters(
     return out
 
 
+def first_device(model: torch.nn.Module, walked: list[tuple[str, torch.Tensor]]) -> torch.device:
+    """``model_device(model)`` (its first parameter's device) from its
+    :func:`named_parameters` ``walked``, where ``model.parameters()`` is the base class's:
+    the public generators cost ~25k instructions for a small model's first parameter."""
+    if walked and type(model).parameters is _module_class().parameters:
+        return walked[0][1].device
+    return runtime().model_device(model)
+
+
 def _module_class() -> type[torch.nn.Module]:
     """``torch.nn.Module``, imported on the first call: a ``from torch.nn import`` per call
     runs importlib's fromlist handling (torch.nn is a package) in every check."""
@@ -196,10 +218,16 @@ def loss_value(out: Any) -> float | None:
     elif isinstance(out, dict) and "loss" in out:
         out = out["loss"]
     if isinstance(out, torch.Tensor):
-        if out.numel() == 0:
+        n = out.numel()
+        if n == 0:
             return None
+        if n == 1:
+            # item(): no detached copy, and no warning (float() of a tensor that requires
+            # grad warns); a complex loss raises what float() of the tensor raises
+            with contextlib.suppress(TypeError):
+                return float(out.item())
         detached = out.detach()
-        return float(detached if detached.numel() == 1 else detached.float().mean())
+        return float(detached if n == 1 else detached.float().mean())
     if isinstance(out, (int, float)) and not isinstance(out, bool):
         return float(out)
     return None

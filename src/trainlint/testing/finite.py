@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, fmt, table
-from trainlint.testing._common import Step, loss_value, model_step_runner, runtime, trainable
+from trainlint.testing._common import (
+    Step,
+    first_device,
+    loss_value,
+    model_step_runner,
+    named_parameters,
+    runtime,
+    trainable,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -59,8 +67,11 @@ def assert_finite_grads(
     """
     __tracebackhide__ = True
     run = model_step_runner(CHECK, model, step, steps, batches)
-    named = trainable(model)
-    measured = _measure(model, run, named, steps, locate)
+    # locate: every parameter, for the first one's device (one walk, not two)
+    every = named_parameters(model) if locate else None
+    named = trainable(model, walked=every)
+    device = first_device(model, every) if every is not None else None
+    measured = _measure(run, named, steps, device)
     first = _diagnose(measured, named)
     if first is None and not measured.bad_losses and measured.stopped_at is None:
         return measured.result
@@ -85,20 +96,19 @@ class _Measured:
 
 
 def _measure(
-    model: torch.nn.Module,
     run: StepRunner,
     named: list[tuple[str, torch.Tensor]],
     steps: int,
-    locate: bool,
+    device: torch.device | None,
 ) -> _Measured:
     """Run the steps until a gradient or the loss is non-finite (stopping inside backward
-    when ``locate``), recording each gradient's largest magnitude and each loss."""
+    when locating, i.e. given the model's ``device``), recording each gradient's largest
+    magnitude and each loss."""
     __tracebackhide__ = True
     rt = runtime()
     torch, NonFiniteGradient = rt.torch, rt.NonFiniteGradient
     # the device's random state is kept to rerun a failing step (locate): only then
-    device = rt.model_device(model) if locate else None
-    recorder = rt.GradRecorder([p for _, p in named], stop_on_nonfinite=locate)
+    recorder = rt.GradRecorder([p for _, p in named], stop_on_nonfinite=device is not None)
     losses: list[float | None] = []
     stopped_at: int | None = None
     rng: Any = None

@@ -15,6 +15,7 @@ from trainlint.testing._common import (
     model_step_runner,
     plural,
     runtime,
+    selects,
     steps_text,
     trainable,
 )
@@ -91,7 +92,7 @@ def assert_grads_nonzero(
     __tracebackhide__ = True
     run = model_step_runner(CHECK, model, step, steps, batches)
     ignored: set[str] = set()
-    if ignore:
+    if selects(ignore):
         ignored = runtime().match_params(model, ignore, "ignore")
     named = trainable(model, exclude=ignored)
     result = _measure(run, named, steps, ignored)

@@ -17,6 +17,7 @@ from trainlint.testing._common import (
     named_parameters,
     plural,
     runtime,
+    selects,
 )
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def assert_weights_updated(
     __tracebackhide__ = True
     run = model_step_runner(CHECK, model, step, steps, batches)
     frozen_names: set[str] = set()
-    if frozen:
+    if selects(frozen):
         frozen_names = runtime().match_params(model, frozen, "frozen")
     named: list[tuple[str, torch.Tensor]] = []
     trainable: list[tuple[str, torch.Tensor]] = []
