@@ -160,7 +160,6 @@ class GradRecorder:
         A hook in another thread measures and reads at once; a non-finite gradient it saw
         stops the step at its end."""
         fired = self._fired
-        events = self.events
         owner = _get_ident()
         slotted = self._slotted
         assert self._slots is not None
@@ -176,9 +175,7 @@ class GradRecorder:
             if grad is None:
                 return
             if _get_ident() != owner:
-                if grad.requires_grad:
-                    grad = grad.detach()
-                events.append((self.step, i, cpu_max_abs(grad)))
+                self._read_now(i, grad)
                 return
             if stop and not self._queued:
                 self._queued = True
@@ -201,6 +198,10 @@ class GradRecorder:
         hold (events stay in the order backward made them)."""
         if self._slotted:
             self._flush_slots()
+        self._read_now(i, grad)
+
+    def _read_now(self, i: int, grad: torch.Tensor) -> None:
+        """Measure a gradient and read it into events, touching no slot."""
         if grad.requires_grad:  # a backward with create_graph=True
             grad = grad.detach()
         self.events.append((self.step, i, cpu_max_abs(grad)))
