@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -69,6 +70,17 @@ def test_grads_nonzero_with_batches_calls_step_with_each_batch():
     assert [b is batches[i % 2] for i, b in enumerate(seen)] == [True, True, True]
 
 
+def backward_step(model: nn.Module) -> Callable[[], None]:
+    """A step that backpropagates an MSE loss on one batch into ``model`` (no update)."""
+    x, y = batch()
+
+    def step() -> None:
+        model.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+
+    return step
+
+
 class TwoBranch(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -85,12 +97,7 @@ class TwoBranch(nn.Module):
 
 def test_grads_nonzero_names_the_detached_branch():
     model = TwoBranch()
-    x, y = batch()
-
-    def step():
-        model.zero_grad()
-        nn.functional.mse_loss(model(x), y).backward()
-
+    step = backward_step(model)
     with pytest.raises(CheckFailed) as info:
         assert_grads_nonzero(model, step)
     message = str(info.value)
@@ -166,12 +173,7 @@ def test_grads_nonzero_under_no_grad():
 
 def test_grads_nonzero_ignore_and_a_typo_in_ignore():
     model = TwoBranch()
-    x, y = batch()
-
-    def step():
-        model.zero_grad()
-        nn.functional.mse_loss(model(x), y).backward()
-
+    step = backward_step(model)
     result = assert_grads_nonzero(model, step, ignore=["right"])
     assert result.ignored == ("right.bias", "right.weight")
     assert_grads_nonzero(model, step, ignore=[model.right])
@@ -184,12 +186,7 @@ def test_grads_nonzero_ignore_takes_a_bare_tensor():
     # `if ignore:` asked the tensor for its truth value: "Boolean value of Tensor with more
     # than one value is ambiguous", and a one-element parameter holding 0 was not ignored
     model = TwoBranch()
-    x, y = batch()
-
-    def step():
-        model.zero_grad()
-        nn.functional.mse_loss(model(x), y).backward()
-
+    step = backward_step(model)
     with pytest.raises(CheckFailed, match="right.bias"):
         assert_grads_nonzero(model, step, ignore=model.right.weight)
     result = assert_grads_nonzero(model, step, ignore=model.right)
@@ -205,11 +202,7 @@ def test_grads_nonzero_ignore_takes_a_bare_tensor():
             return self.body(x)
 
     gated = Gated()
-
-    def gated_step():
-        gated.zero_grad()
-        nn.functional.mse_loss(gated(x), y).backward()
-
+    gated_step = backward_step(gated)
     assert assert_grads_nonzero(gated, gated_step, ignore=gated.gate).ignored == ("gate",)
     with pytest.raises(CheckFailed, match="gate"):
         assert_grads_nonzero(gated, gated_step)
