@@ -115,7 +115,8 @@ def test_clip_grad_value_and_get_total_norm_are_watched_too():
         ("clip_grad_value_", "backward"),
         ("get_total_norm", "zero_grad"),
     ]
-    assert "Sequential.zero_grad" in str(info.value)
+    # a module's zero_grad is not hooked: the read of 0 after a backward tells it
+    assert "zero_grad() or another clear (the gradients read 0)" in str(info.value)
 
 
 def test_a_clip_imported_before_the_check_is_still_seen():
@@ -221,6 +222,47 @@ def test_a_gan_whose_generator_clip_comes_late_fails():
         assert_clip_effective(gan, gan_step(gan, late_generator_clip=True))
     assert [r.after for r in info.value.result.reads] == ["backward", "step"]
     assert "Adam.step" in str(info.value)
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_a_module_zero_grad_before_the_clip_fails_without_patching_module(set_to_none):
+    """Module.zero_grad is left alone (a class attribute change of Module costs every
+    subclass its attribute caches): a clip that reads 0 where the backward left gradients
+    is what tells it."""
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = batch()
+    original = nn.Module.zero_grad
+    seen_classes = []
+
+    def step():
+        seen_classes.append(nn.Module.__dict__["zero_grad"] is original)
+        nn.functional.mse_loss(model(x), y).backward()
+        model.zero_grad(set_to_none=set_to_none)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+        opt.step()
+
+    with pytest.raises(CheckFailed, match="after zero_grad") as info:
+        assert_clip_effective(model, step)
+    (read,) = info.value.result.reads
+    assert (read.after, read.seen) == ("zero_grad", 0.0)
+    assert read.backward > 0
+    assert seen_classes == [True]
+
+
+def test_a_module_zero_grad_at_the_start_of_a_clean_step_passes():
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = batch()
+
+    def step():
+        model.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+        opt.step()
+
+    result = assert_clip_effective(model, step, steps=3)
+    assert [r.after for r in result.reads] == ["backward"] * 3
 
 
 def test_a_step_that_reads_no_gradient_passes_and_hooks_are_removed():

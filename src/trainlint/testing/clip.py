@@ -83,8 +83,9 @@ def assert_clip_effective(
     parameters must come after the backward that produced the gradients, and before the
     ``zero_grad()`` that clears them (TL101: the norm is 0, the clip acts on nothing) and the
     ``optimizer.step()`` that applies them (TL110: the clip comes too late). For the check's
-    duration it hooks every optimizer's ``step`` and ``zero_grad``, ``Module.zero_grad``, the
-    parameters' gradient accumulation and those functions. Gradient accumulation (several
+    duration it hooks every optimizer's ``step`` and ``zero_grad``, the parameters' gradient
+    accumulation and those functions; a read that sees 0 where the backward left gradients
+    was cleared by something else (a module's ``zero_grad()``) and fails the same way. Gradient accumulation (several
     backwards, one clip), AMP's ``scaler.unscale_`` then clip, and several optimizers (a GAN's
     two) are fine. A step that reads no gradient through them passes.
 
@@ -159,17 +160,24 @@ class _Tracker:
         else:
             seen = float(total)
         states = [self.last[i] for i in indices]
+        norms = [self.norm[i] for i in indices if self.norm[i] is not None]
+        backward = _stacked_norm(_torch(), norms) if norms else None
         after: str | None
         if "zero_grad" in states:
             after = "zero_grad"
+        elif seen == 0 and backward:
+            # Cleared since the backward by what no hook saw: a module's zero_grad() (not
+            # patched: a class attribute of Module changed twice a check invalidates the
+            # attribute caches of every Module subclass, ~0.2 ms a check in a process that
+            # imported a few thousand), `p.grad = None`, `p.grad.zero_()`
+            after = "zero_grad"
+            self.event("zero_grad() or another clear (the gradients read 0)")
         elif "step" in states:
             after = "step"
         elif None in states:
             after = None
         else:
             after = "backward"
-        norms = [self.norm[i] for i in indices if self.norm[i] is not None]
-        backward = _stacked_norm(_torch(), norms) if norms else None
         self.event(f"{function}  (saw {fmt(seen)})")
         self.reads.append(GradRead(self.step, function, seen, backward, after, tuple(self.order)))
 
@@ -296,16 +304,11 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
         patch(owner, name, wrapped[id(original)])
 
     optimizer_zero_grad = torch.optim.Optimizer.zero_grad
-    module_zero_grad = torch.nn.Module.zero_grad
 
     def opt_zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
         group_params = [p for g in self.param_groups for p in g["params"]]
         tracker.mark(group_params, "zero_grad", f"{type(self).__name__}.zero_grad")
         return optimizer_zero_grad(self, *args, **kwargs)
-
-    def mod_zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
-        tracker.mark(self.parameters(), "zero_grad", f"{type(self).__name__}.zero_grad")
-        return module_zero_grad(self, *args, **kwargs)
 
     def step_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
         group_params = [p for g in optimizer.param_groups for p in g["params"]]
@@ -314,7 +317,6 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
     handles = [rt.register_optimizer_step_pre_hook(step_hook)]
     hooks = rt.HookSet()
     patch(torch.optim.Optimizer, "zero_grad", opt_zero_grad)
-    patch(torch.nn.Module, "zero_grad", mod_zero_grad)
     try:
         hooks.add_all(params, tracker.accumulated)  # one bound method for all
         for i in range(steps):
