@@ -153,11 +153,12 @@ class Linter:
         found = FileWords(self.words, data)
         active = self._active_rules(data, view, path, ignored, found)
         check_noqa = on(UNUSED_NOQA) and b"noqa" in data.lower()
+        encoding = ""
         if not active and not check_noqa and not on(SYNTAX_ERROR) and module is None:
             return result
         try:
             if text is None:
-                text, _ = decode(data)
+                text, encoding = decode(data)
             file_noqa = file_noqa_codes(text)
             if file_noqa is not None and not file_noqa and module is None:
                 return result  # `# trainlint: noqa` skips the whole file
@@ -243,7 +244,10 @@ class Linter:
             del model
         if skip_file:
             return result
-        result.findings.extend(self._suppress(raw, source, on(UNUSED_NOQA), path))
+        # (a UTF-8 text spells `noqa` where its bytes do: the bytes' answer, when asked, holds)
+        spelled = check_noqa or not (on(UNUSED_NOQA) and encoding.startswith("utf-8"))
+        kept = self._suppress(raw, source, on(UNUSED_NOQA), path) if spelled else raw
+        result.findings.extend(kept)
         result.findings.sort(key=Finding.sort_key)
         return result
 

@@ -123,8 +123,16 @@ class ImportTable:
         self.bindings(scope).others.add(name)
 
     def add_targets(self, scope: ast.AST, target: ast.AST, value: ast.AST | None = None) -> None:
+        cls = target.__class__
+        if cls is ast.Attribute or cls is ast.Subscript:
+            return  # (binds no name: most targets that are not a plain name)
+        if value is not None and _is_none(value):
+            return  # (see add_binding)
+        if cls is ast.Name:
+            self.bindings(scope).others.add(target.id)  # type: ignore[attr-defined]
+            return
         for name in _target_names(target):
-            self.add_binding(scope, name, value)
+            self.add_binding(scope, name)
 
     def add_global(self, scope: ast.AST, names: list[str]) -> None:
         self.bindings(scope).globals.update(names)

@@ -10,6 +10,7 @@ what some enabled rule asked for.
 from __future__ import annotations
 
 import ast
+import operator
 import re
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
@@ -164,30 +165,32 @@ class FileModel:
         attributes = self.attributes
         assignments = self.assignments
         tree = self.tree
-        kinds = _KIND
-        plans = _PLANS
+        entries = _ENTRIES
         leaves = _LEAVES
-        stack: list[tuple[ast.AST, ast.AST]] = [(tree, tree)]
+        # (a node's scope is recorded when it is found, so the stack holds bare nodes)
+        scope_of[tree] = tree
+        stack: list[ast.AST] = [tree]
         pop = stack.pop
         push = stack.append
         while stack:
-            node, scope = pop()
-            scope_of[node] = scope
+            node = pop()
+            scope = scope_of[node]
             cls = node.__class__
-            kind = kinds.get(cls)
-            if kind is not None:
-                if kind == _K_SCOPE:
-                    if node is not tree:
-                        self._index_scope(node, scope, push)
-                        continue
+            entry = entries.get(cls)
+            if entry is None:
+                entry = _entry(cls)
+            kind, plan = entry
+            if kind:
+                if kind == _K_ATTRIBUTE:
+                    attributes[node.attr].append(node)  # type: ignore[attr-defined,arg-type]
                 elif kind == _K_CALL:
                     func = node.func  # type: ignore[attr-defined]
                     if func.__class__ is ast.Attribute:
                         calls[func.attr].append(node)  # type: ignore[arg-type]
                     elif func.__class__ is ast.Name:
                         calls[func.id].append(node)  # type: ignore[arg-type]
-                elif kind == _K_ATTRIBUTE:
-                    attributes[node.attr].append(node)  # type: ignore[attr-defined,arg-type]
+                elif kind == _K_KEYWORD:
+                    self.keywords.append(node)  # type: ignore[arg-type]
                 elif kind == _K_ASSIGN:
                     assignments.append(node)  # type: ignore[arg-type]
                     if cls is ast.Assign:
@@ -195,6 +198,16 @@ class FileModel:
                             imports.add_targets(scope, target, node.value)  # type: ignore[attr-defined]
                     else:
                         imports.add_targets(scope, node.target, node.value)  # type: ignore[attr-defined]
+                elif kind == _K_SCOPE:
+                    if node is not tree:
+                        self._index_scope(node, scope, push)
+                        continue
+                elif kind == _K_RETURN:
+                    self.returns.append(node)  # type: ignore[arg-type]
+                elif kind == _K_FSTRING:
+                    self.fstrings.append(node)  # type: ignore[arg-type]
+                elif kind == _K_IMPORT:
+                    imports.add_import(scope, node)  # type: ignore[arg-type]
                 elif kind == _K_LOOP:
                     self.loops.append(node)  # type: ignore[arg-type]
                     if cls is not ast.While:
@@ -204,8 +217,6 @@ class FileModel:
                     for item in node.items:  # type: ignore[attr-defined]
                         if item.optional_vars is not None:
                             imports.add_targets(scope, item.optional_vars)
-                elif kind == _K_IMPORT:
-                    imports.add_import(scope, node)  # type: ignore[arg-type]
                 elif kind == _K_GLOBAL:
                     imports.add_global(scope, node.names)  # type: ignore[attr-defined]
                 elif kind == _K_NAMED:
@@ -214,44 +225,33 @@ class FileModel:
                 elif kind == _K_EXCEPT:
                     if node.name:  # type: ignore[attr-defined]
                         imports.add_binding(scope, node.name)  # type: ignore[attr-defined]
-                elif kind == _K_KEYWORD:
-                    self.keywords.append(node)  # type: ignore[arg-type]
-                elif kind == _K_FSTRING:
-                    self.fstrings.append(node)  # type: ignore[arg-type]
-                elif kind == _K_RETURN:
-                    self.returns.append(node)  # type: ignore[arg-type]
-            plan = plans.get(cls)
-            if plan is None:
-                plan = _plan(cls)
             for name, many in plan:
                 value: Any = getattr(node, name, None)
                 if value is None:
                     continue
-                if many is None:  # (a field the grammar does not tell: check the value)
-                    value, many = _nodes_in(value), True
-                if many:
-                    for item in value:
-                        if item is not None:
-                            parent[item] = node
-                            if item.__class__ in leaves:
-                                scope_of[item] = scope
-                            else:
-                                push((item, scope))
-                else:
+                if many is False:
                     parent[value] = node
-                    if value.__class__ in leaves:
-                        scope_of[value] = scope
-                    else:
-                        push((value, scope))
+                    scope_of[value] = scope
+                    if value.__class__ not in leaves:
+                        push(value)
+                    continue
+                if many is None:  # (a field the grammar does not tell: check the value)
+                    value = _nodes_in(value)
+                for item in value:
+                    if item is not None:
+                        parent[item] = node
+                        scope_of[item] = scope
+                        if item.__class__ not in leaves:
+                            push(item)
         # Source order makes every later query deterministic.
+        # (parsed calls, defs and loops all have a position: `_pos` without its defaults)
         for lst in calls.values():
-            lst.sort(key=_pos)
-        self.functions.sort(key=_pos)
-        self.loops.sort(key=_pos)
+            if len(lst) > 1:
+                lst.sort(key=_POSITION)
+        self.functions.sort(key=_POSITION)
+        self.loops.sort(key=_POSITION)
 
-    def _index_scope(
-        self, node: ast.AST, scope: ast.AST, push: Callable[[tuple[ast.AST, ast.AST]], None]
-    ) -> None:
+    def _index_scope(self, node: ast.AST, scope: ast.AST, push: Callable[[ast.AST], None]) -> None:
         """A def, lambda or class inside ``scope``: its name, parameters and children."""
         imports = self.imports
         cls = node.__class__
@@ -277,9 +277,11 @@ class FileModel:
         # and `keyword` nodes, indexed in the def's own scope.)
         outer_ids = {id(c) for c in outer}
         parent = self.parent
+        scope_of = self._scope_of
         for child in _children(node):
             parent[child] = node
-            push((child, scope if id(child) in outer_ids else node))
+            scope_of[child] = scope if id(child) in outer_ids else node
+            push(child)
 
     # -- structure ---------------------------------------------------------------------
     def parent_of(self, node: ast.AST) -> ast.AST | None:
@@ -697,6 +699,17 @@ _KIND: dict[type, int] = {
     ast.JoinedStr: _K_FSTRING,
     ast.Return: _K_RETURN,
 }
+#: The indexing pass's dispatch, per class (memoized by ``_entry``): what it records of a
+#: node (0: nothing) and its plan.
+_ENTRIES: dict[type, tuple[int, Plan]] = {}
+
+
+def _entry(cls: type) -> tuple[int, Plan]:
+    plan = _PLANS.get(cls)
+    found = _ENTRIES[cls] = (_KIND.get(cls, 0), plan if plan is not None else _plan(cls))
+    return found
+
+
 # Nodes with no children that the pass only records (parent, scope): handled where
 # they are found instead of going through the stack.
 _LEAVES = frozenset({ast.Name, ast.Constant, ast.Pass, ast.Break, ast.Continue, ast.alias})
@@ -815,6 +828,9 @@ def postorder(node: ast.AST) -> list[ast.AST]:
                 push(value)
     out.reverse()
     return out
+
+
+_POSITION = operator.attrgetter("lineno", "col_offset")
 
 
 def _pos(node: ast.AST) -> tuple[int, int]:
