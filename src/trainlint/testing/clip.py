@@ -166,10 +166,8 @@ class _Tracker:
         if "zero_grad" in states:
             after = "zero_grad"
         elif seen == 0 and backward:
-            # Cleared since the backward by what no hook saw: a module's zero_grad() (not
-            # patched: a class attribute of Module changed twice a check invalidates the
-            # attribute caches of every Module subclass, ~0.2 ms a check in a process that
-            # imported a few thousand), `p.grad = None`, `p.grad.zero_()`
+            # cleared unseen: a module's zero_grad() (unpatched: changing Module's class
+            # attributes costs every subclass its caches), `p.grad = None`, `.zero_()`
             after = "zero_grad"
             self.event("zero_grad() or another clear (the gradients read 0)")
         elif "step" in states:
