@@ -180,7 +180,7 @@ class Linter:
         summarize = facts or module is not None and found.any(self._effect_words)
         if not active and not check_noqa and not summarize:
             if module is not None:
-                result.summary = project_summary(None, tree, module, keep=keep)
+                result.summary = project_summary(None, tree, module, keep=keep, text=text)
             return result
         source = Source(text)
         try:
@@ -203,6 +203,7 @@ class Linter:
                         facts,
                         keep,
                         tops.get(module[0], frozenset()) if tops is not None else None,
+                        text=text,
                     )
                 except Exception as exc:  # pragma: no cover - a bug in the summary
                     result.errors.append(InternalError(path, "project summary", _describe(exc)))

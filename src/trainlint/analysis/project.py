@@ -247,6 +247,7 @@ def summarize(
     facts: bool = True,
     keep: frozenset[str] | None = None,
     within: frozenset[str] | None = None,
+    text: str | None = None,
 ) -> dict:
     """The summary of one file (``model`` None: only what the tree's top level says;
     ``facts`` False: the model is there for the step effects only, the file has none of
@@ -257,7 +258,9 @@ def summarize(
     when given, names the top-level modules of the run under the file's root: calls into
     any other top-level module (``gym.make``, ``wandb.init``) name nothing the index can
     resolve, so their argument facts are not taken, and the summary lists those modules
-    under ``"outside"`` (a run that has one of them must summarise the file again)."""
+    under ``"outside"`` (a run that has one of them must summarise the file again).
+    ``text``: the file's source, when known: with no model, a class whose ``__init__``
+    keeps a parameter is walked for walruses only when the text spells a ``:=``."""
     root, module, is_pkg = info
     fm = model if facts else None
     imports: dict[str, list[str]] = {}
@@ -322,7 +325,7 @@ def summarize(
                         cls["softmax"] = True
             if fm is not None and any(b in _THREAD_BASES for b in cls["bases"]):
                 cls["thread"] = True
-            attrs = _init_attributes(stmt, model)
+            attrs = _init_attributes(stmt, model, text)
             if attrs:
                 cls["attrs"] = attrs
             classes[stmt.name] = cls
@@ -419,7 +422,9 @@ def _uses(model: FileModel, imports: dict[str, list[str]], module: str) -> list[
     return sorted(out)
 
 
-def _init_attributes(cls: ast.ClassDef, model: FileModel | None) -> dict[str, str]:
+def _init_attributes(
+    cls: ast.ClassDef, model: FileModel | None, text: str | None = None
+) -> dict[str, str]:
     """``self.x = x`` in the class's ``__init__``: attribute -> the constructor parameter
     it keeps (only an attribute assigned nowhere else in the class, from a parameter
     the constructor never rebinds)."""
@@ -449,7 +454,7 @@ def _init_attributes(cls: ast.ClassDef, model: FileModel | None) -> dict[str, st
         return {}
     counts: dict[str, int] = {}
     rebound: set[str] = set()
-    for target in _class_targets(cls, model):
+    for target in _class_targets(cls, model, text):
         for n in walk_tree(target):
             if isinstance(n, ast.Name) and n.id in params:
                 rebound.add(n.id)
@@ -465,10 +470,13 @@ def _init_attributes(cls: ast.ClassDef, model: FileModel | None) -> dict[str, st
 _BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
 
 
-def _class_targets(cls: ast.ClassDef, model: FileModel | None) -> Iterator[ast.expr]:
+def _class_targets(
+    cls: ast.ClassDef, model: FileModel | None, text: str | None = None
+) -> Iterator[ast.expr]:
     """Every target anything in ``cls`` assigns to (its methods' too): of assignments,
     ``for`` loops and ``with`` items, found through the statements alone, and of
-    walruses, which only the model's table finds without walking every expression."""
+    walruses, which only the model's table finds without walking every expression
+    (none where ``text``, the file's source, spells no ``:=``)."""
     end = getattr(cls, "end_lineno", None) or cls.lineno
     if model is not None:
         # the model's tables, by line: a statement lies in the class exactly when it
@@ -490,7 +498,11 @@ def _class_targets(cls: ast.ClassDef, model: FileModel | None) -> Iterator[ast.e
                 if block:
                     todo.extend(reversed(block))
     if model is None:
-        walrus: Iterable[ast.AST] = (n for n in walk_tree(cls) if isinstance(n, ast.NamedExpr))
+        walrus: Iterable[ast.AST] = (
+            (n for n in walk_tree(cls) if isinstance(n, ast.NamedExpr))
+            if text is None or ":=" in text
+            else ()
+        )
     else:
         # (the class's decorators are its own; its lines hold nothing outside it)
         first = min([d.lineno for d in cls.decorator_list] + [cls.lineno])
