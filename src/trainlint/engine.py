@@ -245,8 +245,9 @@ class Linter:
             del model
         if skip_file:
             return result
-        # (a UTF-8 text spells `noqa` where its bytes do: the bytes' answer, when asked, holds)
-        spelled = check_noqa or not (on(UNUSED_NOQA) and encoding.startswith("utf-8"))
+        spelled = True  # (else _suppress looks for `noqa` in the lowered text)
+        if encoding.startswith("utf-8"):  # its text spells `noqa` exactly where its bytes do
+            spelled = check_noqa if on(UNUSED_NOQA) else b"noqa" in data.lower()
         kept = self._suppress(raw, source, on(UNUSED_NOQA), path) if spelled else raw
         result.findings.extend(kept)
         result.findings.sort(key=Finding.sort_key)
