@@ -527,9 +527,11 @@ def test_weights_updated_forgotten_layer_fails_even_without_the_optimizer_argume
         assert_weights_updated(model, step)
 
 
-def test_weights_updated_frozen_parameter_that_moves():
+def first_weight_frozen():
+    """An MLP whose first weight is frozen (its bias is not), trained by SGD over the
+    parameters that still require grad: (model, optimizer, step)."""
     model = mlp()
-    model[0].weight.requires_grad_(False)  # the bias was forgotten
+    model[0].weight.requires_grad_(False)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
     x, y = batch()
 
@@ -537,6 +539,12 @@ def test_weights_updated_frozen_parameter_that_moves():
         opt.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
         opt.step()
+
+    return model, opt, step
+
+
+def test_weights_updated_frozen_parameter_that_moves():
+    model, opt, step = first_weight_frozen()  # the bias was forgotten
 
     with pytest.raises(CheckFailed) as info:
         assert_weights_updated(model, step, frozen=["0"], optimizer=opt)
@@ -567,15 +575,7 @@ def test_weights_updated_frozen_backbone_with_all_parameters_in_the_optimizer():
 def test_weights_updated_frozen_takes_a_bare_tensor():
     # `if frozen:` asked the tensor for its truth value: "Boolean value of Tensor with more
     # than one value is ambiguous" before any step ran
-    model = mlp()
-    model[0].weight.requires_grad_(False)
-    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
-    x, y = batch()
-
-    def step():
-        opt.zero_grad()
-        nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
+    model, opt, step = first_weight_frozen()
 
     result = assert_weights_updated(model, step, frozen=model[0].weight, optimizer=opt)
     assert result.frozen_change == {"0.weight": 0.0}
