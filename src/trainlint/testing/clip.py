@@ -84,10 +84,10 @@ def assert_clip_effective(
     ``zero_grad()`` that clears them (TL101: the norm is 0, the clip acts on nothing) and the
     ``optimizer.step()`` that applies them (TL110: the clip comes too late). For the check's
     duration it hooks every optimizer's ``step`` and ``zero_grad``, the parameters' gradient
-    accumulation and those functions; a read that sees 0 where the backward left gradients
-    was cleared by something else (a module's ``zero_grad()``) and fails the same way. Gradient accumulation (several
-    backwards, one clip), AMP's ``scaler.unscale_`` then clip, and several optimizers (a GAN's
-    two) are fine. A step that reads no gradient through them passes.
+    accumulation and those functions; a read of 0 where the backward left gradients fails
+    the same way (a module's ``zero_grad()`` cleared them). Gradient accumulation (several
+    backwards, one clip), AMP's ``scaler.unscale_`` then clip, and several optimizers (a
+    GAN's two) are fine. A step that reads no gradient through them passes.
 
     Fails showing the norm the read saw, the norm the backward produced, and the order of
     events in that step.
