@@ -173,7 +173,7 @@ def test_step_time_stable_growth_is_caught_when_one_window_was_slowed(monkeypatc
                 growing_graph(lambda start=start: 2 if 5 <= index() - start < 10 else 1)
             )
         except CheckFailed as failure:
-            assert len(failure.result.confirm) in (4, 8)
+            assert len(failure.result.confirm) in (4, 8, 12, 16)
             found.append(failure.result.growth)
         if len(found) == 3:
             return
@@ -367,6 +367,27 @@ def test_step_time_stable_under_load_200_clean_runs_and_growing_work_caught():
 def test_step_time_stable_trend_of_windows(windows, verdict):
     # the confirming decision on floors recorded on a loaded machine, and on plain shapes
     assert step_time._verdict(windows, step_time.CONFIRM_GROWTH * 0.5) is verdict
+
+
+def confirmed(floors: list[float]) -> tuple[bool, list[float]]:
+    """``_confirm`` after the first two windows of ``floors``, timing the rest in order."""
+    timed = iter(floors[2:])
+    return step_time._confirm(floors[:2], lambda: next(timed), step_time.CONFIRM_GROWTH * 0.5)
+
+
+def test_step_time_stable_an_undecided_trend_is_timed_until_it_decides():
+    # A step growing at about the allowed rate (1.1x), its floors scattered by up to a
+    # fifth around the trend: still undecided after ten windows, where the check used to
+    # stop and pass it; four more decide.
+    floors = [1.06, 1.51, 1.66, 1.75, 2.06, 2.05, 3.14, 3.5, 2.84, 2.83, 3.38, 3.79, 4.99, 5.32]
+    assert step_time._verdict(floors[:10], step_time.CONFIRM_GROWTH * 0.5) is None
+    assert confirmed(floors) == (True, floors[2:])
+    # a slowdown that happened once and then held is decided by the first four
+    assert confirmed([1.0, 3.0] + [3.0] * 16) == (False, [3.0] * 4)
+    # a trend that never decides (0.2 of the start a window: between half the allowed 0.25
+    # and all of it) is timed over sixteen windows, then passes
+    line = [1 + 0.2 * i for i in range(30)]
+    assert confirmed(line) == (False, line[2:18])
 
 
 @pytest.mark.parametrize(
