@@ -49,7 +49,8 @@ class StepTimeResult:
 
     ``times[i]`` is the time of one step in sample ``i``, the sample's time divided by
     ``calls_per_sample``. ``clock`` names what was measured: ``"thread_time"`` (CPU: the
-    calling thread's CPU time), ``"active"`` (CPU, a step that mostly waits: wall-clock
+    calling thread's CPU time, scaled to the machine's speed at calibration by a fixed
+    reference workload timed before each sample), ``"active"`` (CPU, a step that mostly waits: wall-clock
     time less the time its thread sat in the run queue waiting for a core), ``"wall"``
     (the same where the run queue cannot be read: plain wall clock) or ``"cuda"`` (CUDA
     events around one call). ``early``, ``late`` and ``confirm`` are the floors (the mean
@@ -104,9 +105,11 @@ def assert_step_time_stable(
     On CPU a sample is the CPU time of the calling thread (``time.thread_time``) over
     enough consecutive calls to take at least ``SAMPLE_SECONDS`` (calibrated after the
     warmup), with torch held to one intra-op thread for the whole check and restored
-    after. Time the thread spends not running is not counted: waiting for a core on a
-    busy machine (so a busy machine can neither fake a slowdown nor hide one), but also
-    ``time.sleep``, I/O, locks, and work the step hands to other threads or processes.
+    after, and scaled by a fixed reference workload timed before each sample (the same
+    work's CPU time drifts on a shared machine; see ``StepClock``). Time the thread
+    spends not running is not counted: waiting for a core on a busy machine (so a busy
+    machine can neither fake a slowdown nor hide one), but also ``time.sleep``, I/O,
+    locks, and work the step hands to other threads or processes.
     A step that mostly waits (its thread runs less than ``MIN_CPU_SHARE`` of the time it
     is not queued for a core) is timed by wall clock less its run-queue wait instead
     (Linux; plain wall clock elsewhere), which sees the waits; ``result.clock`` says which.
@@ -301,7 +304,10 @@ def _measured(result: StepTimeResult) -> str:
     calls = result.calls_per_sample
     per = "one call" if calls == 1 else f"the mean of {calls} consecutive calls"
     if result.clock == "thread_time":
-        return f"each {per}: CPU time of the calling thread, one intra-op thread"
+        return (
+            f"each {per}: CPU time of the calling thread, one intra-op thread, at the "
+            "machine's speed when the check started (a reference workload timed before each)"
+        )
     what = "wall clock"
     if result.clock == "active":
         what = "wall clock less the time queued for a core"
