@@ -193,10 +193,11 @@ def test_step_tables_answer_as_the_walks():
     assert [id(s.node) for s in fast.step_loops] == [id(s.node) for s in slow.step_loops]
 
 
-def test_trigger_words_searched_by_token_answer_as_a_search_of_the_bytes():
-    # A big file's words without whitespace are searched in its distinct tokens: every
-    # rule must be picked exactly as a plain search of the bytes picks it, words that
-    # span punctuation (`step(`, `] =`, ` + `) and words inside longer tokens included.
+def test_trigger_words_pick_the_rules_a_search_of_the_bytes_picks():
+    # Words are searched once each, and a word's parts answer for it (no `grad`, no
+    # `zero_grad`): every rule must be picked exactly as a plain search of the bytes picks
+    # it, words that span punctuation (`step(`, `] =`, ` + `) and words inside longer
+    # tokens included.
     from trainlint.config import Settings, select_rules
     from trainlint.engine import Linter
     from trainlint.rules import builtin_rules
@@ -214,7 +215,6 @@ def test_trigger_words_searched_by_token_answer_as_a_search_of_the_bytes():
     ]
     for body in bodies:
         data = filler + body
-        assert len(data) > 2048
         want = [
             r.code
             for r, trig in linter._triggers
@@ -422,3 +422,38 @@ def test_catalog_stand_ins_travel_to_worker_processes():
     )
     lazy = Linter(again).lint_bytes(source, "train.py").findings
     assert [f.code for f in lazy] == ["TL301"]
+
+
+def test_a_run_thaws_what_it_froze_and_leaves_the_callers_frozen(tmp_path, monkeypatch):
+    # A run freezes its summaries once the project index is built (the collector's full
+    # pass would walk them all): it must thaw them when it ends, and leave alone objects
+    # its caller froze (a thaw would thaw those too).
+    from trainlint.config import Settings, select_rules
+    from trainlint.rules import builtin_rules
+    from trainlint.runner import run
+
+    (tmp_path / "model.py").write_text(
+        "import torch\n\ndef build():\n    return torch.nn.Linear(2, 2)\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom model import build\n\nnet = build()\n"
+        "opt = torch.optim.SGD(net.parameters(), lr=0.1)\nopt.step()\n"
+    )
+    files = sorted(tmp_path.glob("*.py"))
+    settings = Settings()
+    selection = select_rules(builtin_rules(), settings)
+    freezes = []
+    freeze = gc.freeze
+    monkeypatch.setattr(gc, "freeze", lambda: (freezes.append(1), freeze()))
+    assert gc.get_freeze_count() == 0
+    run(files, selection, settings, jobs=1)
+    assert freezes == [1] and gc.get_freeze_count() == 0
+    kept = [object(), []]  # (a tracked object, frozen by the caller)
+    freeze()
+    try:
+        run(files, selection, settings, jobs=1)
+        # (not the same count: some of what was frozen is freed as the run goes)
+        assert freezes == [1] and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+    assert kept
