@@ -47,7 +47,7 @@ class StepClock:
     which counts sleeping, I/O and waiting for other threads, but not waiting for a core.
 
     CPU time is not the work done, though: on a shared virtual machine the same work's
-    CPU time drifts by up to 2x within a second (the host's clock and caches), and a
+    CPU time drifts by up to 2x over a few seconds (the host's clock and caches), and a
     drift that rises for a few windows looks like a step that grows. So each CPU sample
     is preceded by a fixed reference workload (``Reference``), and its time is scaled
     by how much faster that ran than at calibration: ``times`` are at the calibration's

@@ -50,8 +50,9 @@ class StepTimeResult:
     ``times[i]`` is the time of one step in sample ``i``, the sample's time divided by
     ``calls_per_sample``. ``clock`` names what was measured: ``"thread_time"`` (CPU: the
     calling thread's CPU time, scaled to the machine's speed at calibration by a fixed
-    reference workload timed before each sample), ``"active"`` (CPU, a step that mostly waits: wall-clock
-    time less the time its thread sat in the run queue waiting for a core), ``"wall"``
+    reference workload timed before each sample), ``"active"`` (CPU, a step that mostly
+    waits: wall-clock time less the time its thread sat in the run queue waiting for a
+    core), ``"wall"``
     (the same where the run queue cannot be read: plain wall clock) or ``"cuda"`` (CUDA
     events around one call). ``early``, ``late`` and ``confirm`` are the floors (the mean
     of the lowest third) of the first half of the ``steps`` samples, of the second half
@@ -99,8 +100,9 @@ def assert_step_time_stable(
     see ``_growth``) grows by ``CONFIRM_GROWTH`` (half) of it from one window to the
     next: a step that becomes ``max_slowdown`` slower within two windows, and still grows
     without the first window. An undecided trend is timed over four more windows at a
-    time, up to sixteen (``_verdict``, ``_confirm``). A step whose work grows keeps slowing down; noise, or a slowdown
-    that happens once and then holds, does not, and is not reported.
+    time, up to sixteen (``_verdict``, ``_confirm``). A step whose work grows keeps
+    slowing down; noise, or a slowdown that happens once and then holds, does not, and
+    is not reported.
 
     On CPU a sample is the CPU time of the calling thread (``time.thread_time``) over
     enough consecutive calls to take at least ``SAMPLE_SECONDS`` (calibrated after the
