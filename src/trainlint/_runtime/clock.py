@@ -137,13 +137,12 @@ class StepClock:
             elapsed = start.elapsed_time(end) / 1e3
             self.syncs.append(counter.count)
             self.sites.update(counter.sites)
-        elif self.reference is not None:  # (the CPU clock, see the class)
-            speed = self.reference_time / max(self.reference(), 1e-9)
-            cpu, _ = self._measure(self.calls)
-            elapsed = cpu * speed / self.calls
         else:
+            speed = 1.0  # (the CPU clock is judged at the calibration's speed: see the class)
+            if self.reference is not None:
+                speed = self.reference_time / max(self.reference(), 1e-9)
             cpu, active = self._measure(self.calls)
-            elapsed = (cpu if self.kind == "thread_time" else active) / self.calls
+            elapsed = (cpu * speed if self.kind == "thread_time" else active) / self.calls
         self.times.append(elapsed)
         return elapsed
 
