@@ -12,11 +12,11 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trainlint.rules.base import Rule
+from trainlint.settings import RuleSelection, Settings
 
 KNOWN_KEYS = {
     "select",
@@ -47,27 +47,6 @@ def _toml() -> Any:  # imported on first use: a check outside any project reads 
 
 class ConfigError(Exception):
     """Bad configuration or usage; the message names the key and where it came from."""
-
-
-@dataclass
-class Settings:
-    select: list[str] | None = None
-    ignore: list[str] = field(default_factory=list)
-    extend_select: list[str] = field(default_factory=list)
-    exclude: list[str] = field(default_factory=list)
-    extend_exclude: list[str] = field(default_factory=list)
-    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
-    jobs: int | None = None
-    cache_dir: str | None = None
-    plugins: list[str] = field(default_factory=list)
-    rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: ``target-torch`` as written ("2.6"); None: read each file's project pin instead
-    target_torch: str | None = None
-    root: Path = field(default_factory=Path.cwd)
-    config_path: Path | None = None
-
-    def origin(self) -> str:
-        return str(self.config_path) if self.config_path else "command line"
 
 
 def find_config(start: Path) -> Path | None:
@@ -161,20 +140,6 @@ def settings_from_table(table: dict[str, Any], path: Path, prefix: str = "") -> 
             raise ConfigError(f"{path}: `{prefix}rules.{code}` must be a table")
         s.rule_options[code] = dict(opts)
     return s
-
-
-@dataclass
-class RuleSelection:
-    """Resolved selection: which rule classes run, with their options."""
-
-    rules: list[type[Rule]]
-    options: dict[str, dict[str, Any]]
-    #: every code the run knows (selected or not, plugins included); empty: the built-ins
-    known: frozenset[str] = frozenset()
-
-    @property
-    def codes(self) -> set[str]:
-        return {r.code for r in self.rules}
 
 
 def _matches(selector: str, code: str) -> bool:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from trainlint.analysis.context import is_test_file
@@ -26,7 +25,7 @@ from trainlint.analysis.project import (
 )
 from trainlint.analysis.project import summarize as project_summary
 from trainlint.config import TARGET_TORCH, RuleSelection, TorchPins
-from trainlint.findings import Finding, InternalError, Related
+from trainlint.findings import FileResult, Finding, InternalError, Related
 from trainlint.noqa import OWN_PREFIX, file_noqa_codes, noqa_comments, noqa_on_lines
 from trainlint.rules.base import Report, Rule
 from trainlint.source import Source, SourceError, decode, parse
@@ -37,24 +36,6 @@ UNUSED_NOQA = "TL002"
 ENGINE_RULES = (SYNTAX_ERROR, UNUSED_NOQA)
 #: Files larger than this are reported and skipped rather than analysed.
 MAX_FILE_BYTES = 10 * 1024 * 1024
-
-
-@dataclass
-class FileResult:
-    path: str
-    findings: list[Finding] = field(default_factory=list)
-    errors: list[InternalError] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    parsed: bool = False
-    #: the text was rejected by the parser (whether or not TL001 is selected)
-    syntax_error: bool = False
-    fixed: int = 0
-    diff: str = ""
-    #: the file's project summary (analysis.project), when the run asked for it
-    summary: dict[str, Any] | None = None
-    #: the digest of the project view the findings assume ("" for none): a run keeps a
-    #: file's first findings when the whole project's view of it is this one
-    view: str = ""
 
 
 def _without(rules: list[Rule], codes: list[str]) -> list[Rule]:

@@ -13,9 +13,9 @@ import json
 import re
 from bisect import bisect_left
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from trainlint._record import Record
 from trainlint.findings import Finding
 from trainlint.notebook_magics import mask_cell
 
@@ -23,11 +23,13 @@ if TYPE_CHECKING:
     from trainlint.engine import FileResult, Linter
 
 
-@dataclass
-class CellMap:
+class CellMap(Record):
     """Maps module lines back to (cell number, line in cell)."""
 
-    starts: list[tuple[int, int]]  # (first module line, 1-based cell number), ascending
+    __slots__ = ("starts",)
+
+    def __init__(self, starts: list[tuple[int, int]]) -> None:
+        self.starts = starts  # (first module line, 1-based cell number), ascending
 
     def locate(self, line: int) -> tuple[int, int]:
         cell, first = self.starts[0][1], self.starts[0][0]
@@ -38,16 +40,18 @@ class CellMap:
         return cell, line - first + 1
 
 
-@dataclass
-class FilePositions:
+class FilePositions(Record):
     """Where each character of each code cell sits in the notebook's own JSON text.
 
     Tools that annotate files (GitHub annotations, SARIF regions) need a position in
     the ``.ipynb`` file itself, not one relative to a cell.
     """
 
-    cells: dict[int, tuple[list[int], list[int]]]  # cell -> (file offset per char, line starts)
-    newlines: list[int]  # offsets of the file's "\n"
+    __slots__ = ("cells", "newlines")
+
+    def __init__(self, cells: dict[int, tuple[list[int], list[int]]], newlines: list[int]) -> None:
+        self.cells = cells  # cell -> (file offset per char, line starts)
+        self.newlines = newlines  # offsets of the file's "\n"
 
     def locate(self, cell: int, line: int, column: int) -> tuple[int, int] | None:
         """1-based (line, column) in the file of a 1-based (line, column) in a cell."""
@@ -212,12 +216,12 @@ def remap(findings: Iterable[Finding], cells: CellMap) -> list[Finding]:
             r_cell, r_line = cells.locate(r.line)
             r_end_cell, r_end = cells.locate(r.end_line)
             related.append(
-                replace(
-                    r, line=r_line, end_line=r_end if r_end_cell == r_cell else r_line, cell=r_cell
+                r._replace(
+                    line=r_line, end_line=r_end if r_end_cell == r_cell else r_line, cell=r_cell
                 )
             )
         out.append(
-            replace(f, line=line, end_line=end_line, cell=cell, fix=None, related=tuple(related))
+            f._replace(line=line, end_line=end_line, cell=cell, fix=None, related=tuple(related))
         )
     return out
 
@@ -255,7 +259,7 @@ def lint_cells(
     if linter.is_on(SYNTAX_ERROR, ignored):
         for number, err in errors.items():
             f = linter._meta_finding(SYNTAX_ERROR, path, err.line, err.column, err.message)
-            broken.append(replace(f, cell=number))
+            broken.append(f._replace(cell=number))
     return result, cells, broken
 
 
@@ -322,10 +326,9 @@ def fix_notebook(
                 if cells.locate(fix.intent.end_line)[0] != cell:
                     continue
                 shift = line - fix.intent.line
-                fix = replace(
-                    fix,
+                fix = fix._replace(
                     edits=tuple(
-                        replace(e, line=e.line + shift, end_line=e.end_line + shift)
+                        e._replace(line=e.line + shift, end_line=e.end_line + shift)
                         for e in fix.edits
                     ),
                     intent=fix.intent.shifted(shift),
@@ -342,7 +345,7 @@ def fix_notebook(
                 end_cell, end_line = cells.locate(e.end_line)
                 if cell != end_cell:
                     continue
-                per_cell.setdefault(cell, []).append(replace(e, line=line, end_line=end_line))
+                per_cell.setdefault(cell, []).append(e._replace(line=line, end_line=end_line))
         if not per_cell:
             break
         changed = False

@@ -5,10 +5,10 @@ from __future__ import annotations
 import gc
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainlint._record import Record
 from trainlint.analysis.project import ProjectIndex, digest, import_graph, module_of
 from trainlint.config import RuleSelection, Settings, TorchPins, per_file_ignored
 from trainlint.engine import FileResult
@@ -30,14 +30,26 @@ if TYPE_CHECKING:
 __all__ = ["FixMode", "RunResult", "display_path", "lint_file", "read_file", "run"]
 
 
-@dataclass
-class RunResult:
-    findings: list[Finding] = field(default_factory=list)
-    errors: list[InternalError] = field(default_factory=list)
-    files: int = 0
-    timings: dict[str, float] = field(default_factory=dict)
-    fixed: int = 0
-    diffs: list[str] = field(default_factory=list)
+class RunResult(Record):
+    """What a run gave: every file's findings and errors, and the totals."""
+
+    __slots__ = ("findings", "errors", "files", "timings", "fixed", "diffs")
+
+    def __init__(
+        self,
+        findings: list[Finding] | None = None,
+        errors: list[InternalError] | None = None,
+        files: int = 0,
+        timings: dict[str, float] | None = None,
+        fixed: int = 0,
+        diffs: list[str] | None = None,
+    ) -> None:
+        self.findings = [] if findings is None else findings
+        self.errors = [] if errors is None else errors
+        self.files = files
+        self.timings = {} if timings is None else timings
+        self.fixed = fixed
+        self.diffs = [] if diffs is None else diffs
 
     @property
     def files_with_findings(self) -> int:

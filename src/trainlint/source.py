@@ -12,8 +12,9 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
-from dataclasses import dataclass
 from functools import cached_property
+
+from trainlint._record import Record
 
 
 class SourceError(Exception):
@@ -65,14 +66,14 @@ def parse(text: str, filename: str = "<unknown>") -> ast.Module:
         raise SourceError(f"syntax error: too deeply nested ({type(exc).__name__})") from None
 
 
-@dataclass
-class Source:
+class Source(Record):
     """A decoded source text with helpers to turn ast positions into 1-based columns."""
 
-    text: str
+    __slots__ = ("text", "_ascii", "__dict__")  # (a __dict__ for the cached lines)
 
-    def __post_init__(self) -> None:
-        self._ascii = self.text.isascii()
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._ascii = text.isascii()
 
     @cached_property
     def lines(self) -> list[str]:

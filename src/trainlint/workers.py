@@ -8,10 +8,10 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainlint._record import Record
 from trainlint.analysis.project import ProjectIndex, import_order, own_view
 from trainlint.config import RuleSelection, Settings, per_file_ignored
 from trainlint.engine import SYNTAX_ERROR, FileResult, Linter
@@ -36,13 +36,15 @@ def read_file(path: Path) -> bytes | str:
         return exc.strerror or type(exc).__name__
 
 
-@dataclass(frozen=True)
-class FixMode:
+class FixMode(Record, frozen=True):
     """What to do with fixes: ``write`` them (``--fix``) or show a ``diff`` (``--diff``)."""
 
-    write: bool = False
-    diff: bool = False
-    unsafe: bool = False
+    __slots__ = ("write", "diff", "unsafe")
+
+    def __init__(self, write: bool = False, diff: bool = False, unsafe: bool = False) -> None:
+        self.write = write
+        self.diff = diff
+        self.unsafe = unsafe
 
     @property
     def active(self) -> bool:

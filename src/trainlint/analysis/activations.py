@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from trainlint._record import Record
 from trainlint.analysis.dominance import dominates
 from trainlint.analysis.model import FileModel, walk_local
 from trainlint.analysis.roles import Role, is_module_class
@@ -68,15 +68,30 @@ def _dim_only(call: ast.Call) -> bool:
     return len(call.args) == 1 and _int_literal(call.args[0]) and "dim" not in kws
 
 
-@dataclass(frozen=True)
-class Layer:
+class Layer(Record, frozen=True):
     """How one kind of last layer is spelled."""
+
+    __slots__ = ("funcs", "module", "method", "method_args", "project_flag")
 
     funcs: frozenset[str]  # functional forms: `torch.sigmoid(x)`
     module: str  # the module class: `torch.nn.Sigmoid`
-    method: str | None = None  # the tensor method: `x.sigmoid()`
-    method_args: Callable[[ast.Call], bool] = _no_arguments  # which calls of it count
-    project_flag: str | None = None  # the binding attribute the project index sets
+    method: str | None  # the tensor method: `x.sigmoid()`
+    method_args: Callable[[ast.Call], bool]  # which calls of it count
+    project_flag: str | None  # the binding attribute the project index sets
+
+    def __init__(
+        self,
+        funcs: frozenset[str],
+        module: str,
+        method: str | None = None,
+        method_args: Callable[[ast.Call], bool] = _no_arguments,
+        project_flag: str | None = None,
+    ) -> None:
+        self.funcs = funcs
+        self.module = module
+        self.method = method
+        self.method_args = method_args
+        self.project_flag = project_flag
 
 
 SOFTMAX = Layer(

@@ -4,8 +4,8 @@ in a method of a class that defines ``__getitem__``, and drawn from where items 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 
+from trainlint._record import Record
 from trainlint.analysis.model import FileModel, dotted, walk_local
 
 GENERATOR_FACTORIES = {
@@ -17,12 +17,19 @@ GENERATOR_FACTORIES = {
 }
 
 
-@dataclass(frozen=True)
-class HeldGenerator:
+class HeldGenerator(Record, frozen=True):
+    __slots__ = ("cls", "attr", "creation", "use")
+
     cls: ast.ClassDef
     attr: str  # `rng` for `self.rng`
     creation: ast.Call
     use: ast.AST  # a draw from it while an item is built
+
+    def __init__(self, cls: ast.ClassDef, attr: str, creation: ast.Call, use: ast.AST) -> None:
+        self.cls = cls
+        self.attr = attr
+        self.creation = creation
+        self.use = use
 
 
 def held_generators(model: FileModel) -> list[HeldGenerator]:

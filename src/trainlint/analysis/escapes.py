@@ -26,11 +26,11 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from trainlint._record import Record
 from trainlint.analysis.flow import grad_enabled_at
 from trainlint.analysis.model import (
     FUNCTION_NODES,
@@ -137,9 +137,22 @@ class Via(Enum):
     RAY_TRAIN = "Ray Train worker loop"
 
 
-@dataclass(frozen=True, eq=False)
-class Dispatch:
+class Dispatch(Record, frozen=True, eq=False):
     """One place where a function is handed to another process, thread or Ray worker."""
+
+    __slots__ = (
+        "via",
+        "call",
+        "target",
+        "actor",
+        "args",
+        "receiver",
+        "start_method",
+        "repeated",
+        "serial",
+        "runs_at",
+        "shared_attrs",
+    )
 
     via: Via
     #: the creating call: ``f.remote(...)``, ``Process(...)``, ``pool.map(...)``, ``submit``
@@ -147,23 +160,49 @@ class Dispatch:
     #: the same-file function that runs on the other side (an actor's ``__init__``)
     target: FunctionNode | None
     #: for actors and actor methods
-    actor: ast.ClassDef | None = None
+    actor: ast.ClassDef | None
     #: target parameter -> caller expression it receives
-    args: tuple[tuple[str, ast.expr], ...] = ()
+    args: tuple[tuple[str, ast.expr], ...]
     #: ``obj`` of ``target=obj.method``: the ``self`` the workers share
-    receiver: ast.expr | None = None
+    receiver: ast.expr | None
     #: processes: "fork", "spawn" or "forkserver"; None when it cannot be told
-    start_method: str | None = None
+    start_method: str | None
     #: may run several times at once (a loop, a comprehension, a map over items)
-    repeated: bool = False
+    repeated: bool
     #: each worker is waited for before the next starts (``t.join()`` in the same
     #: iteration, ``submit(...).result()``, a single-worker pool)
-    serial: bool = False
+    serial: bool
     #: where the workers actually run, when that is a later call (``trainer.fit()``)
-    runs_at: ast.Call | None = None
+    runs_at: ast.Call | None
     #: a ``Thread`` subclass constructed elsewhere in the project: the ``self``
     #: attributes every instance shares, each with whether it holds a model
-    shared_attrs: tuple[tuple[str, bool], ...] = ()
+    shared_attrs: tuple[tuple[str, bool], ...]
+
+    def __init__(
+        self,
+        via: Via,
+        call: ast.Call,
+        target: FunctionNode | None,
+        actor: ast.ClassDef | None = None,
+        args: tuple[tuple[str, ast.expr], ...] = (),
+        receiver: ast.expr | None = None,
+        start_method: str | None = None,
+        repeated: bool = False,
+        serial: bool = False,
+        runs_at: ast.Call | None = None,
+        shared_attrs: tuple[tuple[str, bool], ...] = (),
+    ) -> None:
+        self.via = via
+        self.call = call
+        self.target = target
+        self.actor = actor
+        self.args = args
+        self.receiver = receiver
+        self.start_method = start_method
+        self.repeated = repeated
+        self.serial = serial
+        self.runs_at = runs_at
+        self.shared_attrs = shared_attrs
 
     @property
     def name(self) -> str:
@@ -178,12 +217,17 @@ class Dispatch:
         return None
 
 
-@dataclass(frozen=True)
-class Touch:
+class Touch(Record, frozen=True):
     """An object a dispatched function trains, named in that function's own terms."""
+
+    __slots__ = ("name", "node")
 
     name: str  # dotted: a parameter (`model`, `model.encoder`), `self.x`, or a global
     node: ast.expr  # an expression for it, where the name is valid (for role lookups)
+
+    def __init__(self, name: str, node: ast.expr) -> None:
+        self.name = name
+        self.node = node
 
     @property
     def root(self) -> str:

@@ -14,10 +14,10 @@ import ast
 import re
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
+from trainlint._record import Record
 from trainlint.analysis.model import FUNCTION_NODES, call_name, dotted, walk_local
 from trainlint.analysis.roles import Role, is_module_class
 
@@ -33,10 +33,15 @@ class Taint(IntEnum):
     GRAD = 3
 
 
-@dataclass(frozen=True)
-class Value:
+class Value(Record, frozen=True):
+    __slots__ = ("taint", "cuts")
+
     taint: Taint
-    cuts: tuple[ast.AST, ...] = ()  # where GRAD became CUT, for reporting
+    cuts: tuple[ast.AST, ...]  # where GRAD became CUT, for reporting
+
+    def __init__(self, taint: Taint, cuts: tuple[ast.AST, ...] = ()) -> None:
+        self.taint = taint
+        self.cuts = cuts
 
 
 DATA = Value(Taint.DATA)

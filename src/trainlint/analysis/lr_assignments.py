@@ -9,8 +9,8 @@ parameter (``set_lr(optimizer, lr)``), which counts as a write of the argument a
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 
+from trainlint._record import Record
 from trainlint.analysis.constants import ConstantEvaluator, is_number
 from trainlint.analysis.escapes import params_of
 from trainlint.analysis.model import FUNCTION_NODES, FileModel, call_name, keyword, walk_tree
@@ -19,12 +19,17 @@ from trainlint.analysis.objects import objects
 _UNKNOWN = None
 
 
-@dataclass(frozen=True)
-class LrWrite:
+class LrWrite(Record, frozen=True):
     """One place a loop sets the LR: the node to report and the value it stores."""
+
+    __slots__ = ("node", "value")
 
     node: ast.AST  # the assignment, or the call to the setter helper
     value: ast.expr
+
+    def __init__(self, node: ast.AST, value: ast.expr) -> None:
+        self.node = node
+        self.value = value
 
 
 def _is_lr_key(node: ast.AST) -> bool:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from trainlint._record import Record
 from trainlint.analysis.escapes import params_of
 from trainlint.analysis.lr_assignments import counter_key
 from trainlint.analysis.model import NESTED_SCOPES, FileModel, call_name, dotted
@@ -33,14 +33,21 @@ _LEN = "len()"
 _DEPTH = 4
 
 
-@dataclass(frozen=True)
-class UnitMismatch:
+class UnitMismatch(Record, frozen=True):
     """A fraction ``counter / horizon`` whose units disagree."""
+
+    __slots__ = ("counter", "counter_unit", "horizon", "horizon_unit")
 
     counter: str  # the counter's name, as written in the caller
     counter_unit: str  # "batch" or "epoch"
     horizon: str  # the horizon's names, as written
     horizon_unit: str  # "epochs" or "iterations"
+
+    def __init__(self, counter: str, counter_unit: str, horizon: str, horizon_unit: str) -> None:
+        self.counter = counter
+        self.counter_unit = counter_unit
+        self.horizon = horizon
+        self.horizon_unit = horizon_unit
 
 
 def _unit_of_name(name: str) -> str | None:

@@ -24,10 +24,10 @@ another file counts as escaping, so rules built on this stay silent.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from trainlint._record import Record
 from trainlint.analysis.escapes import Escapes, escapes
 from trainlint.analysis.model import walk_local, walk_tree
 
@@ -46,13 +46,18 @@ class Fate(Enum):
     NEVER = "never"  # it stays in sight and the method is never called
 
 
-@dataclass(frozen=True)
-class Obj:
+class Obj(Record, frozen=True):
     """One or more constructions taken together (a sampler and the loaders holding it)
     and the names bound to any of them."""
 
+    __slots__ = ("calls", "keys")
+
     calls: tuple[ast.Call, ...]
     keys: frozenset[Key]
+
+    def __init__(self, calls: tuple[ast.Call, ...], keys: frozenset[Key]) -> None:
+        self.calls = calls
+        self.keys = keys
 
     def __or__(self, other: Obj) -> Obj:
         return Obj((*self.calls, *other.calls), self.keys | other.keys)

@@ -27,7 +27,6 @@ import ast
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,15 +76,35 @@ _THREAD_BASES = ("threading.Thread",)
 Fact = list[Any]  # [kind, cls/qualname, unit, extra] (a list: it round-trips through JSON)
 
 
-@dataclass(frozen=True)
-class ForeignBinding(Binding):
+class ForeignBinding(Binding, frozen=True):
     """A role known from another file (a factory's return, a constructor's call sites)
-    or from a parameter's annotation: there is no construction call in this file."""
+    or from a parameter's annotation: there is no construction call in this file.
+    ``softmax``: for models, the class's ``forward`` returns a softmax output."""
 
-    cls: str | None = None
-    unit: str | None = None
-    #: for models: the class's ``forward`` returns a softmax output
-    softmax: bool = False
+    __slots__ = ("cls", "unit", "softmax")
+
+    def __init__(
+        self,
+        role: Role,
+        qualname: str | None,
+        call: ast.Call | None,
+        node: ast.AST,
+        cls: str | None = None,
+        unit: str | None = None,
+        softmax: bool = False,
+    ) -> None:
+        super().__init__(role, qualname, call, node)
+        self.cls = cls
+        self.unit = unit
+        self.softmax = softmax
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()  # type: ignore[attr-defined,no-any-return]
+
+    def __hash__(self) -> int:
+        return hash(self._values())
 
 
 # -- module names ---------------------------------------------------------------------------

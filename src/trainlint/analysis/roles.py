@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
+from trainlint._record import Record
 from trainlint.analysis.model import call_name, dotted, walk_tree
 from trainlint.analysis.torch_table import (
     GRAD_SCALERS,
@@ -40,12 +40,33 @@ class Role(Enum):
     SAMPLER = "sampler"
 
 
-@dataclass(frozen=True)
-class Binding:
-    role: Role
-    qualname: str | None  # the constructor, when known
-    call: ast.Call | None  # the construction
-    node: ast.AST  # the binding statement
+class Binding(Record, frozen=True):
+    """An object's role, where it is bound: ``qualname`` the constructor, when known;
+    ``call`` the construction; ``node`` the binding statement."""
+
+    __slots__ = ("role", "qualname", "call", "node")
+
+    def __init__(
+        self, role: Role, qualname: str | None, call: ast.Call | None, node: ast.AST
+    ) -> None:
+        self.role = role
+        self.qualname = qualname
+        self.call = call
+        self.node = node
+
+    # (written out: the role passes compare and hash bindings often)
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.role, self.qualname, self.call, self.node) == (
+            other.role,  # type: ignore[attr-defined]
+            other.qualname,  # type: ignore[attr-defined]
+            other.call,  # type: ignore[attr-defined]
+            other.node,  # type: ignore[attr-defined]
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.role, self.qualname, self.call, self.node))
 
 
 Key = tuple[object, ...]

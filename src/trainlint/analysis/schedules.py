@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from trainlint._record import Record
 from trainlint.analysis.model import FileModel, call_name, dotted, keyword
 from trainlint.analysis.roles import Binding, Role
 
@@ -31,13 +31,19 @@ ITER_WORDS = re.compile(
 EPOCH_WORD = re.compile(r"epoch", re.I)
 
 
-@dataclass
-class Schedule:
+class Schedule(Record):
     """A scheduler construction and what it counts in."""
+
+    __slots__ = ("binding", "cls", "unit")
 
     binding: Binding
     cls: str  # class or factory name
     unit: str | None  # "epoch", "iteration" or None (cannot tell)
+
+    def __init__(self, binding: Binding, cls: str, unit: str | None) -> None:
+        self.binding = binding
+        self.cls = cls
+        self.unit = unit
 
 
 def names_in(node: ast.AST, skip: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]

@@ -15,11 +15,11 @@ import ast
 import operator
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from trainlint._record import Record
 from trainlint.analysis.model import (
     LOOP_NODES,
     NESTED_SCOPES,
@@ -64,25 +64,48 @@ class Kind(Enum):
     CALL = "project call"
 
 
-@dataclass(frozen=True, eq=False)
-class Event:
+class Event(Record, frozen=True, eq=False):
+    __slots__ = ("kind", "node", "target", "chain", "guards", "depth", "scaled", "via", "flags")
+
     kind: Kind
     node: ast.AST
     #: dotted receiver/argument: the optimizer stepped or zeroed, the scheduler stepped
-    target: str | None = None
+    target: str | None
     #: call sites the event came through, outermost (in the loop body) first
-    chain: tuple[ast.Call, ...] = ()
+    chain: tuple[ast.Call, ...]
     #: ``if`` statements the event sits under inside the iteration, with the branch taken
-    guards: tuple[tuple[ast.If, bool], ...] = ()
+    guards: tuple[tuple[ast.If, bool], ...]
     #: how many loops nested inside the analysed loop body the event sits in
-    depth: int = 0
+    depth: int
     #: for STEP: made through a GradScaler (``scaler.step(opt)``)
-    scaled: bool = False
+    scaled: bool
     #: a project function of another file the event happens in (``engine.train_step``);
     #: ``node`` is then the call to it in this file (SPEC §7)
-    via: str | None = None
+    via: str | None
     #: guards inside that function: FLAG_COUNTER / FLAG_LOGGING
-    flags: int = 0
+    flags: int
+
+    def __init__(
+        self,
+        kind: Kind,
+        node: ast.AST,
+        target: str | None = None,
+        chain: tuple[ast.Call, ...] = (),
+        guards: tuple[tuple[ast.If, bool], ...] = (),
+        depth: int = 0,
+        scaled: bool = False,
+        via: str | None = None,
+        flags: int = 0,
+    ) -> None:
+        self.kind = kind
+        self.node = node
+        self.target = target
+        self.chain = chain
+        self.guards = guards
+        self.depth = depth
+        self.scaled = scaled
+        self.via = via
+        self.flags = flags
 
     def under_counter_guard(self) -> bool:
         return bool(self.flags & FLAG_COUNTER) or any(
@@ -107,14 +130,27 @@ Foreign = Callable[["_Walker", ast.Call, int, tuple[tuple[ast.If, bool], ...]], 
 _NodeEvent = tuple[ast.AST, "Event | None", "FunctionNode | None"]
 
 
-@dataclass
-class StepLoop:
+class StepLoop(Record):
     """A loop (or a step function called per step from elsewhere) and its iteration paths."""
+
+    __slots__ = ("node", "paths", "precise", "epoch_loops")
 
     node: ast.AST  # the loop, or a FunctionDef for a step function
     paths: list[Path]
-    precise: bool = True
-    epoch_loops: list[ast.AST] = field(default_factory=list)
+    precise: bool
+    epoch_loops: list[ast.AST]
+
+    def __init__(
+        self,
+        node: ast.AST,
+        paths: list[Path],
+        precise: bool = True,
+        epoch_loops: list[ast.AST] | None = None,
+    ) -> None:
+        self.node = node
+        self.paths = paths
+        self.precise = precise
+        self.epoch_loops = list() if epoch_loops is None else epoch_loops
 
     @property
     def events(self) -> list[Event]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
+from trainlint._record import Record
 from trainlint.analysis.flow import Taint
 from trainlint.analysis.model import FileModel, call_name, dotted, keyword, walk_local
 from trainlint.analysis.steps import StepLoop, after_limiting_exit, backward_calls, backward_value
@@ -70,15 +70,25 @@ _DTYPE_WORDS = {
 }
 
 
-@dataclass(frozen=True)
-class HostSync:
+class HostSync(Record, frozen=True):
     """One read of a device tensor to the host."""
+
+    __slots__ = ("node", "what", "kind", "key", "value")
 
     node: ast.AST
     what: str  # the syncing call as the message names it
     kind: str  # "scalar" (one number read to the host), "copy" or "format"
     key: str  # the value read, as written
-    value: tuple[str, int] | None = None  # a named value and its definition: read twice?
+    value: tuple[str, int] | None  # a named value and its definition: read twice?
+
+    def __init__(
+        self, node: ast.AST, what: str, kind: str, key: str, value: tuple[str, int] | None = None
+    ) -> None:
+        self.node = node
+        self.what = what
+        self.kind = kind
+        self.key = key
+        self.value = value
 
 
 def _from_batch(model: FileModel, expr: ast.AST) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from trainlint import __version__
@@ -91,8 +90,7 @@ def format_sarif(findings: Sequence[Finding], rules: Sequence[Any] = ()) -> str:
                     "physicalLocation": {
                         "artifactLocation": {"uri": f.path, "uriBaseId": "%SRCROOT%"},
                         "region": _region(
-                            replace(
-                                f,
+                            f._replace(
                                 line=r.line,
                                 column=r.column,
                                 end_line=r.end_line,

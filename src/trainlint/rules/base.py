@@ -9,9 +9,9 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from trainlint._record import Record
 from trainlint.analysis.model import FileModel
 from trainlint.findings import Applicability, Edit, Fix, Intent, Severity
 
@@ -20,17 +20,20 @@ OPTIONAL_SECTIONS = ("Fix safety", "Options", "References")
 _CODE_RE = re.compile(r"^[A-Z]+[0-9]{3,4}$")
 
 
-@dataclass(frozen=True)
-class Valid:
+class Valid(Record, frozen=True):
     """An example that must produce no finding of the rule."""
 
-    source: str
-    options: dict[str, Any] = field(default_factory=dict)
-    path: str = "example.py"
+    __slots__ = ("source", "options", "path")
+
+    def __init__(
+        self, source: str, options: dict[str, Any] | None = None, path: str = "example.py"
+    ) -> None:
+        self.source = source
+        self.options = {} if options is None else options
+        self.path = path
 
 
-@dataclass(frozen=True)
-class Invalid:
+class Invalid(Record, frozen=True):
     """An example that must produce exactly the given findings of the rule.
 
     ``line`` (1-based) and optional ``column`` locate the single expected finding;
@@ -38,13 +41,25 @@ class Invalid:
     (safe and unsafe), for fixable rules.
     """
 
-    source: str
-    line: int | None = None
-    column: int | None = None
-    lines: tuple[int, ...] = ()
-    fixed: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-    path: str = "example.py"
+    __slots__ = ("source", "line", "column", "lines", "fixed", "options", "path")
+
+    def __init__(
+        self,
+        source: str,
+        line: int | None = None,
+        column: int | None = None,
+        lines: tuple[int, ...] = (),
+        fixed: str | None = None,
+        options: dict[str, Any] | None = None,
+        path: str = "example.py",
+    ) -> None:
+        self.source = source
+        self.line = line
+        self.column = column
+        self.lines = lines
+        self.fixed = fixed
+        self.options = {} if options is None else options
+        self.path = path
 
     def expected_lines(self) -> tuple[int, ...]:
         if self.lines:
@@ -52,18 +67,28 @@ class Invalid:
         return (self.line,) if self.line is not None else ()
 
 
-@dataclass
-class Report:
-    """What a rule yields: a node (or explicit span) and a message; the engine adds positions."""
+class Report(Record):
+    """What a rule yields: a node (or explicit span) and a message; the engine adds
+    positions. ``related``: other places the finding involves, as (node, what it is),
+    e.g. (the zero_grad call, "gradients cleared here")."""
 
-    node: ast.AST | None
-    message: str
-    severity: Severity
-    fix: Fix | None = None
-    span: tuple[int, int, int, int] | None = None
-    #: Other places the finding involves: (node, what it is), e.g. (the zero_grad call,
-    #: "gradients cleared here").
-    related: tuple[tuple[ast.AST, str], ...] = ()
+    __slots__ = ("node", "message", "severity", "fix", "span", "related")
+
+    def __init__(
+        self,
+        node: ast.AST | None,
+        message: str,
+        severity: Severity,
+        fix: Fix | None = None,
+        span: tuple[int, int, int, int] | None = None,
+        related: tuple[tuple[ast.AST, str], ...] = (),
+    ) -> None:
+        self.node = node
+        self.message = message
+        self.severity = severity
+        self.fix = fix
+        self.span = span
+        self.related = related
 
 
 class Rule:
