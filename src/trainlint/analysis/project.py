@@ -31,6 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainlint._record import Record
 from trainlint.analysis.model import walk_tree
 from trainlint.analysis.roles import Binding, Role
 
@@ -98,13 +99,9 @@ class ForeignBinding(Binding, frozen=True):
         self.unit = unit
         self.softmax = softmax
 
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._values() == other._values()  # type: ignore[attr-defined,no-any-return]
-
-    def __hash__(self) -> int:
-        return hash(self._values())
+    # by all seven fields (Binding's own compare its four)
+    __eq__ = Record.__eq__
+    __hash__ = Record._hash
 
 
 # -- module names ---------------------------------------------------------------------------
