@@ -176,10 +176,10 @@ class FileModel:
             node = pop()
             scope = scope_of[node]
             cls = node.__class__
-            entry = entries.get(cls)
-            if entry is None:
-                entry = _entry(cls)
-            kind, plan = entry
+            try:
+                kind, plan = entries[cls]
+            except KeyError:
+                kind, plan = _entry(cls)
             if kind:
                 if kind == _K_ATTRIBUTE:
                     attributes[node.attr].append(node)  # type: ignore[attr-defined,arg-type]
@@ -226,7 +226,7 @@ class FileModel:
                     if node.name:  # type: ignore[attr-defined]
                         imports.add_binding(scope, node.name)  # type: ignore[attr-defined]
             for name, many in plan:
-                value: Any = getattr(node, name, None)
+                value: Any = getattr(node, name)  # (the parser sets every field)
                 if value is None:
                     continue
                 if many is False:
