@@ -12,7 +12,9 @@ and take the rest from :class:`Record`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
+
+R = TypeVar("R", bound="Record")
 
 
 class Record:
@@ -70,7 +72,7 @@ class Record:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
         return f"{type(self).__qualname__}({fields})"
 
-    def _replace(self, **changes: Any) -> Any:
+    def _replace(self: R, **changes: Any) -> R:
         """A copy with ``changes`` (``dataclasses.replace``)."""
         values = {name: getattr(self, name) for name in self._init_fields}
         values.update(changes)

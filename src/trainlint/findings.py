@@ -86,7 +86,7 @@ class Intent(Record, frozen=True):
 
     def shifted(self, lines: int) -> Intent:
         """The same intent with its lines moved by ``lines`` (a notebook cell's offset)."""
-        return self._replace(line=self.line + lines, end_line=self.end_line + lines)  # type: ignore[no-any-return]
+        return self._replace(line=self.line + lines, end_line=self.end_line + lines)
 
 
 class Fix(Record, frozen=True):

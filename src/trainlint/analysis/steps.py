@@ -150,7 +150,7 @@ class StepLoop(Record):
         self.node = node
         self.paths = paths
         self.precise = precise
-        self.epoch_loops = list() if epoch_loops is None else epoch_loops
+        self.epoch_loops = [] if epoch_loops is None else epoch_loops
 
     @property
     def events(self) -> list[Event]:
