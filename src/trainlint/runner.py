@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainlint._collector import collector_paused
 from trainlint._record import Record
 from trainlint.analysis.project import ProjectIndex, digest, import_graph, module_of
 from trainlint.config import RuleSelection, Settings, TorchPins, per_file_ignored
@@ -15,7 +16,6 @@ from trainlint.engine import FileResult
 from trainlint.findings import Finding, InternalError
 from trainlint.workers import (  # (display_path, read_file, FixMode, lint_file: public here)
     FixMode,
-    collector_paused,
     display_path,
     fixable,
     lint_all,

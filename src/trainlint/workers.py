@@ -6,11 +6,11 @@ itself (the cache, the project index, which files a second pass needs) is
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trainlint._collector import collector_paused
 from trainlint._record import Record
 from trainlint.analysis.project import ProjectIndex, import_order, own_view
 from trainlint.config import RuleSelection, Settings, per_file_ignored
@@ -138,20 +138,6 @@ def _work(item: Path | WorkItem) -> FileResult:
             gc.collect(1)
         else:
             gc.collect(0)
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """No collection for the length of the block, when the collector is on: while a
-    file's model or the project index is built, its passes would find nothing to free."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _lint_one(

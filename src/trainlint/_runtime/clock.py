@@ -6,13 +6,14 @@ with the host syncs counted. What ``assert_step_time_stable`` times samples with
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 import time
 import warnings
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
+
+from trainlint._collector import collector_paused
 
 #: On CPU each timed sample runs the step this long (CPU seconds) at least: a
 #: sub-millisecond step timed on its own is dominated by the timer, cache and
@@ -175,17 +176,12 @@ class Reference:
     def __call__(self) -> float:
         """The CPU seconds of one run of the work, on the calling thread."""
         mm, a, b, out = self.mm, self.a, self.b, self.out
-        paused = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_paused():
             start = time.thread_time()
             for _ in range(REFERENCE_ROUNDS):
                 mm(a, b, out=out)
                 out.add_(1.0).relu_()
             return time.thread_time() - start
-        finally:
-            if paused:
-                gc.enable()
 
 
 def _run_queue_seconds() -> float | None:
