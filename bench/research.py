@@ -16,8 +16,8 @@ empty ``trainlint.toml`` that stops config discovery above the trees.
 
 Every ``*.py`` file is linted except the vendored folders every corpus skips and the
 repository's ``exclude`` globs, with trainlint's default selection (or ``--select``).
-A repository's ``torch_pin`` becomes its ``target-torch`` (a ``trainlint.toml`` at its
-root) unless the repository has its own trainlint configuration there.
+``torch_pin`` is informational: trainlint reads each repository's own torch pin
+(``requirements*.txt``, ``setup.py``, ...) as it would for a user.
 
 Findings are compared with ``bench/research/ledger.jsonl`` as every corpus is: see
 ``bench/corpus.py`` for the key, the pairing, the version-bump rule and the gate, and
@@ -87,16 +87,6 @@ def default_mirror() -> Path | None:
     return Path(value) if value else None
 
 
-def _torch_pin_config(root: Path, pin: str) -> None:
-    """The repository's torch pin as its ``target-torch``, unless it configures trainlint."""
-    own = root / "trainlint.toml"
-    pyproject = root / "pyproject.toml"
-    if own.exists() or (pyproject.is_file() and "tool.trainlint" in pyproject.read_text(errors="replace")):
-        return
-    own.write_text(f'# The torch version bench/research/repos.toml pins for this repository.\n'
-                   f'target-torch = "{pin}"\n', encoding="utf-8")
-
-
 def run(repos: Sequence[Repo], *, sources: corpus.GitSources, select: str | None,
         jobs: int | None, progress: bool = True) -> corpus.Run:
     """Lint each repository at its commit: its findings as records, and per-repo info."""
@@ -116,8 +106,6 @@ def run(repos: Sequence[Repo], *, sources: corpus.GitSources, select: str | None
             if progress:
                 print(f"  {repo.name:<44} not read: {exc}", file=sys.stderr)
             continue
-        if repo.torch_pin:
-            _torch_pin_config(root, repo.torch_pin)
         files = corpus.python_files(root, repo.exclude)
         raw = corpus.lint_tree(root, files, select=select, jobs=jobs)
         recs = corpus.to_records(SCHEMA, repo.name, repo.commit, root, raw)
