@@ -230,15 +230,56 @@ class GitSources:
         tmp = Path(tempfile.mkdtemp(dir=self.cache, prefix=f".{root.name}-"))
         try:
             archive = subprocess.run(["git", "--git-dir", str(git_dir), "archive", "--format=tar", commit],
-                                     capture_output=True, check=True).stdout
-            subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
-            (tmp / ".corpus-complete").write_text(f"{repo}@{commit}\n", encoding="utf-8")
+                                     capture_output=True, check=False)
+            missing: list[str] = []
+            if archive.returncode == 0:
+                subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive.stdout, check=True)
+            else:
+                # A mirror may lack some blobs (snapshots drop very large files): take the
+                # files it has, and say which are missing.
+                missing = _extract_blobs(git_dir, commit, tmp)
+            (tmp / ".corpus-complete").write_text(
+                f"{repo}@{commit}\n" + "".join(f"missing {m}\n" for m in missing), encoding="utf-8")
             if root.exists():
                 shutil.rmtree(root)
             os.replace(tmp, root)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return root
+
+
+def _extract_blobs(git_dir: Path, commit: str, dest: Path) -> list[str]:
+    """Write the commit's regular files that the git directory holds under ``dest``; the
+    paths whose blobs are absent, sorted."""
+    git = ["git", "--git-dir", str(git_dir)]
+    listing = subprocess.run([*git, "ls-tree", "-r", "-z", "--full-tree", commit],
+                             capture_output=True, check=True).stdout
+    files: dict[str, str] = {}  # path -> blob
+    for item in listing.split(b"\0"):
+        if not item:
+            continue
+        meta, _, path = item.partition(b"\t")
+        mode, kind, sha = meta.decode().split()
+        if kind == "blob" and mode in ("100644", "100755"):  # not links, not submodules
+            files[path.decode("utf-8", errors="surrogateescape")] = sha
+    check = subprocess.run([*git, "cat-file", "--batch-check"], capture_output=True, check=True,
+                           input="".join(f"{sha}\n" for sha in files.values()).encode()).stdout
+    present = {line.split()[0] for line in check.decode().splitlines() if not line.endswith("missing")}
+    missing = sorted(p for p, sha in files.items() if sha not in present)
+    wanted = [(p, sha) for p, sha in files.items() if sha in present]
+    blobs = subprocess.run([*git, "cat-file", "--batch"], capture_output=True, check=True,
+                           input="".join(f"{sha}\n" for _, sha in wanted).encode()).stdout
+    pos = 0
+    for path, _ in wanted:
+        header_end = blobs.index(b"\n", pos)
+        size = int(blobs[pos:header_end].split()[2])
+        target = dest / path
+        if not target.resolve().is_relative_to(dest.resolve()):
+            raise RuntimeError(f"{commit}: path escapes the tree: {path}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(blobs[header_end + 1:header_end + 1 + size])
+        pos = header_end + 1 + size + 1
+    return missing
 
 
 def _git(args: Sequence[str]) -> None:

@@ -283,7 +283,7 @@ def mirror(tmp_path):
     (work / "vendor").mkdir(parents=True)
     _git(work, "init", "-q")
     (work / "train.py").write_text(TRAIN_BUGGY, encoding="utf-8")
-    (work / "vendor" / "copied.py").write_text(TRAIN_BUGGY, encoding="utf-8")
+    (work / "vendor" / "copied.py").write_text(TRAIN_BUGGY + "# a copy\n", encoding="utf-8")
     _git(work, "add", ".")
     _git(work, "commit", "-qm", "bug")
     buggy = _git(work, "rev-parse", "HEAD")
@@ -309,6 +309,17 @@ def test_git_sources_extract_a_commit_once_with_a_config_stop(corpus, mirror, tm
     assert sources.show("acme/trainer", fixed, "nope.py") is None
     with pytest.raises(RuntimeError, match="not in"):
         sources.tree("acme/trainer", "0" * 40)
+
+
+def test_a_mirror_missing_a_blob_still_gives_the_other_files(corpus, mirror, tmp_path):
+    mirror_dir, buggy, _ = mirror
+    git_dir = mirror_dir / "acme+trainer" / "repo"
+    blob = _git(git_dir, "rev-parse", f"{buggy}:vendor/copied.py")
+    (git_dir / "objects" / blob[:2] / blob[2:]).unlink()  # as a snapshot drops a large file
+    root = corpus.GitSources(tmp_path / "cache", mirror_dir).tree("acme/trainer", buggy)
+    assert (root / "train.py").read_text(encoding="utf-8") == TRAIN_BUGGY
+    assert not (root / "vendor" / "copied.py").exists()
+    assert "missing vendor/copied.py" in (root / ".corpus-complete").read_text(encoding="utf-8")
 
 
 def _instance(buggy, fixed, **kw):
