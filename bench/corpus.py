@@ -493,20 +493,25 @@ def _pair(result: Comparison, recs: list[dict[str, Any]], entries: list[dict[str
 def updated_ledger(cmp: Comparison, *, prune: bool) -> list[dict[str, Any]]:
     """The ledger after ``--update``: reviews kept, pin/line/message/context refreshed,
     re-opened ones marked unreviewed (the old verdict kept in ``reopened``), NEW
-    findings added as unreviewed, GONE entries dropped only with ``prune``."""
+    findings added as unreviewed, GONE entries marked ``gone`` (dropped with ``prune``)."""
     s = cmp.schema
     out = list(cmp.untouched)
     refresh = (s.pin, "line", "message", "template", "context")
+    def here(entry: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in entry.items() if k != "gone"}
+
     for cur, entry in cmp.matched:
-        out.append({**entry, **{k: cur[k] for k in refresh}})
+        out.append({**here(entry), **{k: cur[k] for k in refresh}})
     for cur, entry in cmp.reopened:
         was = f"{entry.get(s.pin, '?')} {entry['verdict']}: {entry.get('reason', '')}"
-        out.append({**entry, **{k: cur[k] for k in refresh}, "verdict": "unreviewed",
+        out.append({**here(entry), **{k: cur[k] for k in refresh}, "verdict": "unreviewed",
                     "reopened": was})
     for cur in cmp.new:
         out.append({**cur, "verdict": "unreviewed", "reason": ""})
     if not prune:
-        out.extend(cmp.gone)
+        # Kept for their reviews, marked so that a report from the ledger alone counts
+        # only what trainlint reports now.
+        out.extend({**e, "gone": True} for e in cmp.gone)
     return out
 
 
@@ -848,14 +853,17 @@ LEDGERS = ((ECOSYSTEM, HERE / "ecosystem" / "ledger.jsonl"), (RESEARCH, HERE / "
 
 def cross_report(ledgers: Sequence[tuple[Schema, Path]] = LEDGERS) -> str:
     """Per rule, across the corpora's ledgers as reviewed (no linting): findings,
-    verdicts, precision; one table per corpus, then both together."""
+    verdicts, precision; one table per corpus, then both together. Entries the last
+    ``--update`` found GONE are not counted."""
     rules = rule_table()
     out: list[str] = []
     everything: list[tuple[dict[str, Any], str]] = []
     for schema, path in ledgers:
-        pairs = [(e, e["verdict"]) for e in read_ledger(path, schema)]
+        entries = read_ledger(path, schema)
+        pairs = [(e, e["verdict"]) for e in entries if not e.get("gone")]
         everything += pairs
-        out += [f"{path.parent.name} ({len(pairs)} entries, {path.name})", *rule_rows(pairs, rules), ""]
+        out += [f"{path.parent.name}: {len(pairs)} findings as of the last --update "
+                f"({len(entries) - len(pairs)} gone entries not counted)", *rule_rows(pairs, rules), ""]
     out += ["both corpora", *rule_rows(everything, rules)]
     return "\n".join(out) + "\n"
 

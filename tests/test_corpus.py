@@ -215,6 +215,23 @@ def test_gate_precision_counts_default_rules_only(corpus):
     assert corpus.precision({"unreviewed": 3}) is None
 
 
+def test_update_marks_gone_entries_and_the_report_skips_them(corpus, tmp_path):
+    ledger = [entry(corpus, "true", line=1, text="kept", context="k"),
+              entry(corpus, "noise", line=2, text="lost", context="l"),
+              {**entry(corpus, "false", line=3, text="back", context="b"), "gone": True}]
+    current = [rec(corpus, line=1, text="kept", context="k"), rec(corpus, line=3, text="back", context="b"),
+               rec(corpus, line=4, text="fresh", context="f")]
+    updated = {e["text"]: e for e in corpus.updated_ledger(compare(corpus, current, ledger), prune=False)}
+    assert updated["lost"]["gone"] is True and "gone" not in updated["back"]
+    assert updated["fresh"]["verdict"] == "unreviewed" and updated["kept"]["verdict"] == "true"
+    path = tmp_path / "ledger.jsonl"
+    corpus.write_ledger(updated.values(), path, corpus.ECOSYSTEM)
+    report = corpus.cross_report([(corpus.ECOSYSTEM, path)])
+    assert "3 findings as of the last --update (1 gone entries not counted)" in report
+    row = next(line.split() for line in report.splitlines() if line.startswith("TL401"))
+    assert row == ["TL401", "host-sync-in-loop", "on", "3", "1", "1", "0", "1", "0.50"]
+
+
 def test_ledger_round_trip_keeps_field_order_and_extra_fields(corpus, tmp_path):
     path = tmp_path / "ledger.jsonl"
     corpus.write_ledger([entry(corpus, "true", line=2, text="b"),
