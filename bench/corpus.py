@@ -258,10 +258,10 @@ def _extract_blobs(git_dir: Path, commit: str, dest: Path) -> list[str]:
     for item in listing.split(b"\0"):
         if not item:
             continue
-        meta, _, path = item.partition(b"\t")
+        meta, _, raw_path = item.partition(b"\t")
         mode, kind, sha = meta.decode().split()
         if kind == "blob" and mode in ("100644", "100755"):  # not links, not submodules
-            files[path.decode("utf-8", errors="surrogateescape")] = sha
+            files[raw_path.decode("utf-8", errors="surrogateescape")] = sha
     check = subprocess.run([*git, "cat-file", "--batch-check"], capture_output=True, check=True,
                            input="".join(f"{sha}\n" for sha in files.values()).encode()).stdout
     present = {line.split()[0] for line in check.decode().splitlines() if not line.endswith("missing")}
@@ -541,7 +541,11 @@ def parse_opt_in(text: str, code: str, rules: dict[str, dict[str, Any]]) -> tupl
 
 def relint_with_option(schema: Schema, source: str, pin: str, root: Path, paths: Sequence[str],
                        code: str, option: str, value: Any) -> list[dict[str, Any]]:
-    """Findings of ``code`` in ``paths`` with the rule option set (a temporary config)."""
+    """Findings of ``code`` in ``paths`` with the rule option set (a temporary config).
+    A path no longer in the tree has no findings."""
+    paths = [p for p in paths if (root / p).is_file()]
+    if not paths:
+        return []
     fd, name = tempfile.mkstemp(suffix=".toml", prefix=".opt-in-", dir=root.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
