@@ -730,7 +730,8 @@ def format_summary(cmp: Comparison, sources: Sequence[dict[str, Any]],
     zero = dict.fromkeys(("findings", *VERDICTS), 0)
     for p in sources:
         c = per_src.get(p["name"], zero)
-        rows.append((p["name"], *(p.get(k, "") for k in columns), p["files"], f"{p['seconds']:.1f}",
+        name = p["name"] + (" (not linted)" if p.get("error") else "")
+        rows.append((name, *(p.get(k, "") for k in columns), p["files"], f"{p['seconds']:.1f}",
                      c["findings"], *(c[v] for v in VERDICTS), fmt_p(precision(c))))
     tot = Counter(v for _, v in pairs)
     all_counts = {"findings": len(pairs), **{v: tot[v] for v in VERDICTS}}
