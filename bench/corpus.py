@@ -179,8 +179,10 @@ def write_config_stop(directory: Path) -> None:
 
 
 def mirror_git_dir(mirror: Path, repo: str) -> Path:
-    """Where a mirror keeps ``owner/name``: ``MIRROR/owner+name/repo`` (a bare git dir)."""
-    return mirror / repo.replace("/", "+") / "repo"
+    """Where a mirror keeps ``owner/name``: ``MIRROR/owner+name/repo``, a bare git
+    directory, or a repository whose git directory is ``repo/.git``."""
+    where = mirror / repo.replace("/", "+") / "repo"
+    return where / ".git" if (where / ".git").is_dir() else where
 
 
 class GitSources:

@@ -328,6 +328,14 @@ def test_git_sources_extract_a_commit_once_with_a_config_stop(corpus, mirror, tm
         sources.tree("acme/trainer", "0" * 40)
 
 
+def test_a_mirror_entry_may_be_a_plain_clone(corpus, mirror, tmp_path):
+    mirror_dir, buggy, _ = mirror
+    _git(tmp_path, "clone", "-q", str(mirror_dir / "acme+trainer" / "repo"), str(mirror_dir / "acme+plain" / "repo"))
+    sources = corpus.GitSources(tmp_path / "cache", mirror_dir)
+    assert sources.git_dir("acme/plain") == mirror_dir / "acme+plain" / "repo" / ".git"
+    assert (sources.tree("acme/plain", buggy) / "train.py").is_file()
+
+
 def test_a_mirror_missing_a_blob_still_gives_the_other_files(corpus, mirror, tmp_path):
     mirror_dir, buggy, _ = mirror
     git_dir = mirror_dir / "acme+trainer" / "repo"
