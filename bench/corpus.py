@@ -508,8 +508,16 @@ def updated_ledger(cmp: Comparison, *, prune: bool) -> list[dict[str, Any]]:
         was = f"{entry.get(s.pin, '?')} {entry['verdict']}: {entry.get('reason', '')}"
         out.append({**here(entry), **{k: cur[k] for k in refresh}, "verdict": "unreviewed",
                     "reopened": was})
+    # A reworded message changes the key: the new finding is unreviewed, but the review of
+    # the same line in the same place is shown next to it, for the reviewer.
+    earlier = {(e[s.source], e["path"], e["code"], e["text"], e.get("context")): e for e in cmp.gone}
     for cur in cmp.new:
-        out.append({**cur, "verdict": "unreviewed", "reason": ""})
+        row = {**cur, "verdict": "unreviewed", "reason": ""}
+        was = earlier.get((cur[s.source], cur["path"], cur["code"], cur["text"], cur["context"]))
+        if was is not None:
+            row["reopened"] = (f"{was.get(s.pin, '?')} {was['verdict']}: {was.get('reason', '')} "
+                               f"(message then: {was.get('message', '')})")
+        out.append(row)
     if not prune:
         # Kept for their reviews, marked so that a report from the ledger alone counts
         # only what trainlint reports now.

@@ -76,6 +76,14 @@ def test_the_key_holds_the_message_template(corpus):
     assert any("reviewed as true are GONE" in f for f in corpus.gate_failures(cmp, RULES))
 
 
+def test_a_reworded_message_is_reviewed_again_with_the_old_review_at_hand(corpus):
+    ledger = [entry(corpus, "true", reason="real", message="`a.item()` on every training step")]
+    cmp = compare(corpus, [rec(corpus, message="`a.item()` syncs every step")], ledger)
+    (fresh,) = [e for e in corpus.updated_ledger(cmp, prune=True)]
+    assert fresh["verdict"] == "unreviewed"
+    assert fresh["reopened"] == "1.0 true: real (message then: `a.item()` on every training step)"
+
+
 def test_context_hash_sees_nearby_edits_not_far_ones_or_shifts(corpus):
     lines = [f"line {i}" for i in range(20)]
     h = corpus.context_hash(lines, 10)
