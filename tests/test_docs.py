@@ -28,9 +28,14 @@ def test_readme_opens_with_the_lint_and_the_test_command_that_ci_runs():
         ln for ln in _blocks(README, "bash")[0].splitlines() if ln and not ln.startswith("#")
     ]
     assert commands[0] == "pip install . && trainlint check fixtures/"
-    assert commands[1].startswith("pip install torch==2.13.0 && pip install -e '.[test]'")
+    # the quick suite first, then everything: what CI runs (issue 36, item 7)
+    install = "pip install torch==2.13.0 && pip install -e '.[test]'"
+    assert commands[1] == f'{install} && python -m pytest -m "not slow"'
+    assert commands[2] == "python -m pytest"
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert commands[1] in ci.splitlines()
+    assert f"{install} && python -m pytest" in ci.splitlines()
+    # the fixtures are tracked: the README says not to fix them in place (item 36)
+    assert "on a copy, never on fixtures/" in _blocks(README, "bash")[0]
 
 
 def test_install_from_a_checkout_or_a_wheel_and_later_by_name():
@@ -41,9 +46,14 @@ def test_install_from_a_checkout_or_a_wheel_and_later_by_name():
     assert "pip install trainlint" in install
 
 
-def test_pre_commit_rev_is_the_release_tag_of_this_version():
-    assert re.findall(r"rev: (\S+)", GETTING_STARTED) == [f"v{__version__}"]
-    assert f"@v{__version__}" in GETTING_STARTED  # the CI recipe installs the same tag
+def test_pins_are_commit_hashes_not_tags():
+    """Issue 36, item 5: no tag ships from this repository's main: the recipes pin a
+    commit (tests/test_precommit.py runs the pre-commit one against a clone)."""
+    (rev,) = re.findall(r"rev: (\S+)", GETTING_STARTED)
+    assert re.fullmatch(r"[0-9a-f]{40}", rev)
+    assert f"git+https://github.com/trainlint/trainlint@{rev}" in GETTING_STARTED
+    assert "autoupdate --freeze" in GETTING_STARTED
+    assert f"v{__version__}" not in GETTING_STARTED + README
 
 
 def test_diff_exit_status_is_in_the_readmes_list():
