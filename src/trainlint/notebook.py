@@ -247,14 +247,13 @@ def fix_notebook(
     final.findings = sorted(remap(final.findings, cells) + broken, key=Finding.sort_key)
     final.fixed = applied
     if sources != original:
-        before = "".join(f"# cell {n}\n{src}\n" for n, src in original.items())
-        after = "".join(f"# cell {n}\n{src}\n" for n, src in sources.items())
+        indent = _detect_indent(data)
+        out = json.dumps(nb_with(nb, sources), indent=indent, ensure_ascii=False) + "\n"
         if mode.diff:
-            final.diff = unified_diff(path, before, after)
+            # the diff of the file itself, as --fix would write it: a patch that applies
+            final.diff = unified_diff(path, data.decode("utf-8-sig"), out)
         if mode.write:
-            indent = _detect_indent(data)
-            out = json.dumps(nb_with(nb, sources), indent=indent, ensure_ascii=False)
-            write_atomic(file_path, (out + "\n").encode("utf-8"))
+            write_atomic(file_path, out.encode("utf-8"))
     return final
 
 
