@@ -115,3 +115,40 @@ def test_example_output_shows_the_messages_trainlint_prints():
     ]
     assert shown
     assert [m for m in shown if m not in printed] == []
+
+
+def test_plugin_example_works_as_copied_beside_its_pyproject(tmp_path):
+    """Issue 36, item 30: the configuration page's plugin module and its test, copied
+    verbatim next to a pyproject.toml that names it, run without PYTHONPATH pointing
+    there: the rule reports, and its examples pass the harness."""
+    doc = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    plugins = doc.split("## Plugins", 1)[1]
+    module, test = re.findall(r"^```python\n(.*?)^```$", plugins, flags=re.S | re.M)[:2]
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "my_company_rules.py").write_text(module)
+    (project / "test_my_rules.py").write_text(test)
+    (project / "pyproject.toml").write_text('[tool.trainlint]\nplugins = ["my_company_rules"]\n')
+    (project / "train.py").write_text(
+        "import torch\nfor x in loader:\n    torch.manual_seed(0)\n    opt.zero_grad()\n"
+        "    model(x).sum().backward()\n    opt.step()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainlint", "check", "--no-cache", "project"],
+        cwd=tmp_path,  # not the project: `python -m` would put it on sys.path
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "project/train.py:3:5: EXT101" in proc.stdout, proc.stdout + proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_rules.py"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

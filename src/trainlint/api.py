@@ -17,7 +17,10 @@ def all_rules(settings: Settings | None = None, *, catalog: bool = False) -> lis
     catalog's stand-ins, each imported when it first checks a file (what linting needs)."""
     from trainlint.plugins.manager import load_rules
 
-    return load_rules(settings.plugins if settings else [], catalog=catalog)
+    if settings is None:
+        return load_rules([], catalog=catalog)
+    beside = str(settings.root) if settings.config_path is not None else None
+    return load_rules(settings.plugins, catalog=catalog, beside=beside)
 
 
 def lint_source(

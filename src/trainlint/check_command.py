@@ -95,7 +95,8 @@ def formats_for(fmt: str, settings: Sequence[Settings]) -> dict[str, Any]:
 
     formats: dict[str, Any] = builtin_formats()
     for s in settings:
-        for name, formatter in load_formats(s.plugins).items():
+        beside = str(s.root) if s.config_path is not None else None
+        for name, formatter in load_formats(s.plugins, beside).items():
             formats.setdefault(name, formatter)
     if fmt not in formats:
         raise ConfigError(f"unknown --output-format `{fmt}` (choose from {', '.join(formats)})")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,7 +69,8 @@ def cmd_rules(rules: Sequence[type[Rule]], fmt: str = "text") -> int:
             "fix": r.fix_safety or "-",
             "severity": r.severity,
             "confirmed_by": r.confirm_with or "-",
-            "description": r.message,
+            # a message's placeholders (filled in per finding) read as <name>
+            "description": re.sub(r"\{(\w*)[^}]*\}", r"<\1>", r.message),
         }
         for r in rules
     ]

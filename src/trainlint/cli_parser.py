@@ -7,7 +7,7 @@ import argparse
 
 from trainlint import __version__
 
-FORMATS = ("concise", "full", "json", "sarif", "github")
+FORMATS = ("concise", "full", "json", "json-lines", "sarif", "github", "gitlab", "junit")
 
 
 def build_parser() -> argparse.ArgumentParser:

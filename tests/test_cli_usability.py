@@ -1,0 +1,216 @@
+"""The command line as a new user meets it (issue 36): errors are one line with exit 2,
+nothing is linted before a bad option is rejected, every output mode honours its flags,
+and the flags ruff users reach for exist."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+
+LOAD = "import torch\nsd = torch.load(p)\n"  # TL702, unsafe fix
+LEAK = (
+    "import torch\n"
+    "for x in loader:\n"
+    "    loss = model(x).sum()\n"
+    "    opt.zero_grad()\n"
+    "    loss.backward(retain_graph=True)\n"
+    "    opt.step()\n"
+)  # TL301, unsafe fix
+
+
+@pytest.fixture
+def stdin(monkeypatch):
+    def _feed(text: str) -> None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+
+    return _feed
+
+
+def test_stdin_with_an_unknown_format_is_one_line_exit_2(run_cli, stdin):
+    stdin(LOAD)
+    code, out, err = run_cli("check", "--output-format", "nope", "-")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "unknown --output-format `nope`" in err
+
+
+def test_stdin_takes_a_plugins_format(run_cli, tree, stdin):
+    from trainlint.plugins import manager
+
+    root = tree(
+        {
+            "fmtplugin.py": (
+                "from trainlint.plugins.hookspecs import hookimpl\n\n"
+                "@hookimpl\n"
+                "def trainlint_output_formats():\n"
+                "    return {'count': lambda findings, rules: f'{len(findings)} found\\n'}\n"
+            ),
+            "pyproject.toml": '[tool.trainlint]\nplugins = ["fmtplugin"]\n',
+        }
+    )
+    manager._manager.cache_clear()
+    try:
+        stdin(LOAD)
+        code, out, err = run_cli(
+            "check", "--output-format", "count", "--stdin-filename", "t.py", "-", cwd=root
+        )
+    finally:
+        manager._manager.cache_clear()
+        sys.modules.pop("fmtplugin", None)
+        if str(root) in sys.path:
+            sys.path.remove(str(root))
+    assert out == "1 found\n" and code == 1, err
+
+
+def test_an_unknown_format_is_rejected_before_linting(run_cli, tree, monkeypatch):
+    import trainlint.runner
+
+    def never(*args, **kwargs):
+        raise AssertionError("linted before the format was checked")
+
+    monkeypatch.setattr(trainlint.runner, "run", never)
+    root = tree({"a.py": LOAD})
+    code, _, err = run_cli("check", "--output-format", "nope", str(root))
+    assert code == 2 and "unknown --output-format" in err
+
+
+def test_an_internal_error_exits_2_with_one_line(run_cli, tree, monkeypatch):
+    import trainlint.check_command
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("something we did not expect")
+
+    monkeypatch.delenv("TRAINLINT_TRACEBACK", raising=False)
+    monkeypatch.setattr(trainlint.check_command, "merge", boom)
+    root = tree({"a.py": LOAD})
+    code, _, err = run_cli("check", "--no-cache", str(root))
+    assert code == 2
+    assert err.count("\n") == 1 and "internal error: RuntimeError: something" in err
+
+
+def test_statistics_in_json_and_from_stdin(run_cli, tree, stdin):
+    root = tree({"a.py": LOAD})
+    code, out, _ = run_cli(
+        "check", "--no-cache", "--statistics", "--output-format", "json", "a.py", cwd=root
+    )
+    assert json.loads(out) == [
+        {"code": "TL702", "name": "unsafe-torch-load", "count": 1, "fixable": 1}
+    ]
+    stdin(LOAD)
+    code, out, _ = run_cli("check", "--statistics", "-")
+    assert out.split() == ["1", "TL702", "unsafe-torch-load"] and code == 1
+
+
+def test_diff_says_when_it_hides_unsafe_fixes(run_cli, tree):
+    root = tree({"a.py": LEAK})
+    code, out, err = run_cli("check", "--no-cache", "--diff", "a.py", cwd=root)
+    assert out == "" and "1 unsafe fix not shown: add `--unsafe-fixes`" in err
+
+
+def test_a_fix_run_does_not_suggest_its_own_flags(run_cli, tree, monkeypatch):
+    import trainlint.fix
+
+    monkeypatch.setattr(trainlint.fix, "_LIBCST", False)  # as without the fix extra
+    root = tree(
+        {
+            "a.py": (
+                "import torch\nfor x in loader:\n    loss = model(x).sum()\n"
+                "    loss.backward()\n    opt.zero_grad()\n    opt.step()\n"
+            )
+        }
+    )
+    code, out, err = run_cli("check", "--no-cache", "--fix", "--unsafe-fixes", "a.py", cwd=root)
+    assert code == 2 and "trainlint[fix]" in err
+    assert "fixable with `--fix" not in out
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12 parses it")
+def test_newer_python_syntax_names_the_python_it_needs(run_cli, tree):
+    root = tree(
+        {"a.py": "type Batch = list[int]\n", "b.py": "def f[T](x: T) -> T:\n    return x\n"}
+    )
+    code, out, _ = run_cli("check", "--no-cache", ".", cwd=root)
+    assert out.count("Python 3.12 syntax") == 2 and code == 1
+
+
+def test_no_file_to_lint_is_a_warning(run_cli, tree):
+    root = tree({"notes.txt": "x"})
+    code, out, err = run_cli("check", "--no-cache", str(root))
+    assert code == 0 and "no Python files" in err
+
+
+def test_rules_lists_descriptions_and_confirming_checks_and_json(run_cli):
+    code, out, _ = run_cli("rules")
+    header = out.splitlines()[0].split()
+    assert header[:5] == ["CODE", "NAME", "DEFAULT", "FIX", "SEVERITY"]
+    assert "CONFIRMED" in header and "DESCRIPTION" in header
+    code, out, _ = run_cli("rules", "--output-format", "json")
+    rules = {r["code"]: r for r in json.loads(out)}
+    assert rules["TL301"]["confirmed_by"] == "assert_memory_stable"
+    assert rules["TL301"]["description"] and rules["TL301"]["default"] == "on"
+
+
+# -- item 37: the flags ruff users reach for -------------------------------------------------
+
+
+def test_output_file_show_files_and_show_settings(run_cli, tree):
+    root = tree({"pyproject.toml": '[tool.trainlint]\nselect = ["TL702"]\n', "a.py": LOAD})
+    code, out, _ = run_cli("check", "--no-cache", "--output-file", "out/report.txt", ".", cwd=root)
+    assert code == 1 and out == ""
+    assert "a.py:2:6: TL702" in (root / "out" / "report.txt").read_text()
+    code, out, _ = run_cli("check", "--show-files", ".", cwd=root)
+    assert out.split() == ["a.py"] and code == 0
+    code, out, _ = run_cli("check", "--show-settings", ".", cwd=root)
+    (shown,) = json.loads(out)
+    assert shown["select"] == ["TL702"] and shown["files"] == ["a.py"]
+
+
+def test_fix_only_and_exit_non_zero_on_fix(run_cli, tree):
+    root = tree({"a.py": "import torch\nmodel.load_state_dict(torch.load(p))\n"})
+    code, out, _ = run_cli(
+        "check", "--no-cache", "--fix-only", "--exit-non-zero-on-fix", "a.py", cwd=root
+    )
+    assert code == 1 and "weights_only=True" in (root / "a.py").read_text()
+    assert "TL702" not in out
+    (root / "b.py").write_text("import torch\nmodel.load_state_dict(torch.load(p))\n")
+    code, _, _ = run_cli("check", "--no-cache", "--fix-only", "b.py", cwd=root)
+    assert code == 0
+
+
+def test_target_torch_flag_and_environment_format(run_cli, tree, monkeypatch):
+    root = tree({"a.py": "import torch\nsd = torch.load(p)\n"})
+    code, out, _ = run_cli("check", "--no-cache", "--target-torch", "2.6", "a.py", cwd=root)
+    assert "TL702" not in out  # a bare torch.load is safe from torch 2.6 on
+    monkeypatch.setenv("TRAINLINT_OUTPUT_FORMAT", "json")
+    code, out, _ = run_cli("check", "--no-cache", "--target-torch", "2.1", "a.py", cwd=root)
+    assert json.loads(out)[0]["code"] == "TL702"
+    code, _, err = run_cli("check", "--target-torch", "two", "a.py", cwd=root)
+    assert code == 2 and "--target-torch" in err
+
+
+@pytest.mark.parametrize("fmt", ["json-lines", "gitlab", "junit"])
+def test_ci_formats(run_cli, tree, fmt):
+    root = tree({"a.py": LOAD})
+    code, out, _ = run_cli("check", "--no-cache", "--output-format", fmt, "a.py", cwd=root)
+    assert code == 1 and "TL702" in out
+    if fmt == "json-lines":
+        assert json.loads(out.splitlines()[0])["line"] == 2
+    elif fmt == "gitlab":
+        assert json.loads(out)[0]["location"] == {"path": "a.py", "lines": {"begin": 2, "end": 2}}
+    else:
+        import xml.etree.ElementTree as ET
+
+        assert ET.fromstring(out).find("testsuite/testcase/failure") is not None
+
+
+def test_clean_removes_only_the_cache(run_cli, tree):
+    root = tree({"pyproject.toml": '[tool.trainlint]\ncache-dir = "."\n', "a.py": LOAD})
+    code, out, _ = run_cli("clean", ".", cwd=root)
+    assert (root / "a.py").exists() and "No cache" in out  # not a directory it made
+    (root / "pyproject.toml").write_text("[tool.trainlint]\n")
+    run_cli("check", ".", cwd=root)
+    assert (root / ".trainlint_cache").is_dir()
+    code, out, _ = run_cli("clean", ".", cwd=root)
+    assert code == 0 and not (root / ".trainlint_cache").exists()
