@@ -357,3 +357,19 @@ def test_notebook_diff_is_a_patch_of_the_file(run_cli, tree):
 def test_an_empty_notebook_file_is_not_a_syntax_error(run_cli, tree):
     code, out, _ = check(run_cli, tree, "")
     assert code == 0 and "TL001" not in out
+
+
+def test_the_test_extra_installs_ipython_for_the_masking_tests():
+    """Issue 36, item 33: without IPython the comparisons with its transformer skip."""
+    import re
+    import sys
+    from pathlib import Path
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    test_extra = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["test"]
+    assert any(re.match(r"ipython\b", req, flags=re.I) for req in test_extra)
