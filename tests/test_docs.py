@@ -152,3 +152,34 @@ def test_plugin_example_works_as_copied_beside_its_pyproject(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+SAMPLE_TRAIN = '''\
+import torch
+from torch import nn
+
+
+def train(model: nn.Module, loader, epochs: int) -> None:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
+    for epoch in range(epochs):
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            norm = torch.stack([p.grad.norm() for p in model.parameters()]).norm()
+            print(norm)
+            sched.step()
+'''
+
+
+def test_getting_started_sample_output_is_what_the_cli_prints(run_cli, tree):
+    """Issue 36, item 34: the sample output is the real output of a run, summary lines
+    included, on a project of 14 files whose training script has the two bugs."""
+    files = {"src/train.py": SAMPLE_TRAIN}
+    files.update({f"src/util{i}.py": f"X = {i}\n" for i in range(13)})
+    root = tree(files)
+    code, out, _ = run_cli("check", "--no-cache", "src/", cwd=root)
+    (sample,) = [b for b in _blocks(GETTING_STARTED, "text") if "src/train.py" in b]
+    assert code == 1 and out == sample

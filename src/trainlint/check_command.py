@@ -306,12 +306,14 @@ def print_summary(result: RunResult, args: argparse.Namespace, out: Any = None) 
     )
     safe = sum(1 for f in result.findings if f.fix is not None and f.fix.applicability == "safe")
     unsafe = unsafe_count(result.findings)
-    if (safe or (unsafe and args.unsafe_fixes)) and not args.fix:
+    listed = (safe or (unsafe and args.unsafe_fixes)) and not args.fix
+    if listed:
         k = safe + (unsafe if args.unsafe_fixes else 0)
         flag = "--fix --unsafe-fixes" if args.unsafe_fixes and unsafe else "--fix"
         print(f"[*] {k} fixable with `{flag}`.", file=out)
     if unsafe and not args.unsafe_fixes:
-        print(f"({unsafe} more fixable with `--fix --unsafe-fixes`.)", file=out)
+        more = "more " if listed else ""
+        print(f"({unsafe} {more}fixable with `--fix --unsafe-fixes`.)", file=out)
 
 
 def make_cache(settings: Settings, selection: RuleSelection, rules: Sequence[type[Rule]]) -> Cache:
