@@ -214,3 +214,19 @@ def test_clean_removes_only_the_cache(run_cli, tree):
     assert (root / ".trainlint_cache").is_dir()
     code, out, _ = run_cli("clean", ".", cwd=root)
     assert code == 0 and not (root / ".trainlint_cache").exists()
+
+
+def test_every_check_flag_is_documented():
+    """Item 37: the flags exist and the getting-started page lists each one."""
+    from pathlib import Path
+
+    from trainlint.cli_parser import build_parser
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "getting-started.md").read_text()
+    parser = build_parser()
+    check = parser._subparsers._group_actions[0].choices["check"]  # type: ignore[union-attr]
+    flags = {o for a in check._actions for o in a.option_strings if o.startswith("--")}
+    assert flags >= {"--output-file", "--show-files", "--show-settings", "--force-exclude",
+                     "--fix-only", "--exit-non-zero-on-fix", "--target-torch"}  # fmt: skip
+    missing = sorted(f for f in flags - {"--help"} if f"`{f}" not in doc)
+    assert missing == []
