@@ -230,3 +230,38 @@ def test_every_check_flag_is_documented():
                      "--fix-only", "--exit-non-zero-on-fix", "--target-torch"}  # fmt: skip
     missing = sorted(f for f in flags - {"--help"} if f"`{f}" not in doc)
     assert missing == []
+
+
+def test_add_noqa_suppresses_every_finding_and_only_where_a_line_ends(run_cli, tree):
+    root = tree(
+        {
+            "a.py": (
+                "import torch\n"
+                "sd = torch.load(p)\n"
+                "sd2 = torch.load(q)  # noqa: E501\n"
+                'doc = torch.load(r), """\n'
+                'text"""\n'
+            )
+        }
+    )
+    code, _, err = run_cli(
+        "check", "--no-cache", "--select", "TL702", "--add-noqa", "a.py", cwd=root
+    )
+    # line 4 ends inside a string: a comment there would change the string, and one on
+    # line 5 would not suppress the finding; it is left to the user
+    assert code == 0 and "for 2 findings" in err
+    assert (root / "a.py").read_text() == (
+        "import torch\n"
+        "sd = torch.load(p)  # noqa: TL702\n"
+        "sd2 = torch.load(q)  # noqa: E501, TL702\n"
+        'doc = torch.load(r), """\n'
+        'text"""\n'
+    )
+    code, out, _ = run_cli("check", "--no-cache", "--select", "TL702", "a.py", cwd=root)
+    assert out.count("TL702") == 1 and "a.py:4:" in out
+
+
+def test_show_fixes_lists_the_files_fixed(run_cli, tree):
+    root = tree({"a.py": "import torch\nmodel.load_state_dict(torch.load(p))\n", "b.py": "x = 1\n"})
+    code, out, _ = run_cli("check", "--no-cache", "--fix", "--show-fixes", ".", cwd=root)
+    assert "Fixed 1 finding." in out and "  a.py: 1 fix\n" in out and "b.py" not in out

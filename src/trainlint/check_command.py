@@ -160,6 +160,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not all_known:
         all_known = {r.code: r for r in selection_of(args, shown[0])[0]}
     rules = sorted(all_known.values(), key=lambda r: r.code)
+    if args.add_noqa:
+        from trainlint.add_noqa import add_noqa
+
+        added = add_noqa(result.findings)
+        print(f"Added `noqa` directives for {count(added, 'finding')}.", file=sys.stderr)
+        for err in result.errors:
+            print(f"trainlint: error: {err}", file=sys.stderr)
+        return 2 if result.errors else 0
     with _output(args) as out:
         return report(args, fmt, formats, result, rules, out)
 
@@ -171,6 +179,7 @@ def merge(into: RunResult, part: RunResult) -> None:
     into.errors.extend(part.errors)
     into.files += part.files
     into.fixed += part.fixed
+    into.fixed_files.extend(part.fixed_files)
     into.diffs.extend(part.diffs)
     for code, t in part.timings.items():
         into.timings[code] = into.timings.get(code, 0.0) + t
@@ -296,6 +305,9 @@ def print_summary(result: RunResult, args: argparse.Namespace, out: Any = None) 
     n = len(result.findings)
     if result.fixed:
         print(f"Fixed {count(result.fixed, 'finding')}.", file=out)
+        if args.show_fixes:
+            for path, n in result.fixed_files:
+                print(f"  {path}: {count(n, 'fix', 'es')}", file=out)
     if not n:
         print(f"All checks passed ({count(result.files, 'file')}).", file=out)
         return

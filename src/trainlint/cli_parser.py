@@ -78,6 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="apply fixes, report nothing else; exit 0 unless an error (implies --fix)",
     )
     fixes.add_argument(
+        "--show-fixes", action="store_true", help="list the files fixed and how many fixes each"
+    )
+    fixes.add_argument(
+        "--add-noqa",
+        action="store_true",
+        help="add a `# noqa: CODE` comment for every finding, and exit 0",
+    )
+    fixes.add_argument(
         "--exit-non-zero-on-fix",
         action="store_true",
         help="exit 1 when a fix was applied, even if no finding remains",

@@ -79,6 +79,17 @@ def unused_codes_edit(line_text: str, line: int, unused: set[str]) -> Edit | Non
     return Edit(line, start + 1, line, len(line_text.rstrip("\r\n")) + 1, "")
 
 
+def with_codes(line_text: str, codes: set[str]) -> str | None:
+    """The line with ``codes`` added to the codes of its directive (None: no codes there)."""
+    found = list(_noqa().finditer(line_text))
+    if not found or found[-1].group("codes") is None:
+        return None
+    m = found[-1]
+    merged = sorted(set(codes_of(m.group("codes"))) | codes)
+    start, end = m.span("codes")
+    return line_text[:start] + ", ".join(merged) + line_text[end:]
+
+
 def file_noqa_codes(text: str) -> list[str] | None:
     """A file's ``# trainlint: noqa`` directives: None, none; [], skip the whole file;
     [codes], turn those rules off in it."""
