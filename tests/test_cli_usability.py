@@ -265,3 +265,20 @@ def test_show_fixes_lists_the_files_fixed(run_cli, tree):
     root = tree({"a.py": "import torch\nmodel.load_state_dict(torch.load(p))\n", "b.py": "x = 1\n"})
     code, out, _ = run_cli("check", "--no-cache", "--fix", "--show-fixes", ".", cwd=root)
     assert "Fixed 1 finding." in out and "  a.py: 1 fix\n" in out and "b.py" not in out
+
+
+def test_color_always_never_and_no_color(run_cli, tree, monkeypatch):
+    root = tree({"a.py": LOAD})
+    _, out, _ = run_cli("check", "--no-cache", "--color", "always", "a.py", cwd=root)
+    assert "\x1b[1;31mTL702\x1b[0m" in out
+    _, out, _ = run_cli("check", "--no-cache", "a.py", cwd=root)  # not a terminal
+    assert "\x1b[" not in out
+    from trainlint.reporting.text import wants_color
+
+    class Tty:
+        def isatty(self):
+            return True
+
+    assert wants_color("auto", Tty())
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not wants_color("auto", Tty())

@@ -154,7 +154,7 @@ def test_plugin_example_works_as_copied_beside_its_pyproject(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-SAMPLE_TRAIN = '''\
+SAMPLE_TRAIN = """\
 import torch
 from torch import nn
 
@@ -171,7 +171,7 @@ def train(model: nn.Module, loader, epochs: int) -> None:
             norm = torch.stack([p.grad.norm() for p in model.parameters()]).norm()
             print(norm)
             sched.step()
-'''
+"""
 
 
 def test_getting_started_sample_output_is_what_the_cli_prints(run_cli, tree):

@@ -8,8 +8,7 @@ def test_fixture_without_torch_names_what_to_install(pytester):
     # torch made unimportable for the run's own process
     pytester.makeconftest("import sys\nsys.modules['torch'] = None\n")
     pytester.makepyfile(
-        "def test_step(assert_grads_nonzero):\n"
-        "    assert_grads_nonzero(None, lambda: None)\n"
+        "def test_step(assert_grads_nonzero):\n    assert_grads_nonzero(None, lambda: None)\n"
     )
     result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)  # at the fixture's setup

@@ -242,7 +242,13 @@ def report(
             from trainlint.rules import real_rule
 
             rules = [real_rule(r) for r in rules]
-        out.write(formats[fmt](result.findings, rules))
+        text = formats[fmt](result.findings, rules)
+        if fmt in ("concise", "full"):
+            from trainlint.reporting.text import colorize, wants_color
+
+            if wants_color(args.color, out):
+                text = colorize(text)
+        out.write(text)
     if fmt in ("concise", "full") and not args.quiet:
         print_summary(result, args, out)
     for err in result.errors:

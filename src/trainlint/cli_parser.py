@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="write the report to PATH instead of stdout",
     )
+    out.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour the findings: on a terminal (auto; NO_COLOR turns it off), always, never",
+    )
     out.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")
     out.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
     fixes = check.add_argument_group("fixes")
