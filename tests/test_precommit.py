@@ -169,3 +169,40 @@ def test_documented_recipe_pinned_by_commit_runs_from_a_clone(tmp_path):
     assert "pip install" not in out, out
     fixed = (sample / "train.py").read_text()
     assert fixed.index("opt.step()") < fixed.index("opt.zero_grad()"), out
+
+
+@pytest.mark.slow  # clones the repository and installs it into a fresh virtualenv
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git checkout of trainlint")
+def test_documented_ci_recipe_runs_from_a_clone(tmp_path):
+    """Issue 36, item 5: the workflow's `run:` steps, verbatim but for the repository (a
+    clone) and the hash (its HEAD), install trainlint and write a SARIF report."""
+    import json
+    import re
+    import venv
+
+    text = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    (workflow,) = [
+        b for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S) if "upload-sarif" in b
+    ]
+    steps = re.findall(r"^\s*- run: (.*)$", workflow, flags=re.M)
+    assert len(steps) == 2 and re.search(r"@[0-9a-f]{40}\"$", steps[0])
+    clone, sha = _clone_at_working_tree(tmp_path)
+    install = re.sub(
+        r"git\+https://github\.com/trainlint/trainlint@[0-9a-f]{40}",
+        f"git+file://localhost{clone}@{sha}",  # (a PEP 508 URL needs a host)
+        steps[0],
+    )
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    env = {**os.environ, "PATH": f"{env_dir / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("PYTHONPATH", None)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("import torch\nsd = torch.load(path)\n")
+    for step in (install, steps[1]):
+        proc = subprocess.run(
+            step, shell=True, cwd=project, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert proc.returncode == 0, step + "\n" + proc.stdout + proc.stderr
+    sarif = json.loads((project / "trainlint.sarif").read_text())
+    assert sarif["runs"][0]["results"][0]["ruleId"] == "TL702"
