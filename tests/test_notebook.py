@@ -286,3 +286,90 @@ def test_a_notebook_that_cannot_be_mapped_gets_no_cell_relative_file_line(tmp_pa
             "cellEndColumn": 37,
         },
     }
+
+
+# -- issue 36: notebooks through every door ------------------------------------------------
+
+BAD_CELL = ["x = (1,\n", "y = 2 +\n"]  # does not parse: TL001 inside the cell
+
+
+def test_syntax_error_column_is_the_cells_in_an_indented_notebook(run_cli, tree):
+    # CPython reads the offending line back from the file named: the JSON's line, here
+    for indent in (1, 4):
+        code, out, _ = check(
+            run_cli, tree, notebook(["import torch\n"], ["y = 2 +\n"], indent=indent)
+        )
+        assert "nb.ipynb:cell 2:1:8: TL001" in out, out
+
+
+def test_stdin_syntax_error_column_is_the_buffers_not_the_files(run_cli, tree, monkeypatch):
+    import io
+    import sys
+
+    root = tree({"t.py": "# ééééééééééééé on disk\n"})  # bytes != characters here
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"y = 2 +\n")))
+    code, out, _ = run_cli("check", "--stdin-filename", "t.py", "-", cwd=root)
+    assert "t.py:1:8: TL001" in out, out
+
+
+def test_stdin_notebook_is_read_as_a_notebook(run_cli, monkeypatch):
+    import io
+    import sys
+
+    nb = notebook(["import torch\n"], LEAK_CELL)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(nb.encode())))
+    code, out, _ = run_cli("check", "--stdin-filename", "nb.ipynb", "-")
+    assert code == 1 and "nb.ipynb:cell 2:4:" in out and "TL001" not in out
+
+
+def test_debug_model_reads_a_notebooks_cells(run_cli, tree):
+    root = tree({"nb.ipynb": notebook(["import torch\n"], ["%time x = 1\n"], LEAK_CELL)})
+    code, out, err = run_cli("debug", "model", str(root / "nb.ipynb"))
+    assert code == 0, err
+    assert "backward" in out
+
+
+def test_notebook_findings_carry_their_fix_in_cell_lines(run_cli, tree):
+    code, out, _ = check(
+        run_cli, tree, notebook(["import torch\n"], LEAK_CELL), "--output-format", "json"
+    )
+    (finding,) = [f for f in json.loads(out) if f["code"] == "TL301"]
+    assert finding["fix"] is not None and finding["cell"] == 2
+    assert {e["line"] for e in finding["fix"]["edits"]} == {4}
+    code, out, _ = check(run_cli, tree, notebook(["import torch\n"], LEAK_CELL))
+    assert "fixable with `--fix --unsafe-fixes`" in out
+
+
+def test_notebook_diff_is_a_patch_of_the_file(run_cli, tree):
+    import subprocess
+
+    root = tree({"nb.ipynb": notebook(["import torch\n"], LEAK_CELL)})
+    code, diff, _ = run_cli("check", "--no-cache", "--diff", "--unsafe-fixes", "nb.ipynb", cwd=root)
+    assert code == 1 and diff.startswith("--- a/nb.ipynb")
+    (root / "fix.patch").write_text(diff)
+    subprocess.run(["patch", "-p1", "-s", "-i", "fix.patch"], cwd=root, check=True)
+    patched = (root / "nb.ipynb").read_text()
+    run_cli("check", "--no-cache", "--fix", "--unsafe-fixes", "nb.ipynb", cwd=root)
+    assert (root / "nb.ipynb").read_text() == patched  # the patch is what --fix writes
+    assert "retain_graph" not in patched
+
+
+def test_an_empty_notebook_file_is_not_a_syntax_error(run_cli, tree):
+    code, out, _ = check(run_cli, tree, "")
+    assert code == 0 and "TL001" not in out
+
+
+def test_the_test_extra_installs_ipython_for_the_masking_tests():
+    """Issue 36, item 33: without IPython the comparisons with its transformer skip."""
+    import re
+    import sys
+    from pathlib import Path
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    test_extra = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["test"]
+    assert any(re.match(r"ipython\b", req, flags=re.I) for req in test_extra)

@@ -28,6 +28,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _check(name: str) -> Callable[..., Any]:
+    missing = None
+    try:
+        import torch  # noqa: F401  (the checks need it; here its absence is said plainly)
+    except ImportError as exc:
+        missing = str(exc)
+    if missing is not None:
+        pytest.fail(
+            f"`{name}` runs real training steps and needs torch, which cannot be imported "
+            f"here ({missing}): pip install 'trainlint[runtime]' (or the torch build you use)",
+            pytrace=False,
+        )
     from trainlint import testing
 
     check: Callable[..., Any] = getattr(testing, name)
