@@ -127,7 +127,16 @@ class Source(Record):
     def offset(self, line: int, column: int) -> int:
         """Character offset in ``text`` of a 1-based (line, column)."""
         line = min(max(line, 1), len(self.lines))
-        return sum(len(x) for x in self.lines[: line - 1]) + column - 1
+        return self._line_starts[line - 1] + column - 1
+
+    @cached_property
+    def _line_starts(self) -> list[int]:
+        """The character offset at which each line starts: an offset is one look-up, not
+        a sum over the lines before it (a fix or a finding asks for many)."""
+        starts = [0]
+        for text in self.lines:
+            starts.append(starts[-1] + len(text))
+        return starts
 
     def segment(self, node: ast.AST) -> str:
         line, col, end_line, end_col = self.span(node)

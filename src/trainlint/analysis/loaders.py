@@ -60,34 +60,64 @@ def training_loops_over(
 ) -> list[ast.For | ast.AsyncFor]:
     """Step loops (loops that backpropagate or step an optimizer) whose iterable is the
     loader, or a parameter of a same-file function that some call site fills with it."""
-    steps = model.steps
-    training = steps.step_loop_ids
+    by_call, by_key = model.memo(_LoopIterables, _loop_iterables)
+    hits: dict[int, tuple[int, ast.For | ast.AsyncFor]] = {}
+    for found in (
+        *(by_call.get(id(c), ()) for c in calls),
+        *(by_key.get(k, ()) for k in keys),
+    ):
+        for order, loop in found:
+            hits[id(loop)] = (order, loop)
+    return [loop for _, loop in sorted(hits.values(), key=lambda hit: hit[0])]
+
+
+class _LoopIterables:
+    """Memo key of :func:`_loop_iterables`."""
+
+
+_LoopIndex = dict[object, list[tuple[int, "ast.For | ast.AsyncFor"]]]
+
+
+def _loop_iterables(model: FileModel) -> tuple[_LoopIndex, _LoopIndex]:
+    """What each step loop iterates, indexed once per file: by the id of a construction
+    the iterable spells (``for x in DataLoader(ds)``) and by the role key of a name in it
+    (``for x in loader``), also through a parameter of the loop's function, by what its
+    same-file call sites pass (``train(model, loader)``). Asked for every loader of a
+    file, this keeps the question linear in the file's size."""
+    training = model.steps.step_loop_ids
     esc = escapes(model)
-    out: list[ast.For | ast.AsyncFor] = []
-    for loop in model.loops:
+    key_of = model.roles.key
+    by_call: _LoopIndex = {}
+    by_key: _LoopIndex = {}
+
+    def add(expr: ast.AST, entry: tuple[int, ast.For | ast.AsyncFor]) -> None:
+        if isinstance(expr, ast.Call):
+            by_call.setdefault(id(expr), []).append(entry)
+        elif isinstance(expr, (ast.Name, ast.Attribute)):
+            k = key_of(expr)
+            if k is not None:
+                by_key.setdefault(k, []).append(entry)
+
+    for order, loop in enumerate(model.loops):
         if not isinstance(loop, (ast.For, ast.AsyncFor)) or id(loop) not in training:
             continue
+        entry = (order, loop)
         refs = [
             n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute, ast.Call))
         ]
-        if any(refers(model, n, keys, calls) for n in refs):
-            out.append(loop)
-            continue
+        for n in refs:
+            add(n, entry)
         fn = model.function_of(loop)
         if fn is None:
             continue
         params = set(params_of(fn))
-        found = False
         for n in refs:
-            if not (isinstance(n, ast.Name) and n.id in params):
-                continue
-            for site in model.call_sites.get(id(fn), ()):
-                arg = esc.argument_for(site, fn, n.id)
-                if arg is not None and refers(model, arg, keys, calls):
-                    found = True
-        if found:
-            out.append(loop)
-    return out
+            if isinstance(n, ast.Name) and n.id in params:
+                for site in model.call_sites.get(id(fn), ()):
+                    arg = esc.argument_for(site, fn, n.id)
+                    if arg is not None:
+                        add(arg, entry)
+    return by_call, by_key
 
 
 _WRAPPERS = ("enumerate", "tqdm", "iter", "track", "progress_bar")

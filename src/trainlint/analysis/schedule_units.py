@@ -96,12 +96,16 @@ def sized_in_iterations(model: FileModel, sched: Schedule) -> bool:
     return False
 
 
+def _scheduler_ids(model: FileModel) -> set[int]:
+    return {id(c) for c in scheduler_calls(model)}
+
+
 def kind_guarded(model: FileModel, call: ast.Call) -> bool:
     """The step sits under a test of which kind of scheduler this is: an `isinstance`
     or a name string (`"onecycle"`), a flag named for it (`step_per_batch`), or a flag
     set right where a scheduler is built. Whatever was built, it is stepped in the unit
     the code chose for it."""
-    sched_ids = {id(c) for c in scheduler_calls(model)}
+    sched_ids = model.memo(_scheduler_ids, _scheduler_ids)
     for anc in model.ancestors(call):
         if isinstance(anc, NESTED_SCOPES):
             break

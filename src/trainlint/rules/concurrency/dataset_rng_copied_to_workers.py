@@ -263,9 +263,8 @@ def _builds(model: FileModel, expr: ast.AST, cls: ast.ClassDef) -> bool:
         scope = model.scope_of(expr)
         values = [
             node.value
-            for node in model.assignments
+            for node in model.assignments_in(scope)
             if isinstance(node, ast.Assign)
-            and model.scope_of(node) is scope
             and any(isinstance(t, ast.Name) and t.id == expr.id for t in node.targets)
         ]
         return len(values) == 1 and _builds(model, values[0], cls)
