@@ -34,6 +34,27 @@ def _persists_across(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
     return not any(anc is loop for anc in model.ancestors(stmt)) and stmt is not loop
 
 
+def _reset_per_update(
+    model: FileModel, target: ast.AST, loop: ast.AST, loops: list[ast.AST]
+) -> bool:
+    """``loop`` is a micro-batch loop (it backpropagates but steps no optimizer) inside a
+    loop that does step, and the accumulator is made anew in that outer loop's body:
+    it holds the sub-batches of one update, never more than the whole batch would."""
+    from trainlint.analysis.steps import Kind
+
+    by_node = {id(sl.node): sl for sl in model.steps.step_loops}
+    inner = by_node.get(id(loop))
+    if inner is None or inner.of(Kind.STEP):
+        return False
+    outer = loops[loops.index(loop) + 1 :]
+    return any(
+        id(lp) in by_node
+        and by_node[id(lp)].of(Kind.STEP)
+        and not _persists_across(model, target, lp)
+        for lp in outer
+    )
+
+
 def _bounded_key(model: FileModel, stmt: ast.Assign) -> bool:
     """``d[k] = v`` whose key is the same on every iteration of the enclosing loops (a
     constant, or names never rebound inside them): the entry is overwritten, the
@@ -136,7 +157,10 @@ def accumulations_across_steps(
         # attribute, a global)
         anchor: ast.AST = stmt
         if not any(
-            id(lp) in training_loops and _persists_across(model, target, lp) for lp in loops
+            id(lp) in training_loops
+            and _persists_across(model, target, lp)
+            and not _reset_per_update(model, target, lp, loops)
+            for lp in loops
         ):
             step_anchor = _step_function_anchor(model, stmt, target)
             if step_anchor is None:
