@@ -13,7 +13,7 @@ from trainlint.analysis.grad_mode import (
     grad_disabled_earlier,
     under_grad_wrapper,
 )
-from trainlint.analysis.loaders import goes_over_data
+from trainlint.analysis.loaders import goes_over_data, over_fixed_input
 from trainlint.analysis.model import FileModel, call_name, dotted, walk_local
 from trainlint.analysis.paths import Reported
 from trainlint.analysis.steps import Kind
@@ -256,11 +256,14 @@ def validate(model, val_loader):
         seen = Reported()
 
         def over_data(call: ast.Call) -> bool:
-            return any(goes_over_data(lp) for lp in model.enclosing_loops(call))
+            return any(
+                goes_over_data(lp) and not over_fixed_input(model, lp)
+                for lp in model.enclosing_loops(call)
+            )
 
         for call in self._model_calls(model, over_data):
             loops = model.enclosing_loops(call)
-            if not any(goes_over_data(lp) for lp in loops):
+            if not over_data(call):
                 continue  # warm-up/benchmark repeats, decode steps, env rollouts: no dataset
             fn = model.function_of(call)
             if not (
