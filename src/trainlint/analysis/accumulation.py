@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from trainlint.analysis.model import LOOP_NODES, FileModel, FunctionNode, dotted, walk_local
 from trainlint.analysis.project import single_value
@@ -35,7 +35,7 @@ def _persists_across(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
 
 
 def _reset_per_update(
-    model: FileModel, target: ast.AST, loop: ast.AST, loops: list[ast.AST]
+    model: FileModel, target: ast.AST, loop: ast.AST, loops: Sequence[ast.AST]
 ) -> bool:
     """``loop`` is a micro-batch loop (it backpropagates but steps no optimizer) inside a
     loop that does step, and the accumulator is made anew in that outer loop's body:

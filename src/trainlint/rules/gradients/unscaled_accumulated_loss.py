@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from trainlint.analysis.grad_accumulation import (
     accumulation_divisor,
+    cleared_before_backward,
     lr_divided_by_count,
     names_accumulation_count,
     rescales_grads,
@@ -92,6 +93,17 @@ class UnscaledAccumulatedLoss(Rule):
     confirm_with = "assert_loss_decreases"
     triggers = ("%",)
     valid = [
+        # the guarded zero_grad runs before the backward: each update uses one batch
+        """
+import torch
+for j, (x, y) in enumerate(loader):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    if (j + 1) % accum == 0:
+        optimizer.zero_grad()
+    loss.backward()
+    if (j + 1) % accum == 0:
+        optimizer.step()
+""",
         """
 import torch
 for i, (x, y) in enumerate(loader):
@@ -266,6 +278,10 @@ for i, real in enumerate(loader):
                     continue  # backward inside the step branch: no accumulation here
                 if _consumed_each_iteration(loop, bw, guards, guarded, single):
                     continue
+                if cleared_before_backward(
+                    loop.paths, bw, [d for d in divisors if d is not None]
+                ):
+                    continue  # the guarded zero_grad wipes the sum before the step's backward
                 if self._scaled(model, bw.node, divisors):
                     continue
                 node = model.steps.anchor(bw)
