@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from trainlint.analysis.model import FileModel, call_name, dotted, walk_tree
@@ -120,7 +121,7 @@ def _lr_divisors(model: FileModel) -> list[ast.AST]:
 
 
 def cleared_before_backward(
-    paths: list[list[Event]], backward: Event, divisors: list[ast.AST]
+    paths: Sequence[Sequence[Event]], backward: Event, divisors: list[ast.AST]
 ) -> bool:
     """A zero-grad waiting for the same count as the step comes *before* ``backward`` in
     its iteration (``if (i + 1) % n == 0: opt.zero_grad()`` then ``loss.backward()``
