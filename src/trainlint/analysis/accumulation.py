@@ -55,6 +55,49 @@ def _reset_per_update(
     )
 
 
+def _one_batch_unroll(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
+    """``loop`` walks one dimension of a tensor (``for t in range(x.size(1))``: the time
+    steps of one batch) and the accumulator is a local made in the same function before
+    it: it holds at most one batch's unroll and is gone when the call returns."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    it: ast.AST = loop.iter
+    while isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "reversed":
+        it = it.args[0] if it.args else it
+    if not (
+        isinstance(it, ast.Call)
+        and isinstance(it.func, ast.Name)
+        and it.func.id == "range"
+        and len(it.args) == 1
+    ):
+        return False
+    bound = it.args[0]
+    by_size = (
+        isinstance(bound, ast.Call)
+        and isinstance(bound.func, ast.Attribute)
+        and bound.func.attr == "size"
+        and len(bound.args) == 1
+    )
+    by_shape = (
+        isinstance(bound, ast.Subscript)
+        and isinstance(bound.value, ast.Attribute)
+        and bound.value.attr == "shape"
+    )
+    if not (by_size or by_shape):
+        return False
+    root = _container_root(target)
+    name = dotted(root) if root is not None else None
+    fn = model.function_of(loop)
+    if name is None or "." in name or fn is None:
+        return False
+    found = model.flow.definition(name, loop)
+    return (
+        found is not None
+        and isinstance(found[0], ast.Assign)
+        and model.function_of(found[0]) is fn
+    )
+
+
 def _bounded_key(model: FileModel, stmt: ast.Assign) -> bool:
     """``d[k] = v`` whose key is the same on every iteration of the enclosing loops (a
     constant, or names never rebound inside them): the entry is overwritten, the
@@ -160,6 +203,7 @@ def accumulations_across_steps(
             id(lp) in training_loops
             and _persists_across(model, target, lp)
             and not _reset_per_update(model, target, lp, loops)
+            and not _one_batch_unroll(model, target, lp)
             for lp in loops
         ):
             step_anchor = _step_function_anchor(model, stmt, target)
