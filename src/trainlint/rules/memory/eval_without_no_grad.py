@@ -89,6 +89,12 @@ class EvalWithoutNoGrad(Rule):
     differentiates them (rare in evaluation, but possible) would fail. It is left
     undone when no import of `torch` can spell `no_grad` there.
 
+    ## Why is this off by default?
+    On research training code, read in context, 6 of 14 findings were worth a change;
+    the rest were right but cost nothing anyone would notice: a toy model's test pass,
+    a one-off evaluation after training (each batch's graph is freed on the next).
+    Cost is not visible in the code, so select it where evaluation memory matters.
+
     ## References
     - [torch.no_grad](https://pytorch.org/docs/stable/generated/torch.no_grad.html)
     """
@@ -98,6 +104,7 @@ class EvalWithoutNoGrad(Rule):
     message = "model called during evaluation without `torch.no_grad()`: activations are kept for a backward that never comes; wrap the evaluation in `with torch.no_grad():`"
     triggers = ("eval", "valid", "test")
     fix_safety = "unsafe"
+    default_enabled = False
     confirm_with = "assert_memory_stable"
     valid = [
         """
