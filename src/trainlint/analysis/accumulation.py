@@ -55,6 +55,36 @@ def _reset_per_update(
     )
 
 
+def _reset_with_each_update(
+    model: FileModel, target: ast.AST, loops: Sequence[ast.AST]
+) -> bool:
+    """In the body of an enclosing step loop, the branch that steps the optimizer
+    (``if (i + 1) % n == 0:``) also rebinds the accumulator (``running_loss = 0``): it
+    sums the micro-batches of one update, each already backpropagated, and starts over
+    with the next."""
+    from trainlint.analysis.steps import Kind
+
+    name = dotted(target)
+    ids = {id(lp) for lp in loops}
+    if name is None or not ids:
+        return False
+    guards = [
+        g
+        for sl in model.steps.step_loops
+        if id(sl.node) in ids
+        for e in sl.of(Kind.STEP)
+        if e.depth == 0
+        for g, branch in e.guards
+        if branch
+    ]
+    for guard in guards:
+        # directly in the branch: a reset nested under a logging `if` comes less often
+        for node in guard.body:
+            if isinstance(node, ast.Assign) and any(dotted(t) == name for t in node.targets):
+                return True
+    return False
+
+
 def _one_batch_unroll(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
     """``loop`` walks one dimension of a tensor (``for t in range(x.size(1))``: the time
     steps of one batch) and the accumulator is a local made in the same function before
@@ -199,6 +229,8 @@ def accumulations_across_steps(
         # one iteration) and the accumulator comes from outside it (a parameter, an
         # attribute, a global)
         anchor: ast.AST = stmt
+        if _reset_with_each_update(model, target, loops):
+            continue
         if not any(
             id(lp) in training_loops
             and _persists_across(model, target, lp)
