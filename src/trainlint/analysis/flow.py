@@ -357,6 +357,14 @@ class Flow:
                 if fn is marker.node:
                     return env.get(marker.name, UNKNOWN)
             return UNKNOWN
+        if marker.kind == "aug" and isinstance(marker.node, ast.AugAssign):
+            # `loss += reg`: the new value is made of the old one and the added term
+            aug = marker.node
+            name = dotted(aug.target)
+            before = self.definition(name, aug) if name is not None else None
+            if before is None:
+                return UNKNOWN
+            return combine([self.value(before[1], d), self.value(aug.value, d)])
         if marker.kind == "unpack":
             if marker.index >= 0 and isinstance(marker.node, ast.Call):
                 element = self._unpacked_element(marker.node, marker.index, marker.arity, d)
