@@ -55,9 +55,7 @@ def _reset_per_update(
     )
 
 
-def _reset_with_each_update(
-    model: FileModel, target: ast.AST, loops: Sequence[ast.AST]
-) -> bool:
+def _reset_with_each_update(model: FileModel, target: ast.AST, loops: Sequence[ast.AST]) -> bool:
     """In the body of an enclosing step loop, the branch that steps the optimizer
     (``if (i + 1) % n == 0:``) also rebinds the accumulator (``running_loss = 0``): it
     sums the micro-batches of one update, each already backpropagated, and starts over
@@ -122,9 +120,7 @@ def _one_batch_unroll(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
         return False
     found = model.flow.definition(name, loop)
     return (
-        found is not None
-        and isinstance(found[0], ast.Assign)
-        and model.function_of(found[0]) is fn
+        found is not None and isinstance(found[0], ast.Assign) and model.function_of(found[0]) is fn
     )
 
 

@@ -286,9 +286,7 @@ for i, real in enumerate(loader):
                     continue  # backward inside the step branch: no accumulation here
                 if _consumed_each_iteration(loop, bw, guards, guarded, single):
                     continue
-                if cleared_before_backward(
-                    loop.paths, bw, [d for d in divisors if d is not None]
-                ):
+                if cleared_before_backward(loop.paths, bw, [d for d in divisors if d is not None]):
                     continue  # the guarded zero_grad wipes the sum before the step's backward
                 if self._scaled(model, bw.node, divisors):
                     continue
