@@ -230,6 +230,12 @@ def _is_project_file(path: str) -> bool:
     return not real.startswith(os.path.realpath(sys.prefix) + os.sep + "lib")
 
 
+def outside_trainlint(path: str) -> bool:
+    """Whether ``path`` is not one of trainlint's own files (a frame of the user's, or of
+    a library the user called)."""
+    return not os.path.realpath(path).startswith(_TRAINLINT_DIR + os.sep)
+
+
 def display_path(path: str) -> str:
     """``path`` relative to the working directory when it lies beneath it or nearby."""
     try:
