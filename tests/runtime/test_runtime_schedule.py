@@ -218,3 +218,52 @@ def test_loss_decreases_needs_the_loss():
 
     with pytest.raises(TypeError, match="return the loss"):
         assert_loss_decreases(step)
+
+
+# ------------------------------------------- the LR an update used (assert_weights_updated)
+
+
+def warmup_from_zero_setup():
+    """A warmup LambdaLR that is 0 at step 0 (TL203), stepped after each update."""
+    model = mlp()
+    x, y = batch()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = lr_scheduler.LambdaLR(opt, lambda s: s / 10)
+
+    def step():
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        sched.step()  # raises the LR before the check could read it after the step
+
+    return model, opt, step
+
+
+@pytest.mark.parametrize("pass_optimizer", [False, True])
+def test_weights_updated_names_lr_zero_first_when_the_first_update_ran_at_lr_zero(
+    pass_optimizer,
+):
+    from trainlint.testing import assert_weights_updated
+
+    model, opt, step = warmup_from_zero_setup()
+    with pytest.raises(CheckFailed) as info:
+        assert_weights_updated(model, step, optimizer=opt if pass_optimizer else None)
+    message = str(info.value)
+    assert "The learning rate was 0 in param_groups 0 when the optimizer step of step 0" in message
+    assert info.value.rules[0] == "TL206"  # the check confirms TL206, TL203 is the schedule's
+    rules = message.split("Static rules that explain this symptom")[1]
+    assert rules.index("TL206") < rules.index("TL203") < rules.index("TL204")
+    assert "See also" in rules and rules.split("See also")[1].lstrip(" (").find("TL203") != -1
+    # an LR of 0 explains it all: the other causes of "nothing moved" are not listed
+    for code in ("TL107", "TL102", "TL104"):
+        assert code not in rules
+    assert info.value.result.zero_lr == ((0, 0),)
+
+
+def test_weights_updated_passes_once_the_warmup_has_moved_the_lr():
+    from trainlint.testing import assert_weights_updated
+
+    model, _, step = warmup_from_zero_setup()
+    for _ in range(3):
+        result = assert_weights_updated(model, step, steps=2)
+        assert result.zero_lr[:1] in ((), ((0, 0),))
