@@ -64,7 +64,12 @@ SYMPTOMS = {
         "them, or ran on another copy of the model), or weight decay or momentum in the "
         "optimizer moves them without a gradient.",
     ),
-    "lr-zero": Symptom(("TL203", "TL206", "TL204")),
+    "lr-zero": Symptom(
+        ("TL203", "TL206", "TL204"),
+        text="Gradients arrived but no parameter moved, or too little: the optimizer updated "
+        "at learning rate 0. A warmup whose multiplier is 0 at its first step (`step / "
+        "warmup`, `start_factor=0`) spends the first update, or a whole epoch, at LR 0.",
+    ),
     "optimizer-mismatch": Symptom(("TL107",)),
 }
 
@@ -218,9 +223,9 @@ def _diagnose(
         notes = [n for n in notes if not n.startswith("The learning rate is 0")]
         notes.insert(
             0,
-            f"The learning rate was 0 in param_groups {', '.join(map(str, groups))} when the "
-            f"optimizer step of step {', '.join(map(str, zero_lr_steps[:10]))} ran (read as "
-            "the update used it, before any scheduler step after it): a warmup that starts "
+            f"The learning rate is 0 in param_groups {', '.join(map(str, groups))} when the "
+            f"optimizer step of step {', '.join(map(str, zero_lr_steps[:10]))} runs (read as "
+            "the update uses it, before any scheduler step after it): a warmup that starts "
             "at 0, or a scheduler that is never stepped.",
         )
         lr_zero = True
