@@ -87,7 +87,8 @@ class StepClock:
     def calibrate(self) -> None:
         """Choose the clock, and on CPU how many calls a sample batches (untimed calls)."""
         __tracebackhide__ = True
-        if self.torch.cuda.is_initialized():
+        initialised = self.torch.cuda.is_initialized()
+        if initialised:
             self._choose(work_devices(self.torch, self.run))
         if self.on_cuda:
             self._cuda_calibrate()
@@ -97,7 +98,7 @@ class StepClock:
         # may be; the fastest probe sizes the sample. Few calls in all: a step whose
         # work grows with every call should not have grown much before the first sample.
         cpu, active = self._measure(1)
-        if self.torch.cuda.is_initialized():  # that call initialised CUDA: look again
+        if not initialised and self.torch.cuda.is_initialized():  # it initialised CUDA
             self._choose(work_devices(self.torch, self.run))
             if self.on_cuda:
                 self._cuda_calibrate()

@@ -299,7 +299,7 @@ def _optimizer_membership(
         raise TypeError(f"optimizer has no param_groups: {type(optimizer).__name__}")
     held = [p for group in groups for p in group["params"]]
     ids = set(map(id, held))
-    notes = []
+    notes: list[str] = []
     if len(held) == len(trainable) and all(map(is_, held, map(itemgetter(1), trainable))):
         # the model's trainable parameters, in order: none missing, none foreign, and no
         # frozen one (each tensor has one name: frozen and trainable are apart)
