@@ -688,5 +688,7 @@ def test_tl201_is_confirmed_by_a_failing_schedule_test_of_that_scheduler(pyteste
     test = "tests/test_schedule.py::test_schedule"
     tl201 = [f for f in report["findings"] if f["code"] == "TL201"]
     assert tl201 == [
-        entry("TL201", "scheduler-unit-mismatch", "pkg/train.py", step_line, "confirmed", [], [test])
+        entry(
+            "TL201", "scheduler-unit-mismatch", "pkg/train.py", step_line, "confirmed", [], [test]
+        )
     ]
