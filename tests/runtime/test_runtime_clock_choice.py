@@ -33,6 +33,7 @@ class FakeCuda:
 
     def __init__(self) -> None:
         self.mode: int | str = 0
+        self.event_ms: float | None = None  # a fixed event time: a GPU timeline that holds
         fake = self
 
         class Event:
@@ -50,6 +51,8 @@ class FakeCuda:
                 fake.sync(3)
 
             def elapsed_time(self, end: Event) -> float:
+                if fake.event_ms is not None:
+                    return fake.event_ms
                 return (end.at - self.at) * 1e3
 
         self.Event = Event
@@ -148,6 +151,30 @@ def test_work_devices_on_cuda():
         cpu.step()
 
     assert clock_module.work_devices(torch, both) == {"cpu", "cuda"}
+
+
+@pytest.fixture
+def work_on_both(monkeypatch: pytest.MonkeyPatch, cuda_initialised: FakeCuda) -> FakeCuda:
+    """The clock choice injected: every step does CPU tensor work and runs CUDA kernels,
+    whose GPU time holds at 1 ms."""
+    monkeypatch.setattr(clock_module, "work_devices", lambda torch, run: {"cpu", "cuda"})
+    cuda_initialised.event_ms = 1.0
+    return cuda_initialised
+
+
+def test_a_step_doing_both_is_timed_by_both_clocks(work_on_both):
+    for seed in range(3):
+        result = assert_step_time_stable(clean_setup(seed).step)
+        assert result.clock == "cuda+thread_time" and result.calls_per_sample == 1
+        assert result.host_times is not None and len(result.host_times) == len(result.times)
+
+
+def test_cpu_work_that_grows_beside_cuda_work_is_caught_by_the_cpu_clock(work_on_both):
+    # the CUDA events hold at 1 ms: only the thread's CPU time sees the growth
+    with pytest.raises(CheckFailed, match="slower") as info:
+        assert_step_time_stable(growing_matmul(), steps=20)
+    assert "the step runs CUDA kernels too, and its CUDA time held" in str(info.value)
+    assert info.value.result.clock == "cuda+thread_time"
 
 
 # -- only the user's syncs are counted -------------------------------------------------
