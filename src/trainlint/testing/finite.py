@@ -34,7 +34,7 @@ SYMPTOMS = {
     "non-finite": Symptom(("TL602", "TL601", "TL604", "TL603", "TL503")),
     "forward-non-finite": Symptom(
         ("TL602", "TL503"),
-        text="The loss was NaN or Inf before backward() ran: an op in the forward pass "
+        text="The loss (or a value the step returned) was NaN or Inf: an op in the forward pass "
         "overflowed or left its domain (exp of a large value, log or sqrt of 0 or less, a "
         "division by 0, a softmax of a row all -inf), or the batch held NaN. Clamp its "
         "input or use a stable form (logsumexp, log_softmax, "
