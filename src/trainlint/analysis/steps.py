@@ -1137,3 +1137,41 @@ def _functions_by_scope(model: FileModel) -> dict[tuple[str, int], FunctionNode]
     for fn in model.functions:
         out.setdefault((fn.name, id(model.scope_of(fn))), fn)
     return out
+
+
+def _constructed_module(model: FileModel, value: ast.AST) -> bool:
+    """`Net(cfg)`, `GPTModel(cfg).bfloat16().to(device)`: an instance of a class (by the
+    naming convention, when the class lives in another package) that is no torch object
+    of a known other role (`nn.CrossEntropyLoss()` is a criterion)."""
+    while (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and call_name(value) in ("to", "cuda", "bfloat16", "half", "float", "train", "eval")
+    ):
+        value = value.func.value
+    if not (isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute))):
+        return False
+    found = model.roles.classify(value)
+    if found and found[0] is not None:
+        return found[0].role is Role.MODEL
+    name = call_name(value) or ""
+    qual = model.qualname(value.func) or ""
+    return name[:1].isupper() and not qual.startswith("torch.")
+
+
+def rebuilds_model(model: FileModel, loop: ast.AST) -> bool:
+    """Does each iteration of ``loop`` build the model it runs (`net = Net(cfg)` inside
+    the loop, then `net(x)`)? Then an iteration is a trial of its own (a batch-size
+    probe, a benchmark sweep, one run of a search), not a step of one training run."""
+    built: set[str] = set()
+    for node in walk_local(loop):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name) and _constructed_module(model, node.value):
+                built.add(target.id)
+    if not built:
+        return False
+    return any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in built
+        for node in walk_local(loop)
+    )

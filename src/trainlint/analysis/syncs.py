@@ -491,3 +491,106 @@ def per_step_syncs(model: FileModel) -> Iterator[tuple[HostSync, StepLoop, ast.A
         if sync.kind == "copy" and _feeds_env(model, sync.node):
             continue
         yield sync, loop, anchor
+
+
+#: Clock reads: a synchronize right before one makes the measurement honest.
+_CLOCKS = {
+    "time.time",
+    "time.perf_counter",
+    "time.monotonic",
+    "time.process_time",
+    "time.time_ns",
+    "time.perf_counter_ns",
+    "time.monotonic_ns",
+    "timeit.default_timer",
+}
+#: Timer objects' start/stop marks (`fw_timer.tic()`, `timer.toc()`), and CUDA events'
+#: `elapsed_time`, which needs the end event completed.
+_TIMER_METHODS = {"tic", "toc", "elapsed_time"}
+
+
+def _is_cuda_event(model: FileModel, expr: ast.AST) -> bool:
+    name = dotted(expr)
+    found = model.flow.definition(name, expr) if name else None
+    return (
+        found is not None
+        and isinstance(found[1], ast.Call)
+        and model.qualname(found[1].func) in ("torch.cuda.Event", "torch.Event", "torch.xpu.Event")
+    )
+
+
+def reads_clock(model: FileModel, stmt: ast.AST) -> bool:
+    """Does ``stmt`` read or mark a clock: `time.perf_counter()`, a timer's `tic()`/`toc()`,
+    CUDA events' `start.record()` or `start.elapsed_time(end)`? A synchronize right before
+    it is deliberate timing, not a leftover."""
+    for c in ast.walk(stmt):
+        if not isinstance(c, ast.Call):
+            continue
+        if model.qualname(c.func) in _CLOCKS or call_name(c) in _TIMER_METHODS:
+            return True
+        if (
+            call_name(c) == "record"
+            and isinstance(c.func, ast.Attribute)
+            and _is_cuda_event(model, c.func.value)
+        ):
+            return True
+    return False
+
+
+#: torch calls that queue no device work.
+_HOST_ONLY_TORCH = ("torch.cuda.is_available", "torch.distributed.get_", "torch.cuda.device_count")
+
+
+def _reads_to_host(stmt: ast.AST) -> bool:
+    return any(
+        isinstance(c, ast.Call)
+        and call_name(c) in ("item", "tolist", "cpu", "synchronize")
+        and isinstance(c.func, ast.Attribute)
+        for c in ast.walk(stmt)
+    )
+
+
+def _queues_device_work(model: FileModel, stmt: ast.AST) -> bool:
+    """Might ``stmt`` queue kernels: a torch call, a training event, a call whose value
+    carries autograd history? Unknown calls on plain Python values (a meter's
+    `update(loss_value, n)`) do not."""
+    for c in ast.walk(stmt):
+        if not isinstance(c, ast.Call):
+            continue
+        qual = model.qualname(c.func) or ""
+        if qual.startswith("torch.") and not qual.startswith(_HOST_ONLY_TORCH):
+            return True
+        if model.steps.classify(c) is not None:
+            return True
+        if model.flow.value(c).taint is Taint.GRAD:
+            return True
+    return False
+
+
+def queue_drained_before(model: FileModel, node: ast.AST) -> bool:
+    """Has the host already waited for the GPU right before ``node``: an earlier statement
+    of the same step read a tensor to the host (`loss.item()`) and nothing since queued
+    device work? Then another sync at ``node`` waits for nothing."""
+    cur: ast.AST = model.statement_of(node)
+    for anc in model.ancestors(cur):
+        for field_name in ("body", "orelse", "finalbody"):
+            block = getattr(anc, field_name, None)
+            if not (isinstance(block, list) and any(s is cur for s in block)):
+                continue
+            for stmt in reversed(block[: [id(s) for s in block].index(id(cur))]):
+                # A simple statement's read comes after the work it queues itself
+                # (`loss = model(x).mean().item()`); a block's order is not that plain.
+                simple = not hasattr(stmt, "body")
+                if simple and _reads_to_host(stmt):
+                    return True
+                if _queues_device_work(model, stmt):
+                    return False
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return False
+        if isinstance(anc, (ast.For, ast.AsyncFor, ast.While)):
+            return False  # the previous iteration's reads came before this step's work
+        if isinstance(anc, ast.stmt):
+            if isinstance(anc, ast.If) and _queues_device_work(model, anc.test):
+                return False
+            cur = anc
+    return False
