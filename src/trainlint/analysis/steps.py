@@ -30,6 +30,7 @@ from trainlint.analysis.model import (
     walk_local,
     walk_tree,
 )
+from trainlint.analysis.flow import Taint
 from trainlint.analysis.roles import Role, Roles, is_module_class
 
 if TYPE_CHECKING:
@@ -717,13 +718,19 @@ class StepModel:
         return chain[0]
 
     def per_step(
-        self, node: ast.AST, limits: Callable[[ast.If], bool] | None = None
+        self,
+        node: ast.AST,
+        limits: Callable[[ast.If], bool] | None = None,
+        *,
+        per_item: bool = False,
     ) -> tuple[StepLoop, ast.AST] | None:
         """If ``node`` runs on every iteration of a step loop, (that loop, report anchor).
 
         Every iteration means: in the loop body (nested plain loops included) or in
         same-file helpers called from it, not in an ``except`` handler, and not under an
         ``if`` for which ``limits`` says "this gates it" (default: rate-limit guards).
+        With ``per_item``, a loop over the step's own tensors (`for out in outputs`)
+        runs on every step too, many times.
         """
         limits = limits or (lambda g: is_counter_guard(g.test) or _is_logging_guard(g.test))
         for ctx in self.model.loop_contexts(node):
@@ -735,7 +742,9 @@ class StepModel:
                 if sl is not None:
                     step_loop = sl
                     break
-                if id(lp) in {id(e) for e in self.epoch_loops} or not _over_parameters(lp):
+                if id(lp) in {id(e) for e in self.epoch_loops} or not (
+                    _over_parameters(lp) or (per_item and self.over_step_tensors(lp))
+                ):
                     # per epoch, or many times per step in a loop of its own (an RL
                     # rollout, a beam search): not what "every training step" means
                     break
@@ -751,6 +760,23 @@ class StepModel:
             if sl is not None and not self._gated([node], fn, limits):
                 return sl, node
         return None
+
+    def over_step_tensors(self, loop: ast.AST) -> bool:
+        """Does ``loop`` walk the items of a tensor that carries this step's graph (`for
+        mask, out in zip(masks, outputs)` after `outputs = net(images)`): one iteration
+        per sample, box or image of the batch?"""
+        it = getattr(loop, "iter", None)
+        if isinstance(it, ast.Call) and call_name(it) in ("zip", "enumerate"):
+            parts: list[ast.expr] = list(it.args)
+        elif it is not None:
+            parts = [it]
+        else:
+            return False
+        flow = self.model.flow
+        return any(
+            isinstance(p, (ast.Name, ast.Attribute)) and flow.value(p).taint is Taint.GRAD
+            for p in parts
+        )
 
     def _gated(self, chain: list[ast.AST], loop: ast.AST, limits: Callable[[ast.If], bool]) -> bool:
         for item in chain:

@@ -99,7 +99,8 @@ def _from_batch(model: FileModel, expr: ast.AST) -> bool:
                 it = found[0].iter
                 if isinstance(it, ast.Call) and call_name(it) == "range":
                     return False
-                return True
+                # the items of a model output, zipped with the batch moved beside it
+                return not model.steps.over_step_tensors(found[0])
     return False
 
 
@@ -476,7 +477,7 @@ def per_step_syncs(model: FileModel) -> Iterator[tuple[HostSync, StepLoop, ast.A
     per_step: dict[int, tuple[StepLoop, ast.AST] | None] = {}
 
     def in_step(node: ast.AST) -> bool:
-        found = per_step[id(node)] = model.steps.per_step(node)
+        found = per_step[id(node)] = model.steps.per_step(node, per_item=True)
         return found is not None
 
     for sync in host_syncs(model, in_step):
@@ -491,6 +492,17 @@ def per_step_syncs(model: FileModel) -> Iterator[tuple[HostSync, StepLoop, ast.A
         if sync.kind == "copy" and _feeds_env(model, sync.node):
             continue
         yield sync, loop, anchor
+
+
+def per_item(model: FileModel, node: ast.AST, loop: ast.AST) -> bool:
+    """Is ``node`` in a loop over the step's own tensors, inside step loop ``loop``: a
+    read per sample, box or image, many syncs per step?"""
+    for anc in model.ancestors(node):
+        if anc is loop or isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        if isinstance(anc, (ast.For, ast.AsyncFor)) and model.steps.over_step_tensors(anc):
+            return True
+    return False
 
 
 #: Clock reads: a synchronize right before one makes the measurement honest.

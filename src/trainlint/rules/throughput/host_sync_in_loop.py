@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel, call_name
 from trainlint.analysis.steps import STEP_LOOP_TRIGGERS
-from trainlint.analysis.syncs import HostSync, into_tensor, per_step_syncs
+from trainlint.analysis.syncs import HostSync, into_tensor, per_item, per_step_syncs
 from trainlint.rules.base import Invalid, Report, Rule, Valid
 
 _COST = "the CPU waits for the GPU queue to drain each batch"
@@ -337,6 +337,26 @@ for batch in loader:
         ),
     ]
 
+    # (N syncs per step: a per-sample loop over the model's outputs)
+    invalid.append(
+        Invalid(
+            """
+import torch
+net = torch.nn.Conv2d(3, 4, 1).cuda()
+for images, masks in loader:
+    images, masks = images.cuda(), masks.cuda()
+    opt.zero_grad()
+    outputs = net(images)
+    loss = crit(outputs, masks)
+    loss.backward()
+    opt.step()
+    for mask, out in zip(masks, outputs):
+        scores.append(out.argmax(0).eq(mask).float().mean().item())
+""",
+            line=11,
+        )
+    )
+
     def check(self, model: FileModel) -> Iterator[Report]:
         if not model.steps.step_loops:
             return
@@ -360,12 +380,18 @@ for batch in loader:
                         f"{sync.what} of `{sync.key}` a second time in the step: each read "
                         "waits for the GPU queue; read it once and reuse the number"
                     )
-                elif allow_scalars:
+                elif allow_scalars and not per_item(model, sync.node, loop.node):
                     continue
             stmt = model.statement_of(anchor)
             if id(stmt) in reported:
                 continue
             reported.add(id(stmt))
+            if message is None and per_item(model, sync.node, loop.node):
+                message = (
+                    f"{sync.what} for each item of a step's tensor: one wait for the GPU "
+                    "queue per sample, many per step; compute on the device over the "
+                    "whole batch and read once"
+                )
             yield self.report(anchor, message or self._message(model, sync, anchor))
 
     @staticmethod
