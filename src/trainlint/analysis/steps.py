@@ -20,6 +20,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from trainlint._record import Record
+from trainlint.analysis.flow import Taint
 from trainlint.analysis.model import (
     LOOP_NODES,
     NESTED_SCOPES,
@@ -30,7 +31,6 @@ from trainlint.analysis.model import (
     walk_local,
     walk_tree,
 )
-from trainlint.analysis.flow import Taint
 from trainlint.analysis.roles import Role, Roles, is_module_class
 
 if TYPE_CHECKING:
@@ -1201,3 +1201,52 @@ def rebuilds_model(model: FileModel, loop: ast.AST) -> bool:
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in built
         for node in walk_local(loop)
     )
+
+
+def _branch_facts(model: FileModel, node: ast.AST, stop: ast.AST) -> dict[str, tuple[str, bool]]:
+    """The `name == constant` tests that hold where ``node`` runs, up to ``stop``: name ->
+    (constant as written, whether it equals). `if phase == "train": ... else: X` gives
+    X {"phase": ('"train"', False)}."""
+    facts: dict[str, tuple[str, bool]] = {}
+    cur: ast.AST = node
+    for anc in model.ancestors(node):
+        if anc is stop or isinstance(anc, NESTED_SCOPES):
+            break
+        if isinstance(anc, ast.If):
+            test = anc.test
+            if (
+                isinstance(test, ast.Compare)
+                and len(test.ops) == 1
+                and isinstance(test.ops[0], (ast.Eq, ast.NotEq, ast.Is, ast.IsNot))
+                and isinstance(test.comparators[0], (ast.Constant, ast.Attribute))
+                and (name := dotted(test.left)) is not None
+            ):
+                equal = isinstance(test.ops[0], (ast.Eq, ast.Is))
+                in_body = any(cur is s for s in anc.body)
+                facts.setdefault(name, (ast.unparse(test.comparators[0]), equal == in_body))
+        cur = anc
+    return facts
+
+
+def _excludes(a: dict[str, tuple[str, bool]], b: dict[str, tuple[str, bool]]) -> bool:
+    for name, (value, equal) in a.items():
+        other = b.get(name)
+        if other is None:
+            continue
+        if equal and other[1] and value != other[0]:
+            return True  # phase == "valid" against phase == "train"
+        if value == other[0] and equal != other[1]:
+            return True  # phase == "train" against its else
+    return False
+
+
+def off_training_branch(model: FileModel, node: ast.AST, loop: ast.AST) -> bool:
+    """Does ``node`` run only on iterations of ``loop`` that do not train: it sits under
+    `phase == "valid"` while every backward of the loop sits under `phase == "train"`
+    (or under the other arm of the same test)? One loop that serves both phases
+    validates in those branches."""
+    here = _branch_facts(model, node, loop)
+    if not here:
+        return False
+    backs = [c for c in backward_calls(model) if any(a is loop for a in model.ancestors(c))]
+    return bool(backs) and all(_excludes(here, _branch_facts(model, c, loop)) for c in backs)

@@ -6,9 +6,16 @@ import ast
 from collections.abc import Callable, Iterator
 
 from trainlint._record import Record
+from trainlint.analysis.devices import device_in_sight
 from trainlint.analysis.flow import Taint
 from trainlint.analysis.model import FileModel, call_name, dotted, keyword, walk_local
-from trainlint.analysis.steps import StepLoop, after_limiting_exit, backward_calls, backward_value
+from trainlint.analysis.steps import (
+    StepLoop,
+    after_limiting_exit,
+    backward_calls,
+    backward_value,
+    off_training_branch,
+)
 
 _SYNC_METHODS = {"item", "cpu", "numpy", "tolist"}
 _TO_HOST = {"item", "tolist", "numpy"}  # their result is no longer a tensor
@@ -46,6 +53,14 @@ _FACTORIES = {
     "full_like",
     "empty_like",
     "arange",
+    # the legacy constructors build on the host
+    "Tensor",
+    "FloatTensor",
+    "DoubleTensor",
+    "LongTensor",
+    "IntTensor",
+    "BoolTensor",
+    "ByteTensor",
 }
 _DTYPE_WORDS = {
     "dtype",
@@ -208,9 +223,12 @@ def _built_on_cpu(model: FileModel, expr: ast.AST) -> bool:
     return isinstance(cur, ast.Call) and keyword(cur, "device") is None
 
 
-def _one_number(model: FileModel, expr: ast.AST) -> bool:
+def _one_number(
+    model: FileModel, expr: ast.AST, losses: set[str] | frozenset[str] = frozenset()
+) -> bool:
     """Is the copied value one number: a reduction without a dim (`x.mean()`,
-    `torch.mean(x)`), or a detached loss (`loss.detach().cpu()`)?"""
+    `torch.mean(x)`), or a detached loss (`loss.detach().cpu()`, or `l.detach().cpu()`
+    of the `l` that this file backpropagates: backward needs a scalar)?"""
     cur = expr
     detached = False
     while (
@@ -227,7 +245,7 @@ def _one_number(model: FileModel, expr: ast.AST) -> bool:
         module = (model.qualname(cur.func) or "").split(".")[0] in ("torch", "numpy")
         return len(cur.args) == 1 if module else not cur.args
     name = (dotted(cur) or "").rsplit(".", 1)[-1].lower()
-    return detached and "loss" in name
+    return detached and ("loss" in name or dotted(cur) in losses)
 
 
 def _device_factory(model: FileModel, node: ast.AST) -> bool:
@@ -396,7 +414,7 @@ def host_syncs(model: FileModel, where: Callable[[ast.AST], bool] | None = None)
                 continue
             scalar = (
                 name == "item"
-                or _one_number(model, recv)
+                or _one_number(model, recv, losses)
                 or (dotted(recv) in losses and name == "tolist")
             )
             if isinstance(recv, ast.Call) and call_name(recv) == "cpu" and name == "item":
@@ -415,7 +433,10 @@ def host_syncs(model: FileModel, where: Callable[[ast.AST], bool] | None = None)
         if where is not None and not where(call):
             continue
         if any(_tensor_arg(model, a) for a in call.args):
-            if fname == "print":
+            number = _formatted_number(model, call.args) if fname == "print" else None
+            if number is not None:
+                found.append(_number_format(model, call, number))
+            elif fname == "print":
                 found.append(HostSync(call, "`print()` of a tensor", "format", ""))
             elif call.args:
                 arg = call.args[0]
@@ -440,9 +461,41 @@ def host_syncs(model: FileModel, where: Callable[[ast.AST], bool] | None = None)
         if any(
             isinstance(v, ast.FormattedValue) and _tensor_arg(model, v.value) for v in node.values
         ):
-            found.append(HostSync(node, "an f-string of a tensor", "format", ""))
+            number = _formatted_number(model, [node])
+            if number is not None:
+                found.append(_number_format(model, node, number))
+            else:
+                found.append(HostSync(node, "an f-string of a tensor", "format", ""))
     found.sort(key=lambda s: (getattr(s.node, "lineno", 0), getattr(s.node, "col_offset", 0)))
     return found
+
+
+def _formatted_number(model: FileModel, args: list[ast.expr]) -> ast.expr | None:
+    """The tensor that ``args`` (a print's arguments, or one f-string) format, when every
+    tensor among them is formatted with a spec (`f"{loss:.4f}"`): `Tensor.__format__`
+    with a spec works only on a 0-dim tensor and reads it like `.item()`, one number."""
+    first: ast.expr | None = None
+    for arg in args:
+        if not _tensor_arg(model, arg):
+            continue
+        if not isinstance(arg, ast.JoinedStr):
+            return None  # `print(t)`: the whole tensor
+        for v in arg.values:
+            if isinstance(v, ast.FormattedValue) and _tensor_arg(model, v.value):
+                if v.format_spec is None:
+                    return None
+                first = first or v.value
+    return first
+
+
+def _number_format(model: FileModel, node: ast.AST, value: ast.expr) -> HostSync:
+    return HostSync(
+        node,
+        f"formatting `{ast.unparse(value)}` as a number",
+        "scalar",
+        ast.unparse(value),
+        _named_value(model, value),
+    )
 
 
 def _tensor_arg(model: FileModel, expr: ast.AST) -> bool:
@@ -474,6 +527,8 @@ def per_step_syncs(model: FileModel) -> Iterator[tuple[HostSync, StepLoop, ast.A
     nor a copy of actions that `env.step(...)` needs on the host."""
     # Whether a read runs every step is asked first: most of a file's reads (setup,
     # logging, evaluation) fail it, and then their costly flow questions are never asked.
+    if not device_in_sight(model):
+        return  # CPU-only code: a read to the host waits for no device
     per_step: dict[int, tuple[StepLoop, ast.AST] | None] = {}
 
     def in_step(node: ast.AST) -> bool:
@@ -485,8 +540,10 @@ def per_step_syncs(model: FileModel) -> Iterator[tuple[HostSync, StepLoop, ast.A
         if found is None:
             continue
         loop, anchor = found
-        if after_limiting_exit(model, sync.node, loop.node) or _on_way_out(
-            model, sync.node, loop.node
+        if (
+            after_limiting_exit(model, sync.node, loop.node)
+            or _on_way_out(model, sync.node, loop.node)
+            or off_training_branch(model, sync.node, loop.node)
         ):
             continue
         if sync.kind == "copy" and _feeds_env(model, sync.node):

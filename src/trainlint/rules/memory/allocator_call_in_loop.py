@@ -191,7 +191,7 @@ for prompts in prompt_loader:
         opt.step()
 """,
         # a batch-size probe: each try builds its own model, so freeing it is the point
-    """
+        """
 import torch
 from gpt import GPTModel
 while low <= high:
