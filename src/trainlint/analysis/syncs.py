@@ -371,8 +371,8 @@ def _feeds_env(model: FileModel, node: ast.AST) -> bool:
     for sub in walk_local(model.function_of(stmt) or model.tree):
         if (
             _is_env_step(sub)
-            and (sub.lineno, sub.col_offset) > after
-            and any(  # type: ignore[attr-defined]
+            and (sub.lineno, sub.col_offset) > after  # type: ignore[attr-defined]
+            and any(
                 isinstance(a, ast.Name) and a.id in names
                 for a in (*sub.args, *(k.value for k in sub.keywords))  # type: ignore[attr-defined]
             )
@@ -385,9 +385,9 @@ def host_syncs(model: FileModel, where: Callable[[ast.AST], bool] | None = None)
     """Every host read of a device tensor in the file, in source order; with ``where``,
     only the reads at nodes it accepts (asked before the costly flow questions)."""
     losses = {
-        dotted(v)
+        name
         for c in backward_calls(model)
-        if (v := backward_value(model, c)) is not None and dotted(v)
+        if (v := backward_value(model, c)) is not None and (name := dotted(v))
     }
     found: list[HostSync] = []
     for name in _SYNC_METHODS:

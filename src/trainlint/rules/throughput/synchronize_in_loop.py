@@ -219,6 +219,20 @@ for x in loader:
 """,
             line=7,
         ),
+        # work queued after the read: the synchronize waits for it again
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    opt.zero_grad()
+    loss = crit(model(x.cuda()), y.cuda())
+    meter.update(loss.item())
+    loss.backward()
+    opt.step()
+    torch.cuda.synchronize()
+""",
+            line=8,
+        ),
         Invalid(
             """
 from torch import cuda
