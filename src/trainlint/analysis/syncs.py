@@ -527,8 +527,6 @@ def per_step_syncs(model: FileModel) -> Iterator[tuple[HostSync, StepLoop, ast.A
     nor a copy of actions that `env.step(...)` needs on the host."""
     # Whether a read runs every step is asked first: most of a file's reads (setup,
     # logging, evaluation) fail it, and then their costly flow questions are never asked.
-    if not device_in_sight(model):
-        return  # CPU-only code: a read to the host waits for no device
     per_step: dict[int, tuple[StepLoop, ast.AST] | None] = {}
 
     def in_step(node: ast.AST) -> bool:
@@ -541,7 +539,8 @@ def per_step_syncs(model: FileModel) -> Iterator[tuple[HostSync, StepLoop, ast.A
             continue
         loop, anchor = found
         if (
-            after_limiting_exit(model, sync.node, loop.node)
+            cpu_only(model, loop.node)
+            or after_limiting_exit(model, sync.node, loop.node)
             or _on_way_out(model, sync.node, loop.node)
             or off_training_branch(model, sync.node, loop.node)
         ):
@@ -549,6 +548,21 @@ def per_step_syncs(model: FileModel) -> Iterator[tuple[HostSync, StepLoop, ast.A
         if sync.kind == "copy" and _feeds_env(model, sync.node):
             continue
         yield sync, loop, anchor
+
+
+def cpu_only(model: FileModel, loop: ast.AST) -> bool:
+    """Does the step loop ``loop`` train on the CPU: a script (the loop at module level,
+    or in a function this file calls) that never names a device nor uses a framework
+    that would place the model? A step function that other files call gets its tensors
+    from them (a library's `train_step`): there the file cannot tell, so not CPU-only."""
+    if device_in_sight(model):
+        return False
+    fn = (
+        loop
+        if isinstance(loop, (ast.FunctionDef, ast.AsyncFunctionDef))
+        else model.function_of(loop)
+    )
+    return fn is None or bool(model.call_sites.get(id(fn)))
 
 
 def per_item(model: FileModel, node: ast.AST, loop: ast.AST) -> bool:

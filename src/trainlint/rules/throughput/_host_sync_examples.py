@@ -321,6 +321,23 @@ for batch in loader:
     ),
 ]
 
+# a step method that other files call: its tensors come from them, device or not
+INVALID.append(
+    Invalid(
+        """
+import torch
+class Task:
+    def train_step(self, sample, model, criterion, optimizer):
+        loss = criterion(model(sample["input"]), sample["target"])
+        loss.backward()
+        optimizer.step()
+        self.total += loss.item()
+""",
+        line=7,
+        options={"allow-loss-item": False},
+    )
+)
+
 # N syncs per step: a per-sample loop over the model's outputs
 INVALID.append(
     Invalid(

@@ -26,9 +26,10 @@ class HostSyncInLoop(Rule):
     fine; so is an action copied to NumPy for `env.step(...)`, which needs host data.
     Reads in the branch of a loop that serves both phases where the phase is not the
     training one (`if phase == "val":` while backward runs under `phase == "train"`)
-    are validation, and code that never names a device (no `.cuda()`, `.to(device)`,
-    `device=`, nor a framework that places the model) reads from the CPU and waits for
-    nothing. A read per item of a step's tensor (`for out in outputs: out.item()`) is
+    are validation, and a script that never names a device (no `.cuda()`,
+    `.to(device)`, `device=`, nor a framework that places the model) reads from the CPU
+    and waits for nothing; a step method that other files call may get device tensors
+    from them, so it is still checked. A read per item of a step's tensor (`for out in outputs: out.item()`) is
     one sync per sample and is reported even where one read per step is allowed.
 
     By default one read per step of each scalar that is only logged (`loss.item()`,
