@@ -168,7 +168,9 @@ def train_project(pytester):
     write(
         pytester.path,
         {
-            "pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-p no:cacheprovider'\n",
+            # TL401 is opt-in: the project selects it, so its finding is in the report
+            "pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-p no:cacheprovider'\n"
+            "[tool.trainlint]\nextend-select = ['TL401']\n",
             "pkg/__init__.py": "",
             "pkg/train.py": TRAIN,
             "tests/conftest.py": "import torch\n\ntorch.set_num_threads(1)\n",

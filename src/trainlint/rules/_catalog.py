@@ -158,7 +158,7 @@ RULES: tuple[dict[str, Any], ...] = (
     {"code": "TL401", "name": "host-sync-in-loop",
      "module": "trainlint.rules.throughput.host_sync_in_loop", "class": "HostSyncInLoop",
      "message": "host-device sync on every training step: the CPU waits for the GPU queue to drain each batch",
-     "triggers": ("backward", "step(", "optimizer_step", ".grad"),
+     "default_enabled": False, "triggers": ("backward", "step(", "optimizer_step", ".grad"),
      "options": {"allow-loss-item": True}, "confirm_with": "assert_step_time_stable"},
     {"code": "TL402", "name": "synchronize-in-loop",
      "module": "trainlint.rules.throughput.synchronize_in_loop", "class": "SynchronizeInLoop",
