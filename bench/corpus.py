@@ -27,8 +27,10 @@ Entries without ``context`` (written before it existed) pair by occurrence order
 **The gate** (``--check``) fails on: any finding produced now that is unreviewed (NEW,
 or re-opened); a default-enabled rule below 0.9 precision; an entry reviewed as true
 that is GONE, unless its ``opt_in`` names a real option of its rule
-(``TL401.allow-loss-item = false``) and a re-lint of that source with the option set
-reports the finding again; an ``opt_in`` that does not parse or names no such option.
+(``TL401.allow-loss-item = false``), or is the bare code of a rule that is off by
+default (``TL401``: the rule selected, as ``--extend-select TL401`` would), and a re-lint
+of that source with the option set (or the rule selected) reports the finding again; an
+``opt_in`` that does not parse or names no such option.
 """
 
 from __future__ import annotations
@@ -124,10 +126,16 @@ class SourceLines:
         self._files: dict[str, list[str]] = {}
 
     def lines(self, rel: str) -> list[str]:
+        """The lines of a file, or of one notebook cell (``nb.ipynb:cell 3``, trainlint's
+        own notation: a notebook finding's line is within its cell)."""
         if rel not in self._files:
+            path, _, cell = rel.partition(":cell ")
             try:
-                text = (self.root / rel).read_text(encoding="utf-8", errors="replace")
-            except OSError:
+                text = (self.root / path).read_text(encoding="utf-8", errors="replace")
+                if cell:
+                    source = json.loads(text)["cells"][int(cell) - 1].get("source", "")
+                    text = "".join(source) if isinstance(source, list) else str(source)
+            except (OSError, ValueError, LookupError, TypeError, AttributeError):
                 text = ""
             self._files[rel] = text.splitlines()
         return self._files[rel]
@@ -143,8 +151,10 @@ class SourceLines:
 # --------------------------------------------------------------------------- files
 
 
-def python_files(root: Path, exclude: Iterable[str] = ()) -> list[str]:
-    """``*.py`` files under root, as sorted posix paths relative to it."""
+def python_files(root: Path, exclude: Iterable[str] = (), *, notebooks: bool = False) -> list[str]:
+    """``*.py`` files (with ``notebooks``, also ``*.ipynb``, as ``trainlint check .`` reads
+    them) under root, as sorted posix paths relative to it."""
+    suffixes = (".py", ".ipynb") if notebooks else (".py",)
     patterns = list(exclude)
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -157,7 +167,7 @@ def python_files(root: Path, exclude: Iterable[str] = ()) -> list[str]:
         )
         for fname in filenames:
             rel = rel_dir + fname
-            if fname.endswith(".py") and not excluded(rel, patterns):
+            if fname.endswith(suffixes) and not excluded(rel, patterns):
                 out.append(rel)
     return sorted(out)
 
@@ -320,6 +330,8 @@ def to_records(schema: Schema, source: str, pin: str, root: Path,
     for f in raw:
         path = Path(f["path"])
         rel = (path.relative_to(root) if path.is_absolute() and path.is_relative_to(root) else path).as_posix()
+        if f.get("cell"):
+            rel = f"{rel}:cell {f['cell']}"
         line = int(f.get("line") or 0)
         message = f.get("message", "")
         out.append({
@@ -529,11 +541,23 @@ def updated_ledger(cmp: Comparison, *, prune: bool) -> list[dict[str, Any]]:
 
 
 _OPT_IN = re.compile(r"^\s*(TL\d{3})\.([A-Za-z0-9_-]+)\s*=\s*(.+?)\s*$")
+_BARE_CODE = re.compile(r"^\s*(TL\d{3})\s*$")
+#: The "option" of a bare-code ``opt_in``: the off-by-default rule selected, its options
+#: left at their defaults.
+SELECT_RULE = ""
 
 
 def parse_opt_in(text: str, code: str, rules: dict[str, dict[str, Any]]) -> tuple[str, Any] | str:
     """(option, value) from ``TL401.allow-loss-item = false``, or why it is not valid:
-    it must name the entry's own rule and an option that rule has."""
+    it must name the entry's own rule and an option that rule has. A bare code
+    (``TL401``) names a rule that is off by default: (SELECT_RULE, True)."""
+    bare = _BARE_CODE.match(text or "")
+    if bare is not None:
+        if bare.group(1) != code:
+            return f"`opt_in` names {bare.group(1)}, but the finding is {code}"
+        if rules.get(code, {}).get("default", True):
+            return f"`opt_in`: {code} is on by default; name one of its options"
+        return SELECT_RULE, True
     m = _OPT_IN.match(text or "")
     if m is None:
         return f"`opt_in = {text!r}` is not of the form `{code}.option = value`"
@@ -556,6 +580,8 @@ def relint_with_option(schema: Schema, source: str, pin: str, root: Path, paths:
     paths = [p for p in paths if (root / p).is_file()]
     if not paths:
         return []
+    if option == SELECT_RULE:  # an off-by-default rule, selected with its defaults
+        return to_records(schema, source, pin, root, lint_tree(root, sorted(set(paths)), select=code))
     fd, name = tempfile.mkstemp(suffix=".toml", prefix=".opt-in-", dir=root.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -850,7 +876,7 @@ def _opt_in_findings(ledger: Sequence[dict[str, Any]], schema: Schema, rules: di
     for e in ledger:
         if "template" in e or not e.get("opt_in"):
             continue
-        spec = e["opt_in"] if re.match(r"TL\d{3}\.", e["opt_in"]) else f"{e['code']}.{e['opt_in']}"
+        spec = e["opt_in"] if re.match(r"\s*TL\d{3}(\.|\s*$)", e["opt_in"]) else f"{e['code']}.{e['opt_in']}"
         parsed = parse_opt_in(spec, e["code"], rules)
         if not isinstance(parsed, str):
             groups[(e[schema.source], e["code"], parsed[0], json.dumps(parsed[1]))].add(e["path"])

@@ -13,11 +13,18 @@ from trainlint.analysis.steps import EPOCH_FUNCTION_NAMES, LOOP_NODES, Event, Ki
 
 def per_batch_event(model: FileModel, call: ast.Call) -> Event | None:
     """The step-loop event of this scheduler step when it runs once per batch."""
+    return model.memo(_per_batch_events, _per_batch_events).get(id(call))
+
+
+def _per_batch_events(model: FileModel) -> dict[int, Event]:
+    """Each scheduler step made directly in a step loop's body, by the call's id (the
+    first loop's event, in loop order): one pass over the step loops per file."""
+    out: dict[int, Event] = {}
     for loop in model.steps.step_loops:
         for e in loop.of(Kind.SCHED):
-            if e.node is call and e.depth == 0:
-                return e
-    return None
+            if e.depth == 0:
+                out.setdefault(id(e.node), e)
+    return out
 
 
 def runs_per_epoch(model: FileModel, call: ast.Call) -> bool:

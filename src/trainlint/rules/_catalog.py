@@ -41,7 +41,8 @@ _END = "# fmt: on\n"
 # fmt: off
 RULES: tuple[dict[str, Any], ...] = (
     {"code": "TL001", "name": "syntax-error", "module": "trainlint.rules.meta.syntax_error",
-     "class": "SyntaxError_", "message": "the file does not parse"},
+     "class": "SyntaxError_", "message": "the file does not parse",
+     "options": {"notebook-cells": False}},
     {"code": "TL002", "name": "unused-noqa", "module": "trainlint.rules.meta.unused_noqa",
      "class": "UnusedNoqa", "message": "unused `noqa` directive", "default_enabled": False,
      "fix_safety": "safe"},
@@ -158,7 +159,7 @@ RULES: tuple[dict[str, Any], ...] = (
     {"code": "TL401", "name": "host-sync-in-loop",
      "module": "trainlint.rules.throughput.host_sync_in_loop", "class": "HostSyncInLoop",
      "message": "host-device sync on every training step: the CPU waits for the GPU queue to drain each batch",
-     "triggers": ("backward", "step(", "optimizer_step", ".grad"),
+     "default_enabled": False, "triggers": ("backward", "step(", "optimizer_step", ".grad"),
      "options": {"allow-loss-item": True}, "confirm_with": "assert_step_time_stable"},
     {"code": "TL402", "name": "synchronize-in-loop",
      "module": "trainlint.rules.throughput.synchronize_in_loop", "class": "SynchronizeInLoop",
