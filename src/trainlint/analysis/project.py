@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainlint._record import Record
+from trainlint.analysis import checkpoints
+from trainlint.analysis.checkpoints import WORDS as CHECKPOINT_WORDS
 from trainlint.analysis.model import walk_tree
 from trainlint.analysis.roles import Binding, Role
 
@@ -53,6 +55,7 @@ EFFECT_WORDS = (
     b".grad",
     b".append(",
     b"+=",
+    *CHECKPOINT_WORDS,  # saves and loads are summarised from the model (analysis.checkpoints)
 )
 #: Star imports pass on these libraries' names (``from common import *`` where
 #: ``common`` does ``import torch``).
@@ -362,6 +365,9 @@ def summarize(
     uses = _uses(model, imports, module) if model is not None else []
     if uses:
         out["uses"] = uses
+    ck = checkpoints.summary(model, module) if model is not None else None
+    if ck:
+        out["ckpt"] = ck
     if keep is not None:
         out["lean"] = sorted(keep)
     return out
@@ -891,6 +897,8 @@ class ProjectIndex:
         # view reads its own module's, without going through every module's
         self._called: dict[tuple[str, str], set[str]] = {}
         self._effect_memo: dict[str, tuple[list[list[Any]], bool]] = {}
+        # root -> every checkpoint save of the project there (analysis.checkpoints)
+        self._saves: dict[str, list[list[Any]]] = {}
         #: the summaries with lean entries (see ``summarize``) whose left-out facts were
         #: asked for: the views given are not the whole project's until those files are
         #: summarised in full (``runner.run`` lints them again)
@@ -918,6 +926,7 @@ class ProjectIndex:
             if not entry[3]:
                 entry[3] = self._add_call(*entry[:3])
         self._effect_memo.clear()
+        self._saves.clear()
 
     def _call_or_wait(self, s: dict, callee: str, args: list[list[Any]]) -> None:
         if self._add_call(s, callee, args) or self._pending is None:
@@ -1166,7 +1175,8 @@ class ProjectIndex:
                     params.setdefault(fn_name, {})[name] = merged
         calls = self._calls_of(root, s)
         instances, attrs = self._chains(root, module)
-        if not refs and not stars and not params and not calls and not instances:
+        saves = self._checkpoint_saves(root, module, s)
+        if not refs and not stars and not params and not calls and not instances and not saves:
             return None
         out: dict[str, Any] = {"refs": refs, "stars": stars, "params": params}
         if calls:
@@ -1174,7 +1184,17 @@ class ProjectIndex:
         if instances:  # `ctx.training.scheduler` (foreign_binding follows the chain)
             out["instances"] = instances
             out["attrs"] = attrs
+        if saves:  # the saves of other files this file's loads read (TL704)
+            out["checkpoints"] = saves
         return out
+
+    def _checkpoint_saves(self, root: str, module: str, s: dict) -> list[list[Any]]:
+        ck = s.get("ckpt")
+        if not ck or not ck.get("loads"):
+            return []
+        if root not in self._saves:  # once per project root, not once per file
+            self._saves[root] = checkpoints.project_saves(self.modules, self.resolve, root)
+        return checkpoints.view_saves(self._saves[root], module, ck)
 
     # -- effects across files (analysis.effects) ------------------------------------------
     def _calls_of(self, root: str, s: dict) -> dict[str, dict]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from trainlint.analysis import checkpoints
+from trainlint.analysis.checkpoints import Save
 from trainlint.analysis.model import (
     FileModel,
     call_name,
@@ -117,12 +119,27 @@ def _goes_to_load_state_dict(model: FileModel, load: ast.Call) -> bool:
     return stores == 1 and bool(uses) and all(_state_dict_argument(model, u) for u in uses)
 
 
+def _objects_message(why: str, save: Save) -> str:
+    item = save.items[0]
+    where = f"line {save.line}" if not save.where else f"`{save.where}` line {save.line}"
+    return (
+        f"`torch.load` without `weights_only` unpickles arbitrary code before torch 2.6 "
+        f"({why}); the checkpoint saved at {where} holds `{item.text}` ({item.kind}), so "
+        f"`weights_only=True` cannot load it: save plain data (state dicts, `vars(args)`) "
+        f"before restricting the load"
+    )
+
+
 class UnsafeTorchLoad(Rule):
     """## What it does
     Flags `torch.load(..., weights_only=False)` on a path this file did not itself save
     with `torch.save`, and `torch.load` without `weights_only` when the project supports
     a torch older than 2.6 (see `target-torch` below). Test files are not checked: they
     load what they just saved.
+
+    Off by default: this is security hygiene, not a training bug (select it with
+    `--select TL702` or `extend-select`). A bare load of a checkpoint that pickles objects
+    breaks on torch 2.6 and later; that training bug is TL704, on by default.
 
     ## Why is this bad?
     This is a security rule. `torch.load` unpickles: with `weights_only=False` a
@@ -133,9 +150,11 @@ class UnsafeTorchLoad(Rule):
     whole pickled model on another.
 
     Which torch counts is the project's *target torch*: `target-torch = "2.6"` in
-    `[tool.trainlint]`, else the lower bound of the torch requirement in the nearest
-    `pyproject.toml`'s `[project] dependencies` (`torch>=2.6` is 2.6), else 2.1, the
-    oldest torch trainlint considers. From 2.6 on, a missing `weights_only` is the safe
+    `[tool.trainlint]`, else the lower bound of the project's torch requirement
+    (`torch>=2.6` is 2.6), read from `pyproject.toml` (`[project]` dependencies and
+    optional groups, poetry), `setup.py`/`setup.cfg` `install_requires`,
+    `requirements*.txt` (with `-r` includes) or `environment.yml`, else 2.1, the oldest
+    torch trainlint considers. The message says which pin it used. From 2.6 on, a missing `weights_only` is the safe
     default and is not reported. An explicit `weights_only=False` is a deliberate choice
     in most real code (a checkpoint format that pickles objects): it is reported by
     default only where the loaded value provably is a state dict handed to
@@ -143,7 +162,9 @@ class UnsafeTorchLoad(Rule):
     `report-explicit-false` reports every one. Not reported either: a load whose path this file saves to itself (a literal
     file name, or earlier in the same function: a round trip through a temporary file
     or an in-memory buffer), and the `except TypeError:` fallback of a `try` that passes
-    `weights_only`, which runs only on a torch too old to accept it.
+    `weights_only`, which runs only on a torch too old to accept it. Where the project
+    saves the loaded checkpoint with objects (an `argparse.Namespace`, a whole model: see
+    TL704), the message says that `weights_only=True` cannot load it, and offers no fix.
 
     ## Example
     ```python
@@ -184,6 +205,7 @@ class UnsafeTorchLoad(Rule):
 
     code = "TL702"
     name = "unsafe-torch-load"
+    default_enabled = False  # security hygiene, not a training bug: opt in with --select
     message = "`torch.load(weights_only=False)` unpickles arbitrary code from this file"
     triggers = ("load",)
     fix_safety = "unsafe"
@@ -284,6 +306,13 @@ class UnsafeTorchLoad(Rule):
             "    sd = torch.load(path, weights_only=True)\n"
             "    model.load_state_dict(sd, strict=False)\n",
         ),
+        # the project saves objects into this checkpoint: no `weights_only=True` advice
+        Invalid(
+            "import argparse\nimport torch\nargs = argparse.ArgumentParser().parse_args()\n"
+            "torch.save({'args': args, 'epoch': 1}, args.out)\n"
+            "ckpt = torch.load(args.resume)\nstart = ckpt['epoch'] + ckpt['args'].warmup\n",
+            line=5,
+        ),
         # torch 1.12 has no `weights_only`: reported, but no fix
         Invalid("import torch\nsd = torch.load(path)\n", line=2, options={TARGET_TORCH: "1.12"}),
         # an `except TypeError:` around something else is no old-torch fallback
@@ -309,24 +338,32 @@ class UnsafeTorchLoad(Rule):
         explicit = self.opts.get(TARGET_TORCH)
         if explicit:
             return torch_version(explicit), f"`{TARGET_TORCH}` {explicit}"
-        if model.torch_pin is not None:
-            major, minor = model.torch_pin
-            return model.torch_pin, f"the project requires torch>={major}.{minor}"
+        pin = model.torch_pin
+        if pin is not None:
+            major, minor = pin
+            source = getattr(pin, "source", "the project")
+            return pin, f"{source} requires torch>={major}.{minor}"
         return torch_version(OLDEST_TORCH), f"no torch pin found, assuming {OLDEST_TORCH}"
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        loads = model.calls_to(TORCH_LOAD)
+        loads = model.calls_to(TORCH_LOAD)  # (every load: explicit `False` included)
         if not loads:
             return
         target, why = self._target(model)
         report_missing = self.opts["require-explicit"] and target < SAFE_DEFAULT
         saves = model.calls_to(TORCH_SAVE)
+        pickled = checkpoints.pickled_loads(model)
         for call in loads:
             weights_only = keyword(call, "weights_only")
             if weights_only is None:
                 if not report_missing or has_star_kwargs(call):
                     continue  # safe by default, or **kwargs may carry weights_only
                 if _written_here(model, call, saves) or _old_torch_fallback(model, call):
+                    continue
+                held = pickled.get(call)
+                if held is not None:
+                    # `weights_only=True` is no advice for a checkpoint of objects (TL704)
+                    yield self.report(call, _objects_message(why, held))
                     continue
                 yield self.report(
                     call,
