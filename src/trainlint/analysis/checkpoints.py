@@ -29,8 +29,11 @@ the saves of every file with the loads of each (:func:`foreign_saves`).
 from __future__ import annotations
 
 import ast
+import os
 import re
 from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainlint._record import Record
@@ -225,6 +228,12 @@ def _call_item(model: FileModel, call: ast.Call, depth: int) -> Item | None:
             return Item(None, _text(call), f"a `{cls.name}` dataclass")
     if name in _PLAIN_CALLS:
         return None
+    fn = model.resolve_call(call)
+    if fn is not None:  # a same-file factory: `args = get_args()`
+        returned = [_item(model, r.value, depth + 1) for r in model.returns_in(fn) if r.value]
+        kinds = {i.kind if i is not None else None for i in returned}
+        if len(kinds) == 1 and None not in kinds:
+            return Item(None, _text(call), kinds.pop())  # type: ignore[arg-type]
     role = model.roles.role(call)
     if role in _ROLE_KINDS and role is Role.MODEL:
         return Item(None, _text(call), _ROLE_KINDS[role])
@@ -338,7 +347,7 @@ def _segment_key(template: str | None) -> str | None:
     return "file:" + last
 
 
-def path_keys(model: FileModel, path: ast.AST, module: str = "") -> frozenset[str]:
+def path_keys(model: FileModel, path: ast.AST) -> frozenset[str]:
     """The keys by which ``path`` names a file (see the module docstring)."""
     keys: set[str] = set()
     seg = _segment_key(_template(model, path))
@@ -366,15 +375,21 @@ def path_keys(model: FileModel, path: ast.AST, module: str = "") -> frozenset[st
     elif isinstance(node, ast.Call):
         qual = model.call_qualname(node)
         if qual is not None and call_name(node) not in ("join", "format", "Path", "str"):
-            if qual.startswith(".") and module:
-                from trainlint.analysis.project import absolute, module_of
-
-                qual = absolute(qual, module, module_of(model.path)[2])
+            if qual.startswith("."):
+                qual = _absolute(model, qual)
             args = ",".join(
                 repr(a.value) if isinstance(a, ast.Constant) else "*" for a in node.args
             )
             keys.add(f"call:{qual}({args})")
     return frozenset(keys)
+
+
+def _absolute(model: FileModel, qual: str) -> str:
+    """A relative import's qualified name made absolute, as every file spells it."""
+    from trainlint.analysis.project import absolute, module_of
+
+    _, module, is_pkg = module_of(model.path)
+    return absolute(qual, module, is_pkg)
 
 
 def _downloaded(model: FileModel, path: ast.AST) -> bool:
@@ -460,19 +475,41 @@ def _site_args(call: ast.Call, spec: tuple[int, int]) -> tuple[ast.expr | None, 
     return obj, path
 
 
-def saves(model: FileModel, module: str = "") -> list[Save]:
-    """The file's saves whose content ``weights_only`` refuses."""
+def saves(model: FileModel) -> list[Save]:
+    """The file's saves (``torch.save`` and same-file savers) of known content: those with
+    ``items`` hold objects ``weights_only`` refuses, the others a dict of plain data."""
+
+    def build(m: FileModel) -> list[Save]:
+        out: list[Save] = []
+        for call, obj, path in _save_sites(m):
+            if obj is None or path is None:
+                continue
+            keys, items = content(m, obj)
+            if items or keys:
+                out.append(Save(call, path_keys(m, path), keys, items))
+        return out
+
+    return model.memo(saves, build)
+
+
+def _named_saves(model: FileModel) -> list[Save]:
+    """Calls to functions of other files named like savers (``save_checkpoint(state, ...)``)
+    with a dict this file builds: what a resume in this file most likely reads back. Not
+    known to be saves: they only decide which checkpoint a load's keys point to."""
     out: list[Save] = []
-    for call, obj, path in _save_sites(model):
-        if obj is None or path is None:
+    for name, calls in model.calls.items():
+        if not _SAVER_NAME.search(name):
             continue
-        keys, items = content(model, obj)
-        if items:
-            out.append(Save(call, path_keys(model, path, module), keys, items))
+        for call in calls:
+            if not call.args or model.call_qualname(call) in (TORCH_SAVE, None):
+                continue
+            keys, items = content(model, call.args[0])
+            if keys:
+                out.append(Save(call, frozenset(), keys, items))
     return out
 
 
-def loads(model: FileModel, module: str = "") -> list[Load]:
+def loads(model: FileModel) -> list[Load]:
     """The file's ``torch.load`` calls without ``weights_only`` (nor ``**kwargs`` that may
     carry it) of a path no other program wrote."""
     out: list[Load] = []
@@ -482,7 +519,7 @@ def loads(model: FileModel, module: str = "") -> list[Load]:
         path = call.args[0] if call.args else keyword(call, "f")
         if path is None or _downloaded(model, path):
             continue
-        out.append(Load(call, path_keys(model, path, module), _read_keys(model, call)))
+        out.append(Load(call, path_keys(model, path), _read_keys(model, call)))
     return out
 
 
@@ -531,9 +568,12 @@ _SAVER_NAME = re.compile(r"save", re.I)
 #: Positional arguments recorded at such a call (a saver takes the object and the path
 #: among its first few).
 _SAVER_ARGS = 3
+#: Files that make a directory a project's root: the saves of one project pair with its
+#: loads, whatever directory (and import root) each script sits in.
+_PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git", "environment.yml")
 
 
-def _foreign_saver_calls(model: FileModel, module: str) -> list[list[Any]]:
+def _foreign_saver_calls(model: FileModel) -> list[list[Any]]:
     """Calls to functions of other files named like savers, with what each of their first
     arguments holds and names: [callee, [[index, paths, keys, items], ...], line]."""
     out: list[list[Any]] = []
@@ -546,17 +586,13 @@ def _foreign_saver_calls(model: FileModel, module: str) -> list[list[Any]]:
             if qual is None or qual.startswith("torch.") or model.resolve_call(call) is not None:
                 continue
             if qual.startswith("."):
-                from trainlint.analysis.project import absolute, module_of
-
-                qual = absolute(qual, module, module_of(model.path)[2])
+                qual = _absolute(model, qual)
             args: list[list[Any]] = []
             for i, arg in enumerate(call.args[:_SAVER_ARGS]):
                 if isinstance(arg, ast.Starred):
                     break
                 keys, items = content(model, arg)
-                args.append(
-                    [i, _exported(path_keys(model, arg, module)), sorted(keys), _plain(items)]
-                )
+                args.append([i, _exported(path_keys(model, arg)), sorted(keys), _plain(items)])
             if any(a[3] for a in args):
                 out.append([qual, args, call.lineno])
     return out
@@ -571,40 +607,62 @@ def _plain(items: tuple[Item, ...]) -> list[list[Any]]:
     return [[i.key, i.text, i.kind] for i in items]
 
 
-def summary(model: FileModel, module: str) -> dict[str, Any]:
+def summary(model: FileModel) -> dict[str, Any]:
     """The file's part of the project summary, as plain data: ``saves`` [paths, keys,
-    items, line]; ``loads`` [paths, keys]; ``savers`` name -> [object index, path index];
-    ``calls`` (see ``_foreign_saver_calls``). Empty when the file has none."""
+    items, line] of its saves of objects; ``loads`` [paths, keys]; ``savers`` name ->
+    [object index, path index]; ``calls`` (see ``_foreign_saver_calls``). Empty when the
+    file has none of them."""
+    if not any(_SAVER_NAME.search(n) or n == "load" for n in model.calls):
+        return {}
     out: dict[str, Any] = {}
     found = [
-        [_exported(s.paths), sorted(s.keys), _plain(s.items), s.node.lineno]
-        for s in saves(model, module)
+        [_exported(s.paths), sorted(s.keys), _plain(s.items), s.line]
+        for s in saves(model)
+        if s.items
     ]
     if found:
         out["saves"] = found
-    lds = [[_exported(ld.paths), sorted(ld.keys)] for ld in loads(model, module)]
+    lds = [[_exported(ld.paths), sorted(ld.keys)] for ld in loads(model)]
     if lds:
         out["loads"] = lds
     local = savers(model)
     if local:
         out["savers"] = {k: list(v) for k, v in local.items()}
-    calls = _foreign_saver_calls(model, module)
+    calls = _foreign_saver_calls(model)
     if calls:
         out["calls"] = calls
     return out
 
 
-def project_saves(modules: dict[tuple[str, str], dict], resolve: Any, root: str) -> list[list[Any]]:
-    """Every save of the project under ``root``: [module, line, paths, keys, items].
-    ``resolve(root, qual)`` finds a callee's (summary, local name), for the saves made
-    through another file's saver."""
+@lru_cache(maxsize=1024)
+def project_dir(root: str) -> str:
+    """The directory of the project an import root belongs to: the nearest at or above it
+    with a project file or ``.git``; the root itself when there is none."""
+    path = Path(root)
+    for d in (path, *path.parents):
+        if any((d / m).exists() for m in _PROJECT_MARKERS):
+            return str(d)
+        try:
+            if any(n.startswith("requirements") for n in os.listdir(d)):
+                return str(d)
+        except OSError:
+            break
+    return root
+
+
+def project_saves(
+    modules: dict[tuple[str, str], dict], resolve: Any, project: str
+) -> list[list[Any]]:
+    """Every save of objects in the ``project`` (see ``project_dir``): [root, module,
+    line, paths, keys, items, made through another file's saver]. ``resolve(root, qual)``
+    finds a callee's (summary, local name), for the saves made through a saver."""
     out: list[list[Any]] = []
-    for (r, module), s in modules.items():
+    for (root, module), s in modules.items():
         ck = s.get("ckpt")
-        if r != root or not ck:
+        if not ck or project_dir(root) != project:
             continue
         for paths, keys, items, line in ck.get("saves", ()):
-            out.append([module, line, paths, keys, items])
+            out.append([root, module, line, paths, keys, items, False])
         for qual, args, line in ck.get("calls", ()):
             found = resolve(root, qual)
             if found is None:
@@ -617,33 +675,37 @@ def project_saves(modules: dict[tuple[str, str], dict], resolve: Any, root: str)
             obj, path = by_index.get(spec[0]), by_index.get(spec[1])
             if obj is not None and obj[3]:
                 paths = path[1] if path is not None else []
-                out.append([module, line, paths, obj[2], obj[3]])
+                out.append([root, module, line, paths, obj[2], obj[3], True])
     return out
 
 
-def view_saves(all_saves: list[list[Any]], module: str, summary_ck: dict) -> list[list[Any]]:
-    """The saves of other files that some load of this file (``summary_ck["loads"]``)
-    reads: what the file's view carries, so its lint needs no other file."""
-    lds = [Load(ast.Call(), frozenset(p), frozenset(k)) for p, k in summary_ck.get("loads", ())]
-    return [
-        s
-        for s in all_saves
-        if s[0] != module and any(matches(frozenset(s[2]), frozenset(s[3]), ld) for ld in lds)
-    ]
+def view_saves(all_saves: list[list[Any]], root: str, module: str, ck: dict) -> list[list[Any]]:
+    """The saves that some load of the file (``ck["loads"]``) may read, less the file's
+    own direct saves (its lint reads those itself): what the file's view carries, so its
+    lint needs no other file. [module, line, paths, keys, items, in this file]."""
+    lds = [Load(ast.Call(), frozenset(p), frozenset(k)) for p, k in ck.get("loads", ())]
+    out: list[list[Any]] = []
+    for r, m, line, paths, keys, items, via in all_saves:
+        own = r == root and m == module
+        if own and not via:
+            continue
+        if any(matches(frozenset(paths), frozenset(keys), ld) for ld in lds):
+            out.append([m, line, paths, keys, items, own])
+    return out
 
 
 def foreign_saves(model: FileModel) -> list[Save]:
-    """The saves of other files the project view says this file's loads may read."""
-    view = model.project
+    """The saves the project view says this file's loads may read: other files' saves,
+    and this file's saves through another file's saver (``where`` empty)."""
     out: list[Save] = []
-    for module, line, paths, keys, items in (view or {}).get("checkpoints", ()):
+    for module, line, paths, keys, items, own in (model.project or {}).get("checkpoints", ()):
         out.append(
             Save(
                 None,
                 frozenset(paths),
                 frozenset(keys),
                 tuple(Item(*i) for i in items),
-                where=module,
+                where="" if own else module,
                 line=line,
             )
         )
@@ -652,18 +714,34 @@ def foreign_saves(model: FileModel) -> list[Save]:
 
 def pickled_loads(model: FileModel) -> dict[ast.Call, Save]:
     """The file's loads without ``weights_only`` of checkpoints the project saves with
-    objects ``weights_only`` refuses, each with the first such save it reads."""
+    objects ``weights_only`` refuses, each with the save it reads.
+
+    A save of the same path (pattern, key, helper) is the checkpoint read. Failing that, a
+    load is paired by the keys it reads: with this file's own saves first (a resume reads
+    what its own script writes: when those are plain data, nothing is reported), then
+    with the other files' saves.
+    """
 
     def build(m: FileModel) -> dict[ast.Call, Save]:
         found = loads(m)
-        written = saves(m) + foreign_saves(m) if found else []
+        if not found:
+            return {}
+        local = saves(m)
+        foreign = foreign_saves(m)
+        known = local + foreign
+        own = [s for s in local if s.items] + [s for s in foreign if not s.where]
         out: dict[ast.Call, Save] = {}
         for load in found:
-            for save in written:
-                # (a save after the load counts: a resume reads what the last run wrote)
-                if save.node is not load.node and matches(save.paths, save.keys, load):
-                    out[load.node] = save
-                    break
+            # (a save after the load counts: a resume reads what the last run wrote)
+            hit = next((s for s in known if s.items and s.paths & load.paths), None)
+            if hit is None and len(load.keys) >= 2:
+                near = [s for s in local + _named_saves(m) + own if load.keys <= s.keys]
+                if near:
+                    hit = next((s for s in own if load.keys <= s.keys), None)
+                else:
+                    hit = next((s for s in foreign if load.keys <= s.keys), None)
+            if hit is not None:
+                out[load.node] = hit
         return out
 
     return model.memo(pickled_loads, build)

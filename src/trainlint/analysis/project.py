@@ -365,7 +365,7 @@ def summarize(
     uses = _uses(model, imports, module) if model is not None else []
     if uses:
         out["uses"] = uses
-    ck = checkpoints.summary(model, module) if model is not None else None
+    ck = checkpoints.summary(model) if model is not None else None
     if ck:
         out["ckpt"] = ck
     if keep is not None:
@@ -897,7 +897,7 @@ class ProjectIndex:
         # view reads its own module's, without going through every module's
         self._called: dict[tuple[str, str], set[str]] = {}
         self._effect_memo: dict[str, tuple[list[list[Any]], bool]] = {}
-        # root -> every checkpoint save of the project there (analysis.checkpoints)
+        # project directory -> its checkpoint saves of objects (analysis.checkpoints)
         self._saves: dict[str, list[list[Any]]] = {}
         #: the summaries with lean entries (see ``summarize``) whose left-out facts were
         #: asked for: the views given are not the whole project's until those files are
@@ -1192,9 +1192,10 @@ class ProjectIndex:
         ck = s.get("ckpt")
         if not ck or not ck.get("loads"):
             return []
-        if root not in self._saves:  # once per project root, not once per file
-            self._saves[root] = checkpoints.project_saves(self.modules, self.resolve, root)
-        return checkpoints.view_saves(self._saves[root], module, ck)
+        project = checkpoints.project_dir(root)
+        if project not in self._saves:  # once per project, not once per file
+            self._saves[project] = checkpoints.project_saves(self.modules, self.resolve, project)
+        return checkpoints.view_saves(self._saves[project], root, module, ck)
 
     # -- effects across files (analysis.effects) ------------------------------------------
     def _calls_of(self, root: str, s: dict) -> dict[str, dict]:

@@ -42,6 +42,9 @@ _LOAD = "torch.load(os.path.join(run, 'last.pt'))"
 _LOAD_FALSE = "torch.load(os.path.join(run, 'last.pt'), weights_only=False)"
 
 
+_ORDER = ((0, "argparse"), (1, "Namespace"), (2, "dataclass"), (3, "Config"), (4, "Module"))
+
+
 def _advice(item: Item) -> str:
     """The change to the save that makes the checkpoint plain data, for this object."""
     if "argparse" in item.kind or "Namespace" in item.kind:
@@ -188,11 +191,16 @@ class CheckpointNeedsPickle(Rule):
             yield self.report(call, self._message(save), fix=self._fix(model, call))
 
     def _message(self, save: Save) -> str:
-        item = save.items[0]
-        what = f"`{item.text}`" if item.key is None else f"`{item.key}`: `{item.text}`"
+        # the object a reader recognises first (the command line, the model) leads
+        item = min(save.items, key=lambda i: next((n for n, w in _ORDER if w in i.kind), 9))
+        more = len(save.items) - 1
+        named = item.key is None or item.key == item.text
+        what = f"`{item.text}`" if named else f"`{item.key}`: `{item.text}`"
         where = f"line {save.line}" if not save.where else f"`{save.where}` line {save.line}"
         return (
-            f"checkpoint saved at {where} holds {what} ({item.kind}): since torch 2.6 this "
+            f"checkpoint saved at {where} holds {what} ({item.kind})"
+            f"{f' and {more} more such object' + ('s' if more > 1 else '') if more else ''}"
+            f": since torch 2.6 this "
             f"bare `torch.load` raises `UnpicklingError`; pass `weights_only=False` for the "
             f"project's own checkpoint, or {_advice(item)}"
         )
