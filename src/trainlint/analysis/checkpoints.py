@@ -69,6 +69,10 @@ _ROLE_KINDS = {
 }
 #: Calls whose value is plain data (a state dict, a plain dict or number).
 _PLAIN_CALLS = {"state_dict", "item", "tolist", "vars", "asdict", "to_container", "float", "int"}
+#: Methods of a module that return the module itself.
+_MODULE_METHODS = {"half", "float", "double", "bfloat16", "cpu", "cuda", "to", "eval", "train"}
+#: Calls that return their argument, or a copy of it, or the module a wrapper holds.
+_SAME_OBJECT = {"deepcopy", "copy", "de_parallel", "unwrap_model"}
 _WEAK_SEGMENT = re.compile(r"^[*]?\.?[A-Za-z0-9]{0,5}$")
 
 
@@ -86,9 +90,10 @@ class Item(Record, frozen=True):
 
 class Save(Record, frozen=True):
     """A checkpoint written with objects ``weights_only`` refuses: at ``node`` in this
-    file, or (``node`` None) at ``line`` of the module ``where``."""
+    file, or (``node`` None) at ``line`` of the module ``where``; or (``read``) what the
+    code after a load shows the checkpoint holds."""
 
-    __slots__ = ("node", "paths", "keys", "items", "where", "line")
+    __slots__ = ("node", "paths", "keys", "items", "where", "line", "read")
 
     def __init__(
         self,
@@ -98,6 +103,7 @@ class Save(Record, frozen=True):
         items: tuple[Item, ...],
         where: str = "",
         line: int = 0,
+        read: bool = False,
     ) -> None:
         self.node = node
         self.paths = paths
@@ -105,6 +111,8 @@ class Save(Record, frozen=True):
         self.items = items
         self.where = where
         self.line = node.lineno if node is not None else line
+        #: not a save at all: the load's own code shows the object (``ckpt["model"].eval()``)
+        self.read = read
 
 
 class Load(Record, frozen=True):
@@ -209,6 +217,13 @@ def _item(model: FileModel, value: ast.AST, depth: int = 0) -> Item | None:
 
 def _call_item(model: FileModel, call: ast.Call, depth: int) -> Item | None:
     name = call_name(call)
+    inner: Item | None = None
+    if name in _MODULE_METHODS and isinstance(call.func, ast.Attribute):
+        inner = _item(model, call.func.value, depth + 1)  # `model.half()` is the module
+    elif name in _SAME_OBJECT and call.args:
+        inner = _item(model, call.args[0], depth + 1)  # `deepcopy(de_parallel(model))`
+    if inner is not None and (name in _SAME_OBJECT or inner.kind == _ROLE_KINDS[Role.MODEL]):
+        return Item(None, _text(call), inner.kind)
     if name in ("parse_args",):
         return Item(None, _text(call), "an `argparse.Namespace`")
     if name == "numpy" and not call.args:
@@ -255,11 +270,31 @@ def _dict_entries(model: FileModel, obj: ast.AST, depth: int = 0) -> list[tuple[
     elif isinstance(obj, ast.Call) and call_name(obj) == "dict" and isinstance(obj.func, ast.Name):
         out += [(kw.arg, kw.value) for kw in obj.keywords if kw.arg]
     elif isinstance(obj, ast.Name):
-        value = _value_of(model, obj)
+        value = _value_of(model, obj) or _last_dict(model, obj)
         if value is not None:
             out += _dict_entries(model, value, depth + 1)
         out += _stored_entries(model, obj)
     return out
+
+
+def _last_dict(model: FileModel, name: ast.Name) -> ast.expr | None:
+    """The dict literal last assigned to ``name`` before it is saved, in the same scope and
+    block: ``ckpt = {...}; torch.save(ckpt, last)`` where ``ckpt`` was a load before."""
+    from trainlint.analysis.project import single_assignments
+
+    values = single_assignments(model).get((id(model.scope_of(name)), name.id), [])
+    before = [v for v in values if v.lineno < name.lineno]
+    last = max(before, key=lambda v: v.lineno, default=None)
+    if not isinstance(last, ast.Dict):
+        return None
+    stmt, save = model.statement_of(last), model.statement_of(name)
+    return last if model.parent_of(stmt) is _block_owner(model, save, stmt) else None
+
+
+def _block_owner(model: FileModel, save: ast.stmt, stmt: ast.stmt) -> ast.AST | None:
+    """The node whose body holds ``stmt``, if ``save`` is in that body too (any depth)."""
+    owner = model.parent_of(stmt)
+    return owner if owner is not None and owner in {save, *model.ancestors(save)} else None
 
 
 def _stored_entries(model: FileModel, name: ast.Name) -> list[tuple[str, ast.expr]]:
@@ -553,12 +588,101 @@ def _read_keys(model: FileModel, load: ast.Call) -> frozenset[str]:
     return frozenset(keys)
 
 
-def matches(save_paths: frozenset[str], save_keys: frozenset[str], load: Load) -> bool:
-    """Whether a load reads the checkpoint a save writes: a path key in common, or every
-    key the load reads (two at least) is one the saved dict has."""
-    if save_paths & load.paths:
+#: Methods only a module (or an optimizer) has: called on a loaded entry, they show the
+#: checkpoint pickles the object itself.
+_OBJECT_METHODS = {"state_dict", "parameters", "named_parameters", "modules", "children", "eval"}
+#: Keys under which a checkpoint keeps the command line or a config.
+_CONFIG_KEYS = {"args", "opt", "opts", "config", "cfg", "hparams", "options"}
+#: Attributes of the plain values a checkpoint may hold (a tensor, a dict).
+_PLAIN_ATTRS = {
+    "shape",
+    "dtype",
+    "device",
+    "data",
+    "T",
+    "ndim",
+    "get",
+    "items",
+    "keys",
+    "values",
+    "update",
+    "pop",
+    "copy",
+    "setdefault",
+}
+
+
+def read_objects(model: FileModel, load: ast.Call) -> Save | None:
+    """What the code after a load shows the checkpoint holds, whoever saved it: a module
+    method called on it or on one of its entries (``ckpt["model"].float().state_dict()``,
+    ``torch.load(p).eval()``), or an attribute read from its command-line entry
+    (``ckpt["args"].arch``)."""
+    starts: list[ast.AST] = [load]
+    stmt = model.parent_of(load)
+    if (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+    ):
+        name = stmt.targets[0].id
+        starts = [
+            n
+            for n in walk_local(model.scope_of(load))
+            if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+        ]
+    for start in starts:
+        found = _object_use(model, start)
+        if found is not None:
+            return found
+    return None
+
+
+def _object_use(model: FileModel, node: ast.AST) -> Save | None:
+    entry: ast.AST = node  # the loaded value, or the entry of it that is used
+    key: str | None = None
+    for _ in range(_DEPTH + 2):
+        parent = model.parent_of(node)
+        if (
+            isinstance(parent, ast.Subscript)
+            and parent.value is node
+            and key is None
+            and isinstance(parent.slice, ast.Constant)
+            and isinstance(parent.slice.value, str)
+        ):
+            key, node = parent.slice.value, parent
+            entry = parent
+            continue
+        if not isinstance(parent, ast.Attribute) or parent.value is not node:
+            return None
+        call = model.parent_of(parent)
+        called = isinstance(call, ast.Call) and call.func is parent
+        if called and parent.attr in _MODULE_METHODS - {"eval"}:
+            node = call  # `.float()` is still the same object
+            continue
+        if called and parent.attr in _OBJECT_METHODS:
+            what = "a whole `nn.Module`" if parent.attr != "state_dict" else "a pickled object"
+            kind = f"{what}: line {parent.lineno} calls `.{parent.attr}()` on it"
+        elif not called and key in _CONFIG_KEYS and parent.attr not in _PLAIN_ATTRS:
+            kind = f"an object, not a dict: line {parent.lineno} reads `.{parent.attr}`"
+        else:
+            return None
+        item = Item(key, _text(entry), kind)
+        return Save(None, frozenset(), frozenset(), (item,), line=parent.lineno, read=True)
+    return None
+
+
+def matches(
+    save_paths: frozenset[str],
+    save_keys: frozenset[str],
+    paths: frozenset[str],
+    keys: frozenset[str],
+) -> bool:
+    """Whether a load of ``paths`` that reads ``keys`` reads the checkpoint a save writes:
+    a path key in common, or every key the load reads (two at least) is one the saved
+    dict has."""
+    if save_paths & paths:
         return True
-    return len(load.keys) >= 2 and load.keys <= save_keys
+    return len(keys) >= 2 and keys <= save_keys
 
 
 # -- the project part -----------------------------------------------------------------------
@@ -683,13 +807,13 @@ def view_saves(all_saves: list[list[Any]], root: str, module: str, ck: dict) -> 
     """The saves that some load of the file (``ck["loads"]``) may read, less the file's
     own direct saves (its lint reads those itself): what the file's view carries, so its
     lint needs no other file. [module, line, paths, keys, items, in this file]."""
-    lds = [Load(ast.Call(), frozenset(p), frozenset(k)) for p, k in ck.get("loads", ())]
+    lds = [(frozenset(p), frozenset(k)) for p, k in ck.get("loads", ())]
     out: list[list[Any]] = []
     for r, m, line, paths, keys, items, via in all_saves:
         own = r == root and m == module
         if own and not via:
             continue
-        if any(matches(frozenset(paths), frozenset(keys), ld) for ld in lds):
+        if any(matches(frozenset(paths), frozenset(keys), *ld) for ld in lds):
             out.append([m, line, paths, keys, items, own])
     return out
 
@@ -740,6 +864,8 @@ def pickled_loads(model: FileModel) -> dict[ast.Call, Save]:
                     hit = next((s for s in own if load.keys <= s.keys), None)
                 else:
                     hit = next((s for s in foreign if load.keys <= s.keys), None)
+            if hit is None:
+                hit = read_objects(m, load.node)
             if hit is not None:
                 out[load.node] = hit
         return out

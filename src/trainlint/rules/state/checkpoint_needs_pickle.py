@@ -65,7 +65,11 @@ class CheckpointNeedsPickle(Rule):
     (`cfg.ckpt_path`), the same path helper (`ckpt_path(run, "best")`), or a load that
     reads only keys the saved dict has (`ckpt["model"]`, `ckpt["epoch"]`). Saves through a
     helper that hands its arguments to `torch.save` (`save_on_master(state, path)`) count.
-    The message names the object, what it is and where it is saved.
+    A load is also reported when the code right after it shows the checkpoint holds such
+    an object, whoever saved it: a module method called on the loaded value or one of its
+    entries (`ckpt["model"].float().state_dict()`, `torch.load(p).eval()`), or an
+    attribute read from its command-line entry (`ckpt["args"].arch`). The message names
+    the object, what it is and where it is saved (or used).
 
     ## Why is this bad?
     Since torch 2.6, `torch.load` defaults to `weights_only=True`, which refuses to
@@ -139,6 +143,9 @@ class CheckpointNeedsPickle(Rule):
         # what the saved dict holds is unknown here
         "import torch\n\ndef save(state):\n    torch.save(state, 'last.pt')\n\n"
         "def resume():\n    return torch.load('last.pt')\n",
+        # entries used as plain data: a tensor's attributes, a dict's methods
+        "import torch\nckpt = torch.load(p)\nw = ckpt['weight'].float().shape\n"
+        "lr = ckpt['args'].get('lr')\n",
         # a different file name
         "import argparse\nimport torch\nargs = argparse.ArgumentParser().parse_args()\n"
         "torch.save({'args': args}, 'run/args.pt')\nsd = torch.load('run/weights.pt')\n",
@@ -182,6 +189,16 @@ class CheckpointNeedsPickle(Rule):
             line=8,
             fixed=_OPTIMIZER.replace("(args.resume)", "(args.resume, weights_only=False)"),
         ),
+        # what the code does with the loaded entries shows what the checkpoint holds
+        Invalid(
+            "import torch\n\ndef restore(weights):\n"
+            "    ckpt = torch.load(weights, map_location='cpu')\n"
+            "    return ckpt['model'].float().state_dict(), ckpt['args'].arch\n",
+            line=4,
+            fixed="import torch\n\ndef restore(weights):\n"
+            "    ckpt = torch.load(weights, map_location='cpu', weights_only=False)\n"
+            "    return ckpt['model'].float().state_dict(), ckpt['args'].arch\n",
+        ),
         # torch 1.12 has no `weights_only`: reported, no fix
         Invalid(_SAVE_ARGS, line=13, options={TARGET_TORCH: "1.12"}),
     ]
@@ -196,6 +213,12 @@ class CheckpointNeedsPickle(Rule):
         more = len(save.items) - 1
         named = item.key is None or item.key == item.text
         what = f"`{item.text}`" if named else f"`{item.key}`: `{item.text}`"
+        if save.read:
+            return (
+                f"the loaded checkpoint holds `{item.text}`, {item.kind}; since torch 2.6 "
+                f"this bare `torch.load` raises `UnpicklingError`: pass `weights_only=False` "
+                f"for the project's own checkpoint, or {_advice(item)}"
+            )
         where = f"line {save.line}" if not save.where else f"`{save.where}` line {save.line}"
         return (
             f"checkpoint saved at {where} holds {what} ({item.kind})"

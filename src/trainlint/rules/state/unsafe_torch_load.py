@@ -122,9 +122,12 @@ def _goes_to_load_state_dict(model: FileModel, load: ast.Call) -> bool:
 def _objects_message(why: str, save: Save) -> str:
     item = save.items[0]
     where = f"line {save.line}" if not save.where else f"`{save.where}` line {save.line}"
+    held = f"holds `{item.text}`, {item.kind}" if save.read else f"saved at {where} holds"
+    if not save.read:
+        held += f" `{item.text}` ({item.kind})"
     return (
         f"`torch.load` without `weights_only` unpickles arbitrary code before torch 2.6 "
-        f"({why}); the checkpoint saved at {where} holds `{item.text}` ({item.kind}), so "
+        f"({why}); the checkpoint {held}, so "
         f"`weights_only=True` cannot load it: save plain data (state dicts, `vars(args)`) "
         f"before restricting the load"
     )
@@ -281,13 +284,11 @@ class UnsafeTorchLoad(Rule):
             line=3,
             fixed="from torch import load as tload\n\nsd = tload(path, weights_only=True)\n",
         ),
+        # `ckpt['args'].epoch`: the checkpoint holds an object, so no `weights_only=True` fix
         Invalid(
             "import torch\nckpt = torch.load(args.resume, map_location='cpu')\n"
             "model.load_state_dict(ckpt['model'])\nstart = ckpt['args'].epoch\n",
             line=2,
-            fixed="import torch\nckpt = torch.load(args.resume, map_location='cpu', "
-            "weights_only=True)\nmodel.load_state_dict(ckpt['model'])\n"
-            "start = ckpt['args'].epoch\n",
             options={TARGET_TORCH: "2.5"},
         ),
         # straight into load_state_dict: safe fix
