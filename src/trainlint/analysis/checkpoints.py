@@ -544,6 +544,31 @@ def _named_saves(model: FileModel) -> list[Save]:
     return out
 
 
+def _catches_type_error(handler: ast.ExceptHandler) -> bool:
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(k, ast.Name) and k.id == "TypeError" for k in kinds)
+
+
+def old_torch_fallback(model: FileModel, load: ast.Call) -> bool:
+    """The load is the `except TypeError:` fallback of a `try` that passes `weights_only`
+    (by name or in `**kwargs`): it runs only on a torch too old to accept the argument."""
+    for anc in model.ancestors(load):
+        if not isinstance(anc, ast.ExceptHandler) or not _catches_type_error(anc):
+            continue
+        try_node = model.parent_of(anc)
+        if not isinstance(try_node, ast.Try):
+            continue
+        for stmt in try_node.body:
+            for node in ast.walk(stmt):
+                if (
+                    isinstance(node, ast.Call)
+                    and (keyword(node, "weights_only") is not None or has_star_kwargs(node))
+                    and model.call_qualname(node) == TORCH_LOAD
+                ):
+                    return True
+    return False
+
+
 def loads(model: FileModel) -> list[Load]:
     """The file's ``torch.load`` calls without ``weights_only`` (nor ``**kwargs`` that may
     carry it) of a path no other program wrote."""
@@ -552,8 +577,8 @@ def loads(model: FileModel) -> list[Load]:
         if keyword(call, "weights_only") is not None or has_star_kwargs(call):
             continue
         path = call.args[0] if call.args else keyword(call, "f")
-        if path is None or _downloaded(model, path):
-            continue
+        if path is None or _downloaded(model, path) or old_torch_fallback(model, call):
+            continue  # (the fallback runs only on a torch without `weights_only`)
         out.append(Load(call, path_keys(model, path), _read_keys(model, call)))
     return out
 
@@ -656,9 +681,11 @@ def _object_use(model: FileModel, node: ast.AST) -> Save | None:
             return None
         call = model.parent_of(parent)
         called = isinstance(call, ast.Call) and call.func is parent
-        if called and parent.attr in _MODULE_METHODS - {"eval"}:
+        if called and call is not None and parent.attr in _MODULE_METHODS - {"eval"}:
             node = call  # `.float()` is still the same object
             continue
+        if _type_tested(model, parent):
+            return None  # `if isinstance(ckpt, Module): ckpt.eval()`: one of several formats
         if called and parent.attr in _OBJECT_METHODS:
             what = "a whole `nn.Module`" if parent.attr != "state_dict" else "a pickled object"
             kind = f"{what}: line {parent.lineno} calls `.{parent.attr}()` on it"
@@ -669,6 +696,20 @@ def _object_use(model: FileModel, node: ast.AST) -> Save | None:
         item = Item(key, _text(entry), kind)
         return Save(None, frozenset(), frozenset(), (item,), line=parent.lineno, read=True)
     return None
+
+
+def _type_tested(model: FileModel, node: ast.AST) -> bool:
+    """``node`` runs under an ``if`` that tests a type or an attribute (``isinstance``,
+    ``hasattr``): code that reads several checkpoint formats."""
+    for anc in model.ancestors(node):
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        if isinstance(anc, (ast.If, ast.IfExp)) and any(
+            isinstance(n, ast.Call) and call_name(n) in ("isinstance", "hasattr")
+            for n in ast.walk(anc.test)
+        ):
+            return True
+    return False
 
 
 def matches(

@@ -59,31 +59,6 @@ def _written_here(model: FileModel, load: ast.Call, saves: list[ast.Call]) -> bo
     return False
 
 
-def _catches_type_error(handler: ast.ExceptHandler) -> bool:
-    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-    return any(isinstance(k, ast.Name) and k.id == "TypeError" for k in kinds)
-
-
-def _old_torch_fallback(model: FileModel, load: ast.Call) -> bool:
-    """The load is the `except TypeError:` fallback of a `try` that passes `weights_only`
-    (by name or in `**kwargs`): it runs only on a torch too old to accept the argument."""
-    for anc in model.ancestors(load):
-        if not isinstance(anc, ast.ExceptHandler) or not _catches_type_error(anc):
-            continue
-        try_node = model.parent_of(anc)
-        if not isinstance(try_node, ast.Try):
-            continue
-        for stmt in try_node.body:
-            for node in ast.walk(stmt):
-                if (
-                    isinstance(node, ast.Call)
-                    and (keyword(node, "weights_only") is not None or has_star_kwargs(node))
-                    and model.call_qualname(node) == TORCH_LOAD
-                ):
-                    return True
-    return False
-
-
 def _state_dict_argument(model: FileModel, node: ast.AST) -> bool:
     """``node`` is the state dict passed to some ``.load_state_dict(...)``."""
     parent = model.parent_of(node)
@@ -359,7 +334,7 @@ class UnsafeTorchLoad(Rule):
             if weights_only is None:
                 if not report_missing or has_star_kwargs(call):
                     continue  # safe by default, or **kwargs may carry weights_only
-                if _written_here(model, call, saves) or _old_torch_fallback(model, call):
+                if _written_here(model, call, saves) or checkpoints.old_torch_fallback(model, call):
                     continue
                 held = pickled.get(call)
                 if held is not None:
