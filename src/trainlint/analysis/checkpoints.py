@@ -382,8 +382,32 @@ def _segment_key(template: str | None) -> str | None:
     return "file:" + last
 
 
+def _opened(model: FileModel, name: ast.Name) -> ast.expr | None:
+    """The path of ``with open(path) as name:`` around ``name``: the file object stands
+    for that path."""
+    for anc in model.ancestors(name):
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return None
+        if isinstance(anc, (ast.With, ast.AsyncWith)):
+            for item in anc.items:
+                target, ctx = item.optional_vars, item.context_expr
+                if (
+                    isinstance(target, ast.Name)
+                    and target.id == name.id
+                    and isinstance(ctx, ast.Call)
+                    and call_name(ctx) == "open"
+                    and ctx.args
+                ):
+                    return ctx.args[0]
+    return None
+
+
 def path_keys(model: FileModel, path: ast.AST) -> frozenset[str]:
     """The keys by which ``path`` names a file (see the module docstring)."""
+    if isinstance(path, ast.Name):
+        opened = _opened(model, path)
+        if opened is not None:
+            path = opened
     keys: set[str] = set()
     seg = _segment_key(_template(model, path))
     if seg is not None:
@@ -650,10 +674,13 @@ def read_objects(model: FileModel, load: ast.Call) -> Save | None:
         and isinstance(stmt.targets[0], ast.Name)
     ):
         name = stmt.targets[0].id
-        starts = [
+        starts = [  # (the uses after the load: the name may hold other values before)
             n
             for n in walk_local(model.scope_of(load))
-            if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+            if isinstance(n, ast.Name)
+            and n.id == name
+            and isinstance(n.ctx, ast.Load)
+            and (n.lineno, n.col_offset) > (load.lineno, load.col_offset)
         ]
     for start in starts:
         found = _object_use(model, start)

@@ -143,6 +143,10 @@ class CheckpointNeedsPickle(Rule):
         # what the saved dict holds is unknown here
         "import torch\n\ndef save(state):\n    torch.save(state, 'last.pt')\n\n"
         "def resume():\n    return torch.load('last.pt')\n",
+        # the same file object name for two different files
+        "import torch\n\ndef run(model, args):\n"
+        "    with open(args.export, 'wb') as f:\n        torch.save(model, f)\n"
+        "    with open(args.init, 'rb') as f:\n        init = torch.load(f)\n",
         # entries used as plain data: a tensor's attributes, a dict's methods
         "import torch\nckpt = torch.load(p)\nw = ckpt['weight'].float().shape\n"
         "lr = ckpt['args'].get('lr')\n",
@@ -198,6 +202,16 @@ class CheckpointNeedsPickle(Rule):
             fixed="import torch\n\ndef restore(weights):\n"
             "    ckpt = torch.load(weights, map_location='cpu', weights_only=False)\n"
             "    return ckpt['model'].float().state_dict(), ckpt['args'].arch\n",
+        ),
+        # a file object stands for the path it opened
+        Invalid(
+            "import torch\nfrom torch import nn\n\nmodel = nn.LSTM(8, 8)\n"
+            "with open(args.save, 'wb') as f:\n    torch.save(model, f)\n"
+            "with open(args.save, 'rb') as f:\n    model = torch.load(f)\n",
+            line=8,
+            fixed="import torch\nfrom torch import nn\n\nmodel = nn.LSTM(8, 8)\n"
+            "with open(args.save, 'wb') as f:\n    torch.save(model, f)\n"
+            "with open(args.save, 'rb') as f:\n    model = torch.load(f, weights_only=False)\n",
         ),
         # torch 1.12 has no `weights_only`: reported, no fix
         Invalid(_SAVE_ARGS, line=13, options={TARGET_TORCH: "1.12"}),
