@@ -842,17 +842,14 @@ def project_dir(root: str) -> str:
     return root
 
 
-def project_saves(
-    modules: dict[tuple[str, str], dict], resolve: Any, project: str
-) -> list[list[Any]]:
-    """Every save of objects in the ``project`` (see ``project_dir``): [root, module,
-    line, paths, keys, items, made through another file's saver]. ``resolve(root, qual)``
-    finds a callee's (summary, local name), for the saves made through a saver."""
+def project_saves(summaries: list[dict], resolve: Any) -> list[list[Any]]:
+    """Every save of objects the ``summaries`` of one project (see ``project_dir``) make:
+    [root, module, line, paths, keys, items, made through another file's saver].
+    ``resolve(root, qual)`` finds a callee's (summary, local name), for the saves made
+    through a saver."""
     out: list[list[Any]] = []
-    for (root, module), s in modules.items():
-        ck = s.get("ckpt")
-        if not ck or project_dir(root) != project:
-            continue
+    for s in summaries:
+        root, module, ck = s["root"], s["module"], s["ckpt"]
         for paths, keys, items, line in ck.get("saves", ()):
             out.append([root, module, line, paths, keys, items, False])
         for qual, args, line in ck.get("calls", ()):

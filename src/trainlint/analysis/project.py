@@ -897,7 +897,9 @@ class ProjectIndex:
         # view reads its own module's, without going through every module's
         self._called: dict[tuple[str, str], set[str]] = {}
         self._effect_memo: dict[str, tuple[list[list[Any]], bool]] = {}
-        # project directory -> its checkpoint saves of objects (analysis.checkpoints)
+        # project directory -> the summaries there that save checkpoints or define savers,
+        # and the saves of objects they make (analysis.checkpoints), joined on first ask
+        self._ckpt_summaries: dict[str, list[dict]] = {}
         self._saves: dict[str, list[list[Any]]] = {}
         #: the summaries with lean entries (see ``summarize``) whose left-out facts were
         #: asked for: the views given are not the whole project's until those files are
@@ -909,6 +911,7 @@ class ProjectIndex:
         for s in self.modules.values():
             for callee, args in s["calls"]:
                 self._call_or_wait(s, callee, args)
+            self._note_checkpoints(s)
 
     def add(self, summary: dict) -> None:
         """Take one more file's summary, after those it imports: its calls are resolved
@@ -926,7 +929,16 @@ class ProjectIndex:
             if not entry[3]:
                 entry[3] = self._add_call(*entry[:3])
         self._effect_memo.clear()
-        self._saves.clear()
+        self._note_checkpoints(summary)
+
+    def _note_checkpoints(self, s: dict) -> None:
+        # only the files that save (or define a saver) take part in the join: it stays
+        # linear in the project's size, and a file without saves changes no join
+        ck = s.get("ckpt")
+        if ck and ("saves" in ck or "calls" in ck or "savers" in ck):
+            project = checkpoints.project_dir(s["root"])
+            self._ckpt_summaries.setdefault(project, []).append(s)
+            self._saves.pop(project, None)
 
     def _call_or_wait(self, s: dict, callee: str, args: list[list[Any]]) -> None:
         if self._add_call(s, callee, args) or self._pending is None:
@@ -1194,7 +1206,9 @@ class ProjectIndex:
             return []
         project = checkpoints.project_dir(root)
         if project not in self._saves:  # once per project, not once per file
-            self._saves[project] = checkpoints.project_saves(self.modules, self.resolve, project)
+            self._saves[project] = checkpoints.project_saves(
+                self._ckpt_summaries.get(project, []), self.resolve
+            )
         return checkpoints.view_saves(self._saves[project], root, module, ck)
 
     # -- effects across files (analysis.effects) ------------------------------------------
