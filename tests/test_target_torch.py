@@ -134,7 +134,9 @@ def test_findings_have_the_rule_severity(run_cli, tree):
     from trainlint.rules.state.unsafe_torch_load import UnsafeTorchLoad
 
     root = tree({"load.py": LOAD + "m.load_state_dict(torch.load(p, weights_only=False))\n"})
-    _, out, _ = run_cli("check", "--extend-select", "TL702", "--no-cache", "--output-format", "json", str(root))
+    _, out, _ = run_cli(
+        "check", "--extend-select", "TL702", "--no-cache", "--output-format", "json", str(root)
+    )
     findings = json.loads(out)
     assert len(findings) == 2
     assert {f["severity"] for f in findings} == {UnsafeTorchLoad.severity}

@@ -103,7 +103,7 @@ def _objects_message(why: str, save: Save) -> str:
     return (
         f"`torch.load` without `weights_only` unpickles arbitrary code before torch 2.6 "
         f"({why}); the checkpoint {held}, so "
-        f"`weights_only=True` cannot load it: save plain data (state dicts, `vars(args)`) "
+        f"`weights_only=True` cannot load it: store plain data (state dicts, `vars(args)`) "
         f"before restricting the load"
     )
 
