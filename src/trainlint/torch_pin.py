@@ -21,8 +21,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-#: Files whose presence makes a directory a project (the pin search stops there).
-_PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 _ENVIRONMENT_FILES = ("environment.yml", "environment.yaml")
 #: ``-r`` includes followed from one requirements file (a cycle stops there too).
 _MAX_INCLUDES = 8
@@ -236,20 +234,22 @@ def _environment(path: Path) -> list[tuple[int, int] | None]:
     return out
 
 
-def _pin_files(directory: Path) -> Iterator[tuple[Path, Any]]:
-    """The pin files of one directory, in the order their pins are preferred."""
-    yield directory / "pyproject.toml", _pyproject
-    yield directory / "setup.py", _setup_py
-    yield directory / "setup.cfg", _setup_cfg
-    try:
-        names = sorted(os.listdir(directory))
-    except OSError:
-        names = []
-    for name in names:
+def _pin_files(directory: Path, names: set[str]) -> Iterator[tuple[Path, Any]]:
+    """The pin files among ``names`` (the directory's entries), in the order their pins
+    are preferred."""
+    for name, reader in (
+        ("pyproject.toml", _pyproject),
+        ("setup.py", _setup_py),
+        ("setup.cfg", _setup_cfg),
+    ):
+        if name in names:
+            yield directory / name, reader
+    for name in sorted(names):
         if name.startswith("requirements") and name.endswith(".txt"):
             yield directory / name, _requirements
     for name in _ENVIRONMENT_FILES:
-        yield directory / name, _environment
+        if name in names:
+            yield directory / name, _environment
 
 
 def directory_pin(directory: Path) -> tuple[TorchPin | None, bool]:
@@ -258,9 +258,13 @@ def directory_pin(directory: Path) -> tuple[TorchPin | None, bool]:
     Every file that lists torch counts: the pin is the oldest bound they give, from the
     file that gives it; a file that allows any torch gives no pin at all.
     """
+    try:
+        names = set(os.listdir(directory))  # one listing, not a probe per candidate
+    except OSError:
+        return None, False
     found = False
     best: tuple[tuple[int, int], str] | None = None
-    for path, reader in _pin_files(directory):
+    for path, reader in _pin_files(directory, names):
         if not path.is_file():
             continue
         found = True

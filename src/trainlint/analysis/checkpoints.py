@@ -674,19 +674,39 @@ def read_objects(model: FileModel, load: ast.Call) -> Save | None:
         and isinstance(stmt.targets[0], ast.Name)
     ):
         name = stmt.targets[0].id
-        starts = [  # (the uses after the load: the name may hold other values before)
+        # the uses after the load, up to the name's next binding to another value
+        after = (load.lineno, load.col_offset)
+        names = [
             n
             for n in walk_local(model.scope_of(load))
-            if isinstance(n, ast.Name)
-            and n.id == name
-            and isinstance(n.ctx, ast.Load)
-            and (n.lineno, n.col_offset) > (load.lineno, load.col_offset)
+            if isinstance(n, ast.Name) and n.id == name and (n.lineno, n.col_offset) > after
         ]
+        end = next((_pos(n) for n in names if _rebinds(model, n)), (1 << 30, 0))
+        starts = [n for n in names if isinstance(n.ctx, ast.Load) and _pos(n) < end]
     for start in starts:
         found = _object_use(model, start)
         if found is not None:
             return found
     return None
+
+
+def _pos(node: ast.expr) -> tuple[int, int]:
+    return node.lineno, node.col_offset
+
+
+def _rebinds(model: FileModel, name: ast.Name) -> bool:
+    """``name`` is stored to, other than as the same module (``x = x.cuda()``)."""
+    if not isinstance(name.ctx, ast.Store):
+        return False
+    stmt = model.parent_of(name)
+    value = stmt.value if isinstance(stmt, ast.Assign) else None
+    return not (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in _MODULE_METHODS
+        and isinstance(value.func.value, ast.Name)
+        and value.func.value.id == name.id
+    )
 
 
 def _object_use(model: FileModel, node: ast.AST) -> Save | None:

@@ -150,6 +150,8 @@ class CheckpointNeedsPickle(Rule):
         # entries used as plain data: a tensor's attributes, a dict's methods
         "import torch\nckpt = torch.load(p)\nw = ckpt['weight'].float().shape\n"
         "lr = ckpt['args'].get('lr')\n",
+        # the name holds another object by the time a module method is called on it
+        "import torch\nsd = torch.load(p)\nsd = Net()\nsd.eval()\n",
         # a different file name
         "import argparse\nimport torch\nargs = argparse.ArgumentParser().parse_args()\n"
         "torch.save({'args': args}, 'run/args.pt')\nsd = torch.load('run/weights.pt')\n",
