@@ -81,7 +81,10 @@ class CheckpointNeedsPickle(Rule):
     when it upgrades, and `weights_only=False` behaves the same on every torch since
     1.13, so the fix costs nothing now. Loads of files another program wrote (a URL,
     `hf_hub_download`, `torch.hub`) are not this rule's business (see TL702), and when
-    what the checkpoint holds is unknown, nothing is reported.
+    what the checkpoint holds is unknown, nothing is reported. Neither is the
+    `except TypeError:` fallback of a load that passes `weights_only` (it runs only on a
+    torch without the argument), nor a use under `isinstance`/`hasattr`, which is code
+    reading several checkpoint formats.
 
     ## Example
     ```python
