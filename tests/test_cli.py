@@ -345,8 +345,8 @@ def test_every_finding_has_its_rules_severity(run_cli):
 
     snapshot = Path(__file__).parent / "snapshots" / "fixtures.json"
     findings = json.loads(snapshot.read_text(encoding="utf-8"))
-    code, out, _ = run_cli("rules")
-    listed = {ln.split()[0]: ln.split()[-1] for ln in out.splitlines() if ln.startswith("TL")}
+    code, out, _ = run_cli("rules", "--output-format", "json")
+    listed = {r["code"]: r["severity"] for r in json.loads(out)}
     mismatched = {
         (f["code"], f["severity"], listed[f["code"]])
         for f in findings

@@ -81,6 +81,7 @@ def test_broken_symlink_is_reported_not_fatal(run_cli, tree):
     (root / "dangling.py").symlink_to(root / "missing.py")
     code, out, _ = run_cli("check", str(root))
     assert code == 1 and "dangling.py:1:1: TL001" in out and "cannot read" in out
+    assert "dangling symbolic link (to " in out and "missing.py" in out
 
 
 def test_directory_named_like_file(run_cli, tree):

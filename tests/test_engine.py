@@ -222,3 +222,20 @@ def test_a_findings_severity_is_always_its_rules(monkeypatch):
     found = lint_source(LEAK.format(c=""))
     assert [(f.code, f.severity) for f in found] == [("TL301", RetainGraphInLoop.severity)]
     assert RetainGraphInLoop.severity == "error"
+
+
+def test_noqa_with_words_instead_of_codes_suppresses_nothing_and_tl002_says_so():
+    """Issue 36, item 27: `noqa: fix later` is no bare noqa; TL002 reports it, and its fix
+    (like ruff's RUF100) drops unused codes."""
+    from trainlint import lint_source
+
+    src = "import torch\nsd = torch.load(p)  # noqa: fix later\n"
+    assert [f.code for f in lint_source(src, select=["TL702"])] == ["TL702"]
+    found = lint_source(src, select=["TL702", "TL002"])
+    assert sorted(f.code for f in found) == ["TL002", "TL702"]
+    assert "names no code" in next(f.message for f in found if f.code == "TL002")
+    bare = "import torch\nsd = torch.load(p)  # noqa\n"
+    assert lint_source(bare, select=["TL702"]) == []
+    (stale,) = lint_source("x = 1  # noqa: TL301, E501\n", select=["TL002", "TL301"])
+    assert stale.fix is not None and stale.fix.applicability == "safe"
+    assert [e.content for e in stale.fix.edits] == ["E501"]

@@ -52,8 +52,12 @@ def notebook(*cells, indent=1):
     return json.dumps(nb, indent=indent) + "\n"
 
 
-def check(run_cli, tree, nb, *args):
-    root = tree({"nb.ipynb": nb})
+CELLS_ON = '[tool.trainlint.rules.TL001]\nnotebook-cells = true\n'
+
+
+def check(run_cli, tree, nb, *args, cells=False):
+    """Lint one notebook; ``cells``: with TL001's `notebook-cells` on."""
+    root = tree({"nb.ipynb": nb, **({"pyproject.toml": CELLS_ON} if cells else {})})
     code, out, err = run_cli("check", "--no-cache", *args, str(root / "nb.ipynb"), cwd=root)
     return code, out, err
 
@@ -165,7 +169,7 @@ def test_a_cell_that_does_not_parse_is_tl001_and_the_others_are_still_linted(run
         ("markdown", "text"),
         LEAK_CELL,
     )
-    code, out, _ = check(run_cli, tree, nb)
+    code, out, _ = check(run_cli, tree, nb, cells=True)
     assert code == 1
     lines = [ln for ln in out.splitlines() if "nb.ipynb" in ln]
     assert lines[0].startswith("nb.ipynb:cell 2:2:12: TL001 syntax-error:")
@@ -176,14 +180,37 @@ def test_a_cell_that_does_not_parse_is_tl001_and_the_others_are_still_linted(run
 def test_a_broken_cell_leaves_the_other_cells_context_intact(run_cli, tree):
     # the model is built in cell 1 and trained in cell 3: cross-cell context still counts
     nb = notebook(["import torch\n"], ["!ls ((\n", "x = (\n"], LEAK_CELL)
-    code, out, _ = check(run_cli, tree, nb, "--output-format", "json")
+    code, out, _ = check(run_cli, tree, nb, "--output-format", "json", cells=True)
     found = json.loads(out)
     assert [(f["code"], f["cell"], f["line"]) for f in found] == [("TL001", 2, 2), ("TL301", 3, 4)]
 
 
+def test_a_cell_that_does_not_parse_is_left_out_silently_by_default(run_cli, tree):
+    # shell lines without `!`, YAML, a Dockerfile: shown in code cells, not Python
+    nb = notebook(["import torch\n"], ["FROM python:3.11\n", "RUN pip install torch\n"], LEAK_CELL)
+    code, out, _ = check(run_cli, tree, nb, "--output-format", "json")
+    found = json.loads(out)
+    assert [(f["code"], f["cell"], f["line"]) for f in found] == [("TL301", 3, 4)]
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"jupytext": {"main_language": "bash"}, "language_info": {"name": "python"}},
+        {"kernelspec": {"name": "ir", "language": "R", "display_name": "R"}},
+    ],
+    ids=["jupytext-bash", "r-kernel"],
+)
+def test_a_notebook_in_another_language_is_not_linted(run_cli, tree, meta):
+    nb = json.loads(notebook(["curl -LO https://example.invalid/x.sh\n"], LEAK_CELL))
+    nb["metadata"] = meta
+    code, out, _ = check(run_cli, tree, json.dumps(nb))
+    assert code == 0 and "TL" not in out, out
+
+
 def test_a_broken_cell_does_not_stop_fixes_in_other_cells(run_cli, tree):
     nb = notebook(["import torch\n", "m.load_state_dict(torch.load(p))\n"], ["def broken(:\n"])
-    root = tree({"nb.ipynb": nb})
+    root = tree({"nb.ipynb": nb, "pyproject.toml": CELLS_ON})
     code, out, _ = run_cli("check", "--fix", "--no-cache", str(root / "nb.ipynb"), cwd=root)
     assert "Fixed 1 finding" in out and "TL001" in out
     cells = json.loads((root / "nb.ipynb").read_text())["cells"]
@@ -299,3 +326,90 @@ def test_a_notebook_that_cannot_be_mapped_gets_no_cell_relative_file_line(tmp_pa
             "cellEndColumn": 37,
         },
     }
+
+
+# -- issue 36: notebooks through every door ------------------------------------------------
+
+BAD_CELL = ["x = (1,\n", "y = 2 +\n"]  # does not parse: TL001 inside the cell
+
+
+def test_syntax_error_column_is_the_cells_in_an_indented_notebook(run_cli, tree):
+    # CPython reads the offending line back from the file named: the JSON's line, here
+    for indent in (1, 4):
+        code, out, _ = check(
+            run_cli, tree, notebook(["import torch\n"], ["y = 2 +\n"], indent=indent), cells=True
+        )
+        assert "nb.ipynb:cell 2:1:8: TL001" in out, out
+
+
+def test_stdin_syntax_error_column_is_the_buffers_not_the_files(run_cli, tree, monkeypatch):
+    import io
+    import sys
+
+    root = tree({"t.py": "# ééééééééééééé on disk\n"})  # bytes != characters here
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"y = 2 +\n")))
+    code, out, _ = run_cli("check", "--stdin-filename", "t.py", "-", cwd=root)
+    assert "t.py:1:8: TL001" in out, out
+
+
+def test_stdin_notebook_is_read_as_a_notebook(run_cli, monkeypatch):
+    import io
+    import sys
+
+    nb = notebook(["import torch\n"], LEAK_CELL)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(nb.encode())))
+    code, out, _ = run_cli("check", "--stdin-filename", "nb.ipynb", "-")
+    assert code == 1 and "nb.ipynb:cell 2:4:" in out and "TL001" not in out
+
+
+def test_debug_model_reads_a_notebooks_cells(run_cli, tree):
+    root = tree({"nb.ipynb": notebook(["import torch\n"], ["%time x = 1\n"], LEAK_CELL)})
+    code, out, err = run_cli("debug", "model", str(root / "nb.ipynb"))
+    assert code == 0, err
+    assert "backward" in out
+
+
+def test_notebook_findings_carry_their_fix_in_cell_lines(run_cli, tree):
+    code, out, _ = check(
+        run_cli, tree, notebook(["import torch\n"], LEAK_CELL), "--output-format", "json"
+    )
+    (finding,) = [f for f in json.loads(out) if f["code"] == "TL301"]
+    assert finding["fix"] is not None and finding["cell"] == 2
+    assert {e["line"] for e in finding["fix"]["edits"]} == {4}
+    code, out, _ = check(run_cli, tree, notebook(["import torch\n"], LEAK_CELL))
+    assert "fixable with `--fix --unsafe-fixes`" in out
+
+
+def test_notebook_diff_is_a_patch_of_the_file(run_cli, tree):
+    import subprocess
+
+    root = tree({"nb.ipynb": notebook(["import torch\n"], LEAK_CELL)})
+    code, diff, _ = run_cli("check", "--no-cache", "--diff", "--unsafe-fixes", "nb.ipynb", cwd=root)
+    assert code == 1 and diff.startswith("--- a/nb.ipynb")
+    (root / "fix.patch").write_text(diff)
+    subprocess.run(["patch", "-p1", "-s", "-i", "fix.patch"], cwd=root, check=True)
+    patched = (root / "nb.ipynb").read_text()
+    run_cli("check", "--no-cache", "--fix", "--unsafe-fixes", "nb.ipynb", cwd=root)
+    assert (root / "nb.ipynb").read_text() == patched  # the patch is what --fix writes
+    assert "retain_graph" not in patched
+
+
+def test_an_empty_notebook_file_is_not_a_syntax_error(run_cli, tree):
+    code, out, _ = check(run_cli, tree, "")
+    assert code == 0 and "TL001" not in out
+
+
+def test_the_test_extra_installs_ipython_for_the_masking_tests():
+    """Issue 36, item 33: without IPython the comparisons with its transformer skip."""
+    import re
+    import sys
+    from pathlib import Path
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    test_extra = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["test"]
+    assert any(re.match(r"ipython\b", req, flags=re.I) for req in test_extra)

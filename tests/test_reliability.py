@@ -161,7 +161,8 @@ def test_unreadable_file_is_reported(run_cli, tree, monkeypatch):
 
     monkeypatch.setattr(Path, "read_bytes", guarded)
     code, out, _ = run_cli("check", "--jobs", "1", "--no-cache", str(root))
-    assert "secret.py:1:1: TL001" in out and "Permission denied" in out
+    assert "secret.py:1:1: TL001" in out and "cannot read file (not a syntax error)" in out
+    assert "permission denied" in out
     assert "a.py:2:6: TL702" in out
 
 
@@ -176,6 +177,7 @@ def test_looping_symlinks_and_odd_names(run_cli, tree):
     assert code == 1, err
     assert out.count("TL702") == 2
     assert "loop1.py:1:1: TL001" in out and "loop2.py:1:1: TL001" in out
+    assert out.count("symbolic link loop") == 2
 
 
 def test_stdin(tmp_path):

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainlint.config import Settings, find_config, load_config, select_rules
+from trainlint.config import Settings, select_rules
 from trainlint.engine import Linter
 from trainlint.findings import Finding
 from trainlint.rules.base import Rule
@@ -17,7 +17,10 @@ def all_rules(settings: Settings | None = None, *, catalog: bool = False) -> lis
     catalog's stand-ins, each imported when it first checks a file (what linting needs)."""
     from trainlint.plugins.manager import load_rules
 
-    return load_rules(settings.plugins if settings else [], catalog=catalog)
+    if settings is None:
+        return load_rules([], catalog=catalog)
+    beside = str(settings.root) if settings.config_path is not None else None
+    return load_rules(settings.plugins, catalog=catalog, beside=beside)
 
 
 def lint_source(
@@ -51,18 +54,21 @@ def lint_paths(
     config: str | Path | None = None,
     jobs: int = 1,
 ) -> list[Finding]:
-    """Lint files and directories with the project's configuration, like ``trainlint check``."""
+    """Lint files and directories, each with its own nearest configuration (or ``config``
+    for all), like ``trainlint check``."""
+    from trainlint.config_tree import ConfigTree
     from trainlint.discovery import discover
     from trainlint.runner import run
 
-    path_list = [Path(p) for p in paths]
-    cfg = Path(config) if config else find_config(path_list[0] if path_list else Path.cwd())
-    settings = load_config(cfg) if cfg else Settings()
-    selection = select_rules(
-        all_rules(settings, catalog=True),
-        settings,
-        cli_select=list(select) if select is not None else None,
-        cli_ignore=list(ignore),
-    )
-    files = list(discover(path_list, settings))
-    return run(files, selection, settings, jobs=jobs).findings
+    path_list = [Path(p) for p in paths] or [Path.cwd()]
+    tree = ConfigTree(Path(config) if config else None)
+    findings: list[Finding] = []
+    for settings, files in tree.group(discover(path_list, tree.settings_for)):
+        selection = select_rules(
+            all_rules(settings, catalog=True),
+            settings,
+            cli_select=list(select) if select is not None else None,
+            cli_ignore=list(ignore),
+        )
+        findings.extend(run(files, selection, settings, jobs=jobs).findings)
+    return sorted(findings, key=Finding.sort_key)

@@ -7,7 +7,7 @@ import argparse
 
 from trainlint import __version__
 
-FORMATS = ("concise", "full", "json", "sarif", "github")
+FORMATS = ("concise", "full", "json", "json-lines", "sarif", "github", "gitlab", "junit")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +50,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the offending source lines (same as --output-format full)",
     )
     out.add_argument("--statistics", action="store_true", help="print counts per rule instead")
+    out.add_argument(
+        "--output-file",
+        "-o",
+        metavar="PATH",
+        help="write the report to PATH instead of stdout",
+    )
+    out.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour the findings: on a terminal (auto; NO_COLOR turns it off), always, never",
+    )
     out.add_argument("--quiet", "-q", action="store_true", help="print findings only, no summary")
     out.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
     fixes = check.add_argument_group("fixes")
@@ -65,6 +77,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fixes.add_argument(
         "--diff", action="store_true", help="print the fixes as a unified diff and write nothing"
+    )
+    fixes.add_argument(
+        "--fix-only",
+        action="store_true",
+        help="apply fixes, report nothing else; exit 0 unless an error (implies --fix)",
+    )
+    fixes.add_argument(
+        "--show-fixes", action="store_true", help="list the files fixed and how many fixes each"
+    )
+    fixes.add_argument(
+        "--add-noqa",
+        action="store_true",
+        help="add a `# noqa: CODE` comment for every finding, and exit 0",
+    )
+    fixes.add_argument(
+        "--exit-non-zero-on-fix",
+        action="store_true",
+        help="exit 1 when a fix was applied, even if no finding remains",
     )
     out.add_argument(
         "--timings", action="store_true", help="print the time spent in each rule (to stderr)"
@@ -86,6 +116,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="glob patterns to skip in addition",
     )
     files.add_argument(
+        "--force-exclude",
+        action="store_true",
+        help="apply `exclude` to files named on the command line too (for pre-commit)",
+    )
+    files.add_argument(
+        "--target-torch",
+        metavar="VERSION",
+        help='the oldest torch the code runs on, e.g. "2.6" (overrides `target-torch`)',
+    )
+    files.add_argument(
+        "--show-files", action="store_true", help="list the files that would be linted, and exit"
+    )
+    files.add_argument(
+        "--show-settings",
+        action="store_true",
+        help="print (as JSON) the settings each config gives its files, and exit",
+    )
+    files.add_argument(
         "--jobs",
         "-j",
         type=int,
@@ -104,11 +152,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     rule = sub.add_parser("rule", help="explain one rule")
     rule.add_argument("code", help="rule code, e.g. TL301, or its name")
-    sub.add_parser("rules", help="list all rules")
+    rules = sub.add_parser("rules", help="list all rules")
+    rules.add_argument(
+        "--output-format", choices=("text", "json"), default="text", help="table or JSON"
+    )
+    clean = sub.add_parser("clean", help="remove the cache of the configs governing PATHS")
+    clean.add_argument("paths", nargs="*", help='files or directories (default ".")')
+    clean.add_argument("--config", metavar="PATH", help="config file to take `cache-dir` from")
     debug = sub.add_parser("debug", help="show what the analysis sees in a file")
     debug_sub = debug.add_subparsers(dest="debug_command", metavar="VIEW", required=True)
     debug_model = debug_sub.add_parser(
         "model", help="print the step model: loops, events in order, guards, roles"
     )
-    debug_model.add_argument("file", help="a Python file")
+    debug_model.add_argument("file", help="a Python file or a notebook")
     return parser

@@ -53,28 +53,41 @@ class ConfigError(Exception):
 
 def find_config(start: Path) -> Path | None:
     """Nearest ``trainlint.toml``, or ``pyproject.toml`` with ``[tool.trainlint]``, upwards."""
-    cur = start.resolve()
-    if cur.is_file() or not cur.exists():
-        cur = cur.parent
+    try:
+        cur = start.resolve()
+        if cur.is_file() or not cur.exists():
+            cur = cur.parent
+    except (OSError, RuntimeError):  # a symlink loop, an unreadable parent
+        cur = (Path.cwd() / start).parent
     for directory in (cur, *cur.parents):
-        candidate = directory / "trainlint.toml"
-        if candidate.is_file():
-            return candidate
-        candidate = directory / "pyproject.toml"
-        if candidate.is_file():
-            try:
-                text = candidate.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                continue
-            try:
-                data = _toml().loads(text)
-            except _toml().TOMLDecodeError as exc:
-                if "tool.trainlint" in text:
-                    raise ConfigError(f"{candidate}: invalid TOML: {exc}") from None
-                continue  # someone else's broken pyproject is not our config
-            if "trainlint" in data.get("tool", {}):
-                return candidate
+        found = config_in(directory)
+        if found is not None:
+            return found
     return None
+
+
+def config_in(directory: Path) -> Path | None:
+    """``directory``'s own config file: ``trainlint.toml``, else a ``pyproject.toml``
+    with a ``[tool.trainlint]`` table."""
+    candidate = directory / "trainlint.toml"
+    if candidate.is_file():
+        return candidate
+    candidate = directory / "pyproject.toml"
+    if not candidate.is_file():
+        return None
+    try:
+        text = candidate.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if "trainlint" not in text:
+        return None  # (most projects' pyproject: no need to parse it)
+    try:
+        data = _toml().loads(text)
+    except _toml().TOMLDecodeError as exc:
+        if "tool.trainlint" in text:
+            raise ConfigError(f"{candidate}: invalid TOML: {exc}") from None
+        return None  # someone else's broken pyproject is not our config
+    return candidate if "trainlint" in data.get("tool", {}) else None
 
 
 def load_config(path: Path) -> Settings:

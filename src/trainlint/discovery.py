@@ -9,7 +9,7 @@ build output and caches.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from trainlint.config import Settings, path_matches, relative_posix
@@ -51,7 +51,14 @@ def _skip_dir(path: Path) -> bool:
     return (path / "pyvenv.cfg").is_file()  # any virtualenv, whatever its name
 
 
-def _excluded(path: Path, settings: Settings) -> bool:
+#: The settings a path is judged by: one for the whole run, or each path's own (the
+#: nearest config, ``config_tree.ConfigTree.settings_for``).
+SettingsFor = Callable[[Path], Settings]
+
+
+def is_excluded(path: Path, settings: Settings) -> bool:
+    """Whether ``exclude``/``extend-exclude`` (relative to the config's directory) skip
+    ``path`` or a directory above it."""
     patterns = [*settings.exclude, *settings.extend_exclude]
     if not patterns:
         return False
@@ -104,35 +111,59 @@ def _git_files(directory: Path) -> set[Path] | None:
     return out
 
 
-def discover(paths: Iterable[str | Path], settings: Settings) -> Iterator[Path]:
-    """Yield files to lint, each once, in a deterministic order."""
+def discover(
+    paths: Iterable[str | Path],
+    settings: Settings | SettingsFor,
+    *,
+    force_exclude: bool = False,
+) -> Iterator[Path]:
+    """Yield files to lint, each once, in a deterministic order. Files named explicitly
+    are linted even when excluded, unless ``force_exclude`` (a pre-commit hook: it names
+    every changed file). A file reached twice (through a symlink in the same tree, or
+    named twice) is linted once."""
+    settings_for: SettingsFor = settings if callable(settings) else (lambda _p: settings)
     seen: set[Path] = set()
     for raw in paths:
         path = Path(raw)
         if not path.exists() and not path.is_symlink():
             raise DiscoveryError(f"{raw}: no such file or directory")
         if path.is_dir():
-            for f in sorted(_walk(path, settings)):
-                key = f.resolve() if not f.is_symlink() else f
+            walked = sorted(_walk(path, settings_for))
+            # a link to a file the walk also reaches by its own name comes second
+            walked.sort(key=lambda f: f.is_symlink())
+            for f in walked:
+                key = _identity(f)
                 if key not in seen:
                     seen.add(key)
                     yield f
         else:
-            key = path.resolve() if path.exists() else path
+            if force_exclude and is_excluded(path, settings_for(path.parent)):
+                continue
+            key = _identity(path)
             if key not in seen:
                 seen.add(key)
-                yield path  # explicitly named files are always linted
+                yield path  # explicitly named files are linted unless force-excluded
 
 
-def _walk(directory: Path, settings: Settings) -> Iterator[Path]:
+def _identity(path: Path) -> Path:
+    """What a path names: the file it resolves to, or itself (a dangling link, a loop)."""
+    try:
+        return path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return path.absolute()
+
+
+def _walk(directory: Path, settings_for: SettingsFor) -> Iterator[Path]:
     tracked = _git_files(directory)
     base = directory.resolve()
     for root, dirs, files in os.walk(directory, followlinks=False):
         root_path = Path(root)
+        # what is in a directory is judged by the config that governs that directory
+        settings = settings_for(root_path)
         keep = []
         for d in dirs:
             dpath = root_path / d
-            if _skip_dir(dpath) or _excluded(dpath, settings):
+            if _skip_dir(dpath) or is_excluded(dpath, settings):
                 continue
             keep.append(d)
         dirs[:] = sorted(keep)
@@ -142,6 +173,6 @@ def _walk(directory: Path, settings: Settings) -> Iterator[Path]:
             fpath = root_path / name
             if tracked is not None and base / fpath.relative_to(directory) not in tracked:
                 continue  # ignored by .gitignore (git said so)
-            if _excluded(fpath, settings):
+            if is_excluded(fpath, settings):
                 continue
             yield fpath

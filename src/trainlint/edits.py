@@ -246,10 +246,9 @@ def append_to_block(model: FileModel, stmt: ast.stmt, code: str) -> Edit | None:
     return insert_at(end_line, len(body) + 1, f"{nl}{indent}{code}")
 
 
-def torch_call(model: FileModel, node: ast.AST, qualname: str) -> str | None:
-    """How the code at ``node`` spells a call of ``qualname`` (``torch.no_grad``) through
-    the file's own imports (``import torch as T`` -> ``T.no_grad()``), or None."""
-    scopes = model.scopes_of(node)
+def _import_spellings(model: FileModel, qualname: str) -> list[tuple[str, str]]:
+    """Every way the file's imports can spell ``qualname``, shortest first (one walk of
+    the tree per file and name, however many findings ask)."""
     spellings = []
     for imp in ast.walk(model.tree):
         if isinstance(imp, ast.Import):
@@ -263,7 +262,15 @@ def torch_call(model: FileModel, node: ast.AST, qualname: str) -> str | None:
                 if qualname == full or qualname.startswith(full + "."):
                     local = a.asname or a.name
                     spellings.append((local, local + qualname[len(full) :]))
-    for _local, spelled in sorted(spellings, key=lambda x: len(x[1])):
+    return sorted(spellings, key=lambda x: len(x[1]))
+
+
+def torch_call(model: FileModel, node: ast.AST, qualname: str) -> str | None:
+    """How the code at ``node`` spells a call of ``qualname`` (``torch.no_grad``) through
+    the file's own imports (``import torch as T`` -> ``T.no_grad()``), or None."""
+    scopes = model.scopes_of(node)
+    spellings = model.memo(("import-spellings", qualname), lambda m: _import_spellings(m, qualname))
+    for _local, spelled in spellings:
         head = spelled.split(".")[0]
         resolved = model.imports.resolve_name(head, scopes)
         if resolved is not None and (resolved + spelled[len(head) :]) == qualname:

@@ -25,8 +25,15 @@ from trainlint.analysis.project import (
 )
 from trainlint.analysis.project import summarize as project_summary
 from trainlint.config import TARGET_TORCH, RuleSelection, TorchPins
-from trainlint.findings import FileResult, Finding, InternalError, Related
-from trainlint.noqa import OWN_PREFIX, file_noqa_codes, noqa_comments, noqa_on_lines
+from trainlint.findings import FileResult, Finding, Fix, InternalError, Related
+from trainlint.noqa import (
+    INVALID,
+    OWN_PREFIX,
+    file_noqa_codes,
+    noqa_comments,
+    noqa_on_lines,
+    unused_codes_edit,
+)
 from trainlint.rules.base import Report, Rule
 from trainlint.source import Source, SourceError, decode, parse
 from trainlint.words import FileWords, WordTable
@@ -340,10 +347,16 @@ class Linter:
                 kept.append(f)
         if report_unused:
             for line, codes in sorted(directives.items()):
+                stale: list[tuple[str, str]] = []
                 for code in codes:
                     # Codes of other tools, and of rules not enabled now, are not ours to
                     # judge; a trainlint code that no rule has can never suppress anything.
-                    if code not in self.known and code.startswith(OWN_PREFIX):
+                    if code == INVALID:
+                        why = (
+                            "`noqa:` names no code, so it suppresses nothing (it is not a "
+                            "bare `noqa`): name the codes, e.g. `# noqa: TL301`"
+                        )
+                    elif code not in self.known and code.startswith(OWN_PREFIX):
                         why = (
                             f"unknown rule code `{code}`: correct it (see `trainlint "
                             "rules`) or remove it"
@@ -352,16 +365,17 @@ class Linter:
                         why = f"{code} is not reported on this line: remove it"
                     else:
                         continue
-                    col = source.lines[line - 1].find("#") + 1
-                    kept.append(
-                        self._meta_finding(
-                            UNUSED_NOQA,
-                            path,
-                            line,
-                            max(col, 1),
-                            f"unused `noqa` directive: {why}",
-                        )
+                    stale.append((code, why))
+                text = source.lines[line - 1]
+                edit = unused_codes_edit(text, line, {c for c, _ in stale})
+                col = max(text.find("#") + 1, 1)
+                for _code, why in stale:
+                    f = self._meta_finding(
+                        UNUSED_NOQA, path, line, col, f"unused `noqa` directive: {why}"
                     )
+                    if edit is not None:
+                        f = f._replace(fix=Fix("safe", (edit,), "remove the unused code"))
+                    kept.append(f)
         return kept
 
 

@@ -9,6 +9,7 @@ import re
 import sys
 import tokenize
 
+from trainlint.findings import Edit
 from trainlint.source import Source
 
 #: Codes starting with this are trainlint's own: an unknown one in a `noqa` is a mistake.
@@ -45,6 +46,50 @@ def codes_of(text: str | None) -> list[str]:
     return [c.upper() for c in _CODE_SPLIT.split(text.strip()) if c]
 
 
+#: The codes of a ``noqa`` directive whose colon is followed by text that names no code
+#: (``noqa`` + ``: fix later``): it suppresses nothing (it is no bare directive either),
+#: and TL002 says so.
+INVALID = "<no code>"
+_NOT_CODES = re.compile(r"[^\S\r\n]*:[^\S\r\n]*[^\s#]")
+
+
+def _directive(found: re.Match[str]) -> list[str]:
+    codes = found.group("codes")
+    if codes is None and _NOT_CODES.match(found.string, found.end()):
+        return [INVALID]
+    return codes_of(codes)
+
+
+def unused_codes_edit(line_text: str, line: int, unused: set[str]) -> Edit | None:
+    """The edit that drops ``unused`` codes from the directive on this line: the whole
+    directive when none is left and it ends the line, else the rest of its codes; None
+    when the directive names no code or text follows it (removing it could join that
+    text to the code)."""
+    found = list(_noqa().finditer(line_text))
+    if not found or found[-1].group("codes") is None:
+        return None
+    m = found[-1]
+    kept = [c for c in codes_of(m.group("codes")) if c not in unused]
+    if kept:
+        start, end = m.span("codes")
+        return Edit(line, start + 1, line, end + 1, ", ".join(kept))
+    if line_text[m.end() :].strip():
+        return None
+    start = len(line_text[: m.start()].rstrip())
+    return Edit(line, start + 1, line, len(line_text.rstrip("\r\n")) + 1, "")
+
+
+def with_codes(line_text: str, codes: set[str]) -> str | None:
+    """The line with ``codes`` added to the codes of its directive (None: no codes there)."""
+    found = list(_noqa().finditer(line_text))
+    if not found or found[-1].group("codes") is None:
+        return None
+    m = found[-1]
+    merged = sorted(set(codes_of(m.group("codes"))) | codes)
+    start, end = m.span("codes")
+    return line_text[:start] + ", ".join(merged) + line_text[end:]
+
+
 def file_noqa_codes(text: str) -> list[str] | None:
     """A file's ``# trainlint: noqa`` directives: None, none; [], skip the whole file;
     [codes], turn those rules off in it."""
@@ -69,7 +114,7 @@ def noqa_on_lines(source: Source, lines: set[int]) -> dict[int, list[str]]:
                 continue
             m = _noqa().search(text, hash_at)
             if m and not _file_noqa().match(text):
-                out[n] = codes_of(m.group("codes"))
+                out[n] = _directive(m)
     return out
 
 
@@ -119,7 +164,7 @@ def scan_noqa_comments(text: str) -> dict[int, list[str]]:
             start = m.start()
             line += text.count("\n", counted, start)
             counted = start
-            out[line] = codes_of(found.group("codes"))
+            out[line] = _directive(found)
     return out
 
 
@@ -168,7 +213,7 @@ def _scan_to_directives(text: str, to_directive: re.Pattern[str]) -> dict[int, l
             start = m.start(1)
             line += text.count("\n", counted, start)
             counted = start
-            out[line] = codes_of(found.group("codes"))
+            out[line] = _directive(found)
         pos = m.end()
     return out
 
@@ -182,11 +227,11 @@ def tokenize_noqa_comments(source: Source) -> dict[int, list[str]]:
         for i, line in enumerate(source.lines, 1):
             m = _noqa().search(line)
             if m:
-                out[i] = codes_of(m.group("codes"))
+                out[i] = _directive(m)
         return out
     for tok in tokens:
         if tok.type == tokenize.COMMENT:
             m = _noqa().search(tok.string)
             if m and not _file_noqa().match(tok.string):
-                out[tok.start[0]] = codes_of(m.group("codes"))
+                out[tok.start[0]] = _directive(m)
     return out

@@ -10,14 +10,20 @@ indented magic does not empty a block.
 from __future__ import annotations
 
 import json
-import re
-from bisect import bisect_left
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from trainlint._record import Record
 from trainlint.findings import Finding
 from trainlint.notebook_magics import mask_cell
+from trainlint.notebook_positions import (
+    FilePositions,
+    cell_source,
+    code_cells,
+    file_positions,
+)
+
+__all__ = ["FilePositions", "cell_source", "file_positions", "lint_notebook", "mask_cell"]
 
 if TYPE_CHECKING:
     from trainlint.engine import FileResult, Linter
@@ -38,154 +44,6 @@ class CellMap(Record):
                 break
             cell, first = number, start
         return cell, line - first + 1
-
-
-class FilePositions(Record):
-    """Where each character of each code cell sits in the notebook's own JSON text.
-
-    Tools that annotate files (GitHub annotations, SARIF regions) need a position in
-    the ``.ipynb`` file itself, not one relative to a cell.
-    """
-
-    __slots__ = ("cells", "newlines")
-
-    def __init__(self, cells: dict[int, tuple[list[int], list[int]]], newlines: list[int]) -> None:
-        self.cells = cells  # cell -> (file offset per char, line starts)
-        self.newlines = newlines  # offsets of the file's "\n"
-
-    def locate(self, cell: int, line: int, column: int) -> tuple[int, int] | None:
-        """1-based (line, column) in the file of a 1-based (line, column) in a cell."""
-        entry = self.cells.get(cell)
-        if entry is None:
-            return None
-        offsets, starts = entry
-        if not 1 <= line <= len(starts) or column < 1:
-            return None
-        offset = offsets[min(starts[line - 1] + column - 1, len(offsets) - 1)]
-        before = bisect_left(self.newlines, offset)
-        start = self.newlines[before - 1] + 1 if before else 0
-        return before + 1, offset - start + 1
-
-
-_WS = re.compile(r"[ \t\n\r]*")
-_SKIP = json.JSONDecoder()
-
-
-def file_positions(text: str) -> FilePositions | None:
-    """Map the code cells of a notebook's JSON text; None when it is not one we can map."""
-    text = text.removeprefix("\ufeff")
-    spans: dict[int, list[tuple[int, int]]] = {}
-    try:
-        _walk_notebook(text, spans)
-        nb = json.loads(text)
-    except (ValueError, IndexError, RecursionError):
-        return None
-    cells: dict[int, tuple[list[int], list[int]]] = {}
-    for number, source in _cell_sources(nb).items():
-        offsets: list[int] = []
-        for start, end in spans.get(number - 1, []):
-            _literal_offsets(text, start, end, offsets)
-        if len(offsets) != len(source):
-            continue  # not the shape we understand: leave this cell unmapped
-        last = spans[number - 1][-1][1] - 1 if spans.get(number - 1) else 0
-        offsets.append(last)  # "just past the end" maps to the closing quote
-        starts = [0, *(i + 1 for i, ch in enumerate(source) if ch == "\n")]
-        cells[number] = (offsets, starts)
-    newlines = [m.start() for m in re.finditer("\n", text)]
-    return FilePositions(cells, newlines)
-
-
-def _walk_notebook(text: str, spans: dict[int, list[tuple[int, int]]]) -> None:
-    """Record the literal spans of ``cells[i].source`` (a string or a list of strings),
-    keyed by the cell's 0-based index; every other value is skipped by the C decoder."""
-
-    def ws(i: int) -> int:
-        return _WS.match(text, i).end()  # type: ignore[union-attr]  # `*` always matches
-
-    def skip(i: int) -> int:
-        return _SKIP.raw_decode(text, i)[1]
-
-    def container(i: int, on_value: Any) -> int:
-        """``text[i]`` opens an object or array; ``on_value(key, offset)`` returns the
-        end of each member's value. Returns the offset just past the container."""
-        close = "}" if text[i] == "{" else "]"
-        i = ws(i + 1)
-        if text[i] == close:
-            return i + 1
-        index = 0
-        while True:
-            key: Any = index
-            if close == "}":
-                if text[i] != '"':
-                    raise ValueError("expected a key")
-                key, i = _SKIP.raw_decode(text, i)
-                i = ws(i)
-                if text[i] != ":":
-                    raise ValueError("expected ':'")
-                i = ws(i + 1)
-            i = ws(on_value(key, i))
-            index += 1
-            if text[i] == ",":
-                i = ws(i + 1)
-            elif text[i] == close:
-                return i + 1
-            else:
-                raise ValueError(f"expected ',' or {close!r}")
-
-    def source_string(cell: int, i: int) -> int:
-        if text[i] != '"':
-            return skip(i)
-        end = skip(i)
-        spans.setdefault(cell, []).append((i, end))
-        return end
-
-    def cell_member(cell: int, key: Any, i: int) -> int:
-        if key != "source":
-            return skip(i)
-        if text[i] == "[":
-            return container(i, lambda _k, j: source_string(cell, j))
-        return source_string(cell, i)
-
-    def cell(index: int, i: int) -> int:
-        if text[i] != "{":
-            return skip(i)
-        return container(i, lambda key, j: cell_member(index, key, j))
-
-    def top_member(key: Any, i: int) -> int:
-        if key != "cells" or text[i] != "[":
-            return skip(i)
-        return container(i, cell)
-
-    i = ws(0)
-    if text[i] != "{":
-        raise ValueError("not a JSON object")
-    container(i, top_member)
-
-
-def _literal_offsets(text: str, start: int, end: int, out: list[int]) -> None:
-    """Append the file offset of each character a JSON string literal decodes to."""
-    i, stop = start + 1, end - 1
-    while i < stop:
-        out.append(i)
-        if text[i] != "\\":
-            i += 1
-        elif text[i + 1] != "u":
-            i += 2
-        elif (
-            0xD800 <= int(text[i + 2 : i + 6], 16) < 0xDC00
-            and text.startswith("\\u", i + 6)
-            and 0xDC00 <= int(text[i + 8 : i + 12], 16) < 0xE000
-        ):
-            i += 12  # a surrogate pair decodes to one character
-        else:
-            i += 6
-
-
-def cell_source(cell: dict[str, Any]) -> str:
-    src = cell.get("source", "")
-    if isinstance(src, list):
-        return "".join(str(s) for s in src)
-    return str(src)
 
 
 def join(cells: Iterable[tuple[int, str]]) -> tuple[str, CellMap]:
@@ -221,9 +79,33 @@ def remap(findings: Iterable[Finding], cells: CellMap) -> list[Finding]:
                 )
             )
         out.append(
-            f._replace(line=line, end_line=end_line, cell=cell, fix=None, related=tuple(related))
+            f._replace(
+                line=line,
+                end_line=end_line,
+                cell=cell,
+                fix=_cell_fix(f.fix, cells, cell, line - f.line),
+                related=tuple(related),
+            )
         )
     return out
+
+
+def _cell_fix(fix: Any, cells: CellMap, cell: int, shift: int) -> Any:
+    """A finding's fix in its cell's own lines (what ``--fix`` applies there), or None
+    when it reaches into another cell (``fix_notebook`` leaves such a fix out too)."""
+    if fix is None:
+        return None
+    spans = [(e.line, e.end_line) for e in fix.edits]
+    if fix.intent is not None:
+        spans.append((fix.intent.line, fix.intent.end_line))
+    if any(cells.locate(a)[0] != cell or cells.locate(b)[0] != cell for a, b in spans):
+        return None
+    return fix._replace(
+        edits=tuple(
+            e._replace(line=e.line + shift, end_line=e.end_line + shift) for e in fix.edits
+        ),
+        intent=fix.intent.shifted(shift) if fix.intent is not None else None,
+    )
 
 
 def lint_cells(
@@ -256,11 +138,33 @@ def lint_cells(
     text, cells = join((n, t) for n, t in masked if n not in errors)
     result = linter.lint_bytes(text.encode("utf-8"), path, ignored=ignored, text=text)
     broken = []
-    if linter.is_on(SYNTAX_ERROR, ignored):
+    if linter.is_on(SYNTAX_ERROR, ignored) and _reports_cells(linter):
         for number, err in errors.items():
             f = linter._meta_finding(SYNTAX_ERROR, path, err.line, err.column, err.message)
             broken.append(f._replace(cell=number))
     return result, cells, broken
+
+
+def _reports_cells(linter: Linter) -> bool:
+    """TL001's `notebook-cells` option: report code cells that do not parse."""
+    from trainlint.rules.meta.syntax_error import SyntaxError_
+
+    options = linter.selection.options.get(SyntaxError_.code) or {}
+    return bool(options.get("notebook-cells", SyntaxError_.options["notebook-cells"]))
+
+
+def language(nb: dict[str, Any]) -> str | None:
+    """The notebook's language as its metadata says: jupytext's `main_language` first
+    (the cells' language when the kernel is only a host), then the kernel's, lowercased."""
+    meta = nb.get("metadata")
+    if not isinstance(meta, dict):
+        return None
+    for section, key in (("jupytext", "main_language"), ("kernelspec", "language"),
+                         ("language_info", "name")):
+        value = meta.get(section, {}).get(key) if isinstance(meta.get(section), dict) else None
+        if isinstance(value, str) and value.strip():
+            return value.strip().lower()
+    return None
 
 
 def _load(data: bytes) -> dict[str, Any]:
@@ -272,9 +176,21 @@ def _load(data: bytes) -> dict[str, Any]:
     return nb
 
 
+def notebook_module(data: bytes) -> str:
+    """A notebook's code cells as the one module the linter reads (magics masked);
+    ``ValueError`` when the bytes are not a notebook."""
+    try:
+        nb = _load(data)
+    except UnicodeDecodeError as exc:
+        raise ValueError(str(exc)) from None
+    return join((n, mask_cell(src)) for n, src in code_cells(nb).items())[0]
+
+
 def lint_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str]) -> FileResult:
     from trainlint.engine import SYNTAX_ERROR, FileResult
 
+    if not data.strip():
+        return FileResult(path)  # an empty file (a notebook just created): nothing to lint
     try:
         nb = _load(data)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -284,17 +200,11 @@ def lint_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str]
                 linter._meta_finding(SYNTAX_ERROR, path, 1, 1, f"not a valid notebook: {exc}")
             )
         return result
-    result, cells, broken = lint_cells(linter, _cell_sources(nb), path, ignored)
+    if language(nb) not in (None, "python", "python3", "ipython", "ipython3"):
+        return FileResult(path)  # a bash, R or Julia notebook: not Python to lint
+    result, cells, broken = lint_cells(linter, code_cells(nb), path, ignored)
     result.findings = sorted(remap(result.findings, cells) + broken, key=Finding.sort_key)
     return result
-
-
-def _cell_sources(nb: dict[str, Any]) -> dict[int, str]:
-    return {
-        number: cell_source(cell)
-        for number, cell in enumerate(nb.get("cells", []), 1)
-        if isinstance(cell, dict) and cell.get("cell_type") == "code"
-    }
 
 
 def fix_notebook(
@@ -309,7 +219,7 @@ def fix_notebook(
         nb = _load(data)
     except (UnicodeDecodeError, ValueError):
         return lint_notebook(linter, data, path, ignored)
-    sources = _cell_sources(nb)
+    sources = code_cells(nb)
     original = dict(sources)
     applied = 0
     for _ in range(MAX_FIX_PASSES):
@@ -361,14 +271,13 @@ def fix_notebook(
     final.findings = sorted(remap(final.findings, cells) + broken, key=Finding.sort_key)
     final.fixed = applied
     if sources != original:
-        before = "".join(f"# cell {n}\n{src}\n" for n, src in original.items())
-        after = "".join(f"# cell {n}\n{src}\n" for n, src in sources.items())
+        indent = _detect_indent(data)
+        out = json.dumps(nb_with(nb, sources), indent=indent, ensure_ascii=False) + "\n"
         if mode.diff:
-            final.diff = unified_diff(path, before, after)
+            # the diff of the file itself, as --fix would write it: a patch that applies
+            final.diff = unified_diff(path, data.decode("utf-8-sig"), out)
         if mode.write:
-            indent = _detect_indent(data)
-            out = json.dumps(nb_with(nb, sources), indent=indent, ensure_ascii=False)
-            write_atomic(file_path, (out + "\n").encode("utf-8"))
+            write_atomic(file_path, out.encode("utf-8"))
     return final
 
 

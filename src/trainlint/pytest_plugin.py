@@ -28,6 +28,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _check(name: str) -> Callable[..., Any]:
+    import importlib.util
+
+    missing = None
+    try:  # find torch without importing it: the check imports it when it runs
+        if importlib.util.find_spec("torch") is None:
+            missing = "No module named 'torch'"
+    except (ImportError, ValueError) as exc:
+        missing = str(exc)
+    if missing is not None:
+        pytest.fail(
+            f"`{name}` runs real training steps and needs torch, which cannot be imported "
+            f"here ({missing}): pip install 'trainlint[runtime]' (or the torch build you use)",
+            pytrace=False,
+        )
     from trainlint import testing
 
     check: Callable[..., Any] = getattr(testing, name)

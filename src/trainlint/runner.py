@@ -33,7 +33,7 @@ __all__ = ["FixMode", "RunResult", "display_path", "lint_file", "read_file", "ru
 class RunResult(Record):
     """What a run gave: every file's findings and errors, and the totals."""
 
-    __slots__ = ("findings", "errors", "files", "timings", "fixed", "diffs")
+    __slots__ = ("findings", "errors", "files", "timings", "fixed", "diffs", "fixed_files")
 
     def __init__(
         self,
@@ -43,6 +43,7 @@ class RunResult(Record):
         timings: dict[str, float] | None = None,
         fixed: int = 0,
         diffs: list[str] | None = None,
+        fixed_files: list[tuple[str, int]] | None = None,
     ) -> None:
         self.findings = [] if findings is None else findings
         self.errors = [] if errors is None else errors
@@ -50,6 +51,8 @@ class RunResult(Record):
         self.timings = {} if timings is None else timings
         self.fixed = fixed
         self.diffs = [] if diffs is None else diffs
+        #: (path, fixes applied) of each file a fix run changed, in run order
+        self.fixed_files = [] if fixed_files is None else fixed_files
 
     @property
     def files_with_findings(self) -> int:
@@ -258,6 +261,8 @@ def _run(
         out.findings.extend(r.findings)
         out.errors.extend(r.errors)
         out.fixed += r.fixed
+        if r.fixed and not r.diff:
+            out.fixed_files.append((r.path, r.fixed))
         if r.diff:
             out.diffs.append(r.diff)
         for code, t in r.timings.items():

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ast
 import io
+import re
+import sys
 import tokenize
 from functools import cached_property
 
@@ -45,10 +47,22 @@ def decode(data: bytes) -> tuple[str, str]:
     return text, encoding
 
 
+#: Statements that only parse on a newer Python than this one: ``type X = ...`` and
+#: generic ``def f[T]`` / ``class C[T]`` (3.12).
+_NEWER_SYNTAX = re.compile(
+    r"^\s*(?:type\s+\w+\s*(?:\[[^\]]*\])?\s*=|(?:async\s+)?def\s+\w+\s*\[|class\s+\w+\s*\[)"
+)
+
+
 def parse(text: str, filename: str = "<unknown>") -> ast.Module:
-    """Parse text; any rejection becomes a :class:`SourceError` with a position."""
+    """Parse text; any rejection becomes a :class:`SourceError` with a position.
+
+    ``filename`` is not handed to the parser: given a path that exists, CPython reads the
+    offending line back from that file to turn the error's byte offset into a column,
+    which is wrong whenever the text is not the file's (a notebook's cells, an editor's
+    unsaved buffer on stdin)."""
     try:
-        return ast.parse(text, filename=filename, type_comments=False)
+        return ast.parse(text, filename="<trainlint>", type_comments=False)
     except SyntaxError as exc:
         line = exc.lineno or 1
         col = exc.offset or 1
@@ -56,6 +70,13 @@ def parse(text: str, filename: str = "<unknown>") -> ast.Module:
         if exc.text and exc.offset:
             # SyntaxError offsets are 1-based character offsets already on 3.10+.
             col = exc.offset
+        lines = text.splitlines()
+        if sys.version_info < (3, 12) and 0 < line <= len(lines):
+            if _NEWER_SYNTAX.match(lines[line - 1]):
+                msg += (
+                    " (this is Python 3.12 syntax; trainlint runs on Python "
+                    f"{sys.version_info[0]}.{sys.version_info[1]}: run it with 3.12 or later)"
+                )
         raise SourceError(f"syntax error: {msg}", line, col) from None
     except ValueError as exc:  # null bytes on older interpreters
         nul = text.find("\0")
@@ -106,7 +127,16 @@ class Source(Record):
     def offset(self, line: int, column: int) -> int:
         """Character offset in ``text`` of a 1-based (line, column)."""
         line = min(max(line, 1), len(self.lines))
-        return sum(len(x) for x in self.lines[: line - 1]) + column - 1
+        return self._line_starts[line - 1] + column - 1
+
+    @cached_property
+    def _line_starts(self) -> list[int]:
+        """The character offset at which each line starts: an offset is one look-up, not
+        a sum over the lines before it (a fix or a finding asks for many)."""
+        starts = [0]
+        for text in self.lines:
+            starts.append(starts[-1] + len(text))
+        return starts
 
     def segment(self, node: ast.AST) -> str:
         line, col, end_line, end_col = self.span(node)

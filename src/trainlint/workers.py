@@ -6,6 +6,7 @@ itself (the cache, the project index, which files a second pass needs) is
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,25 @@ def display_path(path: Path) -> str:
 
 
 def read_file(path: Path) -> bytes | str:
-    """The file's bytes, or an error message when it cannot be read."""
+    """The file's bytes, or what kept it from being read, in words a user can act on (a
+    link that points nowhere is not a file that "does not exist")."""
+    import errno
+
     try:
         return path.read_bytes()
     except IsADirectoryError:
         return "is a directory"
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symbolic link loop"
+        if exc.errno == errno.ENOENT and path.is_symlink():
+            try:
+                target = os.readlink(path)
+            except OSError:
+                return "dangling symbolic link"
+            return f"dangling symbolic link (to {target}, which does not exist)"
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return "permission denied"
         return exc.strerror or type(exc).__name__
 
 
@@ -70,7 +84,9 @@ def lint_file(
         result = FileResult(shown)
         if SYNTAX_ERROR in linter.enabled:
             result.findings.append(
-                linter._meta_finding(SYNTAX_ERROR, shown, 1, 1, f"cannot read file: {data}")
+                linter._meta_finding(
+                    SYNTAX_ERROR, shown, 1, 1, f"cannot read file (not a syntax error): {data}"
+                )
             )
         return result
     if path.suffix == ".ipynb":

@@ -1443,6 +1443,16 @@ class Escapes:
     def _scope(self, node: ast.AST) -> ast.AST:
         return self.model.function_of(node) or self.model.tree
 
+    def _assignments_by_scope(self) -> dict[int, list[ast.Assign | ast.AugAssign | ast.AnnAssign]]:
+        """The file's assignments grouped by :meth:`_scope` (in the table's order), once."""
+        def build(model: FileModel) -> dict[int, list[ast.Assign | ast.AugAssign | ast.AnnAssign]]:
+            out: dict[int, list[ast.Assign | ast.AugAssign | ast.AnnAssign]] = {}
+            for node in model.assignments:
+                out.setdefault(id(self._scope(node)), []).append(node)
+            return out
+
+        return self.model.memo(("escapes-assignments-by-scope",), build)
+
     @staticmethod
     def _matches(name: str | None, names: set[str]) -> bool:
         return name is not None and any(name == n or name.startswith(n + ".") for n in names)
@@ -1469,9 +1479,7 @@ class Escapes:
             ):
                 return True
         stmt = m.statement_of(call)
-        for node in m.assignments:
-            if self._scope(node) is not scope:
-                continue
+        for node in self._assignments_by_scope().get(id(scope), ()):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if not any(
                 names

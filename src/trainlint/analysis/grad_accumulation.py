@@ -88,30 +88,28 @@ def lr_divided_by_count(model: FileModel, divisors: list[ast.AST | None]) -> boo
     """The learning rate is divided by the accumulation count somewhere in the file
     (``lr=base_lr / accum``, ``args.lr /= args.grad_accum``): the sum is what it expects."""
     dumps = {ast.dump(d) for d in divisors if d is not None}
+    return any(
+        ast.dump(expr) in dumps or names_accumulation_count(expr)
+        for expr in model.memo(_lr_divisors, _lr_divisors)
+    )
 
-    def by_count(expr: ast.AST) -> bool:
-        return ast.dump(expr) in dumps or names_accumulation_count(expr)
 
-    # the model's assignment and keyword tables, not a walk of the whole tree: only
-    # whether one matches counts, not which comes first
+def _lr_divisors(model: FileModel) -> list[ast.AST]:
+    """What the file divides a learning rate by (``lr=base_lr / X``, ``args.lr /= X``),
+    collected once per file from the model's assignment and keyword tables (only whether
+    one matches counts, not which comes first)."""
+    out: list[ast.AST] = []
     nodes: list[ast.AST] = [*model.assignments, *model.keywords]
     for node in nodes:
         if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Div):
-            if _LR_NAME.search((dotted(node.target) or "").rsplit(".", 1)[-1]) and by_count(
-                node.value
-            ):
-                return True
+            if _LR_NAME.search((dotted(node.target) or "").rsplit(".", 1)[-1]):
+                out.append(node.value)
         pairs: list[tuple[str, ast.AST]] = []
         if isinstance(node, ast.Assign):
             pairs = [((dotted(t) or "").rsplit(".", 1)[-1], node.value) for t in node.targets]
         elif isinstance(node, ast.keyword) and node.arg:
             pairs = [(node.arg, node.value)]
         for name, value in pairs:
-            if (
-                _LR_NAME.search(name)
-                and isinstance(value, ast.BinOp)
-                and isinstance(value.op, ast.Div)
-                and by_count(value.right)
-            ):
-                return True
-    return False
+            if _LR_NAME.search(name) and isinstance(value, ast.BinOp) and isinstance(value.op, ast.Div):
+                out.append(value.right)
+    return out

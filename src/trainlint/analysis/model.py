@@ -484,10 +484,16 @@ class FileModel:
         return self._local_defs.get(id(cls), {})
 
     def class_named(self, name: str) -> ast.ClassDef | None:
+        return self._module_classes.get(name)
+
+    @cached_property
+    def _module_classes(self) -> dict[str, ast.ClassDef]:
+        """The first module-level class of each name, in the indexing order of ``classes``."""
+        out: dict[str, ast.ClassDef] = {}
         for cls in self.classes:
-            if cls.name == name and self.scope_of(cls) is self.tree:
-                return cls
-        return None
+            if self.scope_of(cls) is self.tree:
+                out.setdefault(cls.name, cls)
+        return out
 
     def resolve_call(self, call: ast.Call) -> FunctionNode | None:
         """The same-file function a call invokes, when that is certain enough."""

@@ -72,6 +72,9 @@ class Objects:
     def __init__(self, model: FileModel) -> None:
         self.model = model
         self.roles = model.roles
+        self._bound_by_call: dict[int, set[Key]] | None = None
+        self._functions_by_id: dict[int, ast.AST] | None = None
+        self._load_index: dict[int, tuple[dict[Key, list[ast.AST]], dict[object, list[ast.AST]]]] = {}
 
     @property
     def escape_analysis(self) -> Escapes:
@@ -83,10 +86,7 @@ class Objects:
         """Role keys of the names bound to the object ``call`` builds, including
         ``sampler = DistributedSampler(ds) if distributed else None``."""
         model = self.model
-        out: set[Key] = set()
-        for key, bindings in self.roles.bindings.items():
-            if any(b.call is call for b in bindings):
-                out.add(key)
+        out: set[Key] = set(self._bound_keys().get(id(call), ()))
         node: ast.AST = call
         parent = model.parent_of(node)
         while isinstance(parent, (ast.IfExp, ast.BoolOp)) and node is not getattr(
@@ -104,6 +104,53 @@ class Objects:
                 if bound is not None:
                     out.add(bound)
         return out
+
+    def _bound_keys(self) -> dict[int, set[Key]]:
+        """The role keys bound to each construction (by the call's id), indexed once so
+        that asking about every loader or sampler of a file stays linear in its size."""
+        if self._bound_by_call is None:
+            index: dict[int, set[Key]] = {}
+            for key, bindings in self.roles.bindings.items():
+                for b in bindings:
+                    if b.call is not None:
+                        index.setdefault(id(b.call), set()).add(key)
+            self._bound_by_call = index
+        return self._bound_by_call
+
+    def reads(self, target: ast.AST, key: Key) -> list[ast.AST]:
+        """The reads of ``key`` other than ``target``, in ``walk_tree`` order: for a local,
+        in its function; for ``self.x``, of ``x`` in any class; else in the whole file."""
+        model = self.model
+        if key[0] == "name":
+            if self._functions_by_id is None:
+                self._functions_by_id = {id(f): f for f in model.functions}
+            scope = self._functions_by_id.get(key[1], model.tree)
+            nodes = self._loads(scope)[0].get(key, ())
+        elif key[0] == "attr":  # `self.x`: a read of `x` through the same attribute name
+            nodes = self._loads(model.tree)[1].get(key[2], ())
+        else:
+            nodes = self._loads(model.tree)[0].get(key, ())
+        return [node for node in nodes if node is not target]
+
+    def _loads(self, scope: ast.AST) -> tuple[dict[Key, list[ast.AST]], dict[object, list[ast.AST]]]:
+        """Reads of names and attributes under ``scope`` by role key, and the attribute reads
+        by attribute name, in ``walk_tree`` order: one walk per scope asked about, however
+        many objects are followed through it."""
+        found = self._load_index.get(id(scope))
+        if found is None:
+            by_key: dict[Key, list[ast.AST]] = {}
+            by_attr: dict[object, list[ast.AST]] = {}
+            key_of = self.roles.key
+            for node in walk_tree(scope):  # (no contexts: the loads are found by their names)
+                if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+                    k = key_of(node)
+                    if k is None:
+                        continue
+                    by_key.setdefault(k, []).append(node)
+                    if k[0] == "attr":
+                        by_attr.setdefault(k[2], []).append(node)
+            found = self._load_index[id(scope)] = (by_key, by_attr)
+        return found
 
     def of(self, *calls: ast.Call) -> Obj:
         keys: set[Key] = set()
@@ -279,28 +326,7 @@ class _Flow:
         return _merge(verdicts)
 
     def _references(self, target: ast.AST, key: Key) -> list[ast.AST]:
-        model = self.model
-        out: list[ast.AST] = []
-        if key[0] == "name":
-            scope_id = key[1]
-            scope = (
-                model.tree
-                if scope_id == id(model.tree)
-                else next((f for f in model.functions if id(f) == scope_id), model.tree)
-            )
-            nodes = walk_tree(scope)  # (no contexts: the loads are found by their names)
-        else:
-            nodes = walk_tree(model.tree)
-        for node in nodes:
-            if node is target:
-                continue
-            if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
-                k = model.roles.key(node)
-                if k == key or (
-                    key[0] == "attr" and k is not None and k[0] == "attr" and k[2] == key[2]
-                ):
-                    out.append(node)
-        return out
+        return objects(self.model).reads(target, key)
 
     def _returned(self, ret: ast.Return, cur: ast.AST, expr: ast.AST, depth: int) -> Fate:
         model = self.model

@@ -13,11 +13,18 @@ from trainlint.analysis.steps import EPOCH_FUNCTION_NAMES, LOOP_NODES, Event, Ki
 
 def per_batch_event(model: FileModel, call: ast.Call) -> Event | None:
     """The step-loop event of this scheduler step when it runs once per batch."""
+    return model.memo(_per_batch_events, _per_batch_events).get(id(call))
+
+
+def _per_batch_events(model: FileModel) -> dict[int, Event]:
+    """Each scheduler step made directly in a step loop's body, by the call's id (the
+    first loop's event, in loop order): one pass over the step loops per file."""
+    out: dict[int, Event] = {}
     for loop in model.steps.step_loops:
         for e in loop.of(Kind.SCHED):
-            if e.node is call and e.depth == 0:
-                return e
-    return None
+            if e.depth == 0:
+                out.setdefault(id(e.node), e)
+    return out
 
 
 def runs_per_epoch(model: FileModel, call: ast.Call) -> bool:
@@ -96,12 +103,16 @@ def sized_in_iterations(model: FileModel, sched: Schedule) -> bool:
     return False
 
 
+def _scheduler_ids(model: FileModel) -> set[int]:
+    return {id(c) for c in scheduler_calls(model)}
+
+
 def kind_guarded(model: FileModel, call: ast.Call) -> bool:
     """The step sits under a test of which kind of scheduler this is: an `isinstance`
     or a name string (`"onecycle"`), a flag named for it (`step_per_batch`), or a flag
     set right where a scheduler is built. Whatever was built, it is stepped in the unit
     the code chose for it."""
-    sched_ids = {id(c) for c in scheduler_calls(model)}
+    sched_ids = model.memo(_scheduler_ids, _scheduler_ids)
     for anc in model.ancestors(call):
         if isinstance(anc, NESTED_SCOPES):
             break

@@ -162,8 +162,13 @@ def is_scheduler_qualname(qual: str) -> bool:
 
 
 def scheduler_calls(model: FileModel) -> list[ast.Call]:
-    """Scheduler constructions, in source order. Only names that can spell one are
-    resolved: a class (`StepLR`), a factory (`get_..._schedule...`), or an import alias."""
+    """Scheduler constructions, in source order (found once per file; callers must not
+    change the list). Only names that can spell one are resolved: a class (`StepLR`), a
+    factory (`get_..._schedule...`), or an import alias."""
+    return model.memo(_scheduler_calls, _scheduler_calls)
+
+
+def _scheduler_calls(model: FileModel) -> list[ast.Call]:
     names = {n for n in model.calls if n[:1].isupper() or n.startswith("get_")}
     for b in model.imports._scopes.values():
         names.update(local for local, q in b.imports.items() if is_scheduler_qualname(q))

@@ -656,10 +656,14 @@ class StepModel:
         return out
 
     def step_loop_of(self, node: ast.AST) -> StepLoop | None:
+        return self._step_loops_by_node.get(id(node))
+
+    @cached_property
+    def _step_loops_by_node(self) -> dict[int, StepLoop]:
+        out: dict[int, StepLoop] = {}
         for sl in self.step_loops:
-            if sl.node is node:
-                return sl
-        return None
+            out.setdefault(id(sl.node), sl)  # (the first, as a scan in order would find)
+        return out
 
     @cached_property
     def step_loop_ids(self) -> set[int]:
@@ -989,11 +993,9 @@ class _Walker:
 
     def _local_function(self, node: ast.AST) -> FunctionNode | None:
         if isinstance(node, ast.Name):
-            for fn in self.steps.model.functions:
-                if fn.name == node.id and self.steps.model.scope_of(
-                    fn
-                ) is self.steps.model.scope_of(node):
-                    return fn
+            model = self.steps.model
+            defs = model.memo(_functions_by_scope, _functions_by_scope)
+            return defs.get((node.id, id(model.scope_of(node))))
         return None
 
     def _inline(
@@ -1126,3 +1128,12 @@ def _innermost_loop(model: FileModel, node: ast.AST) -> ast.AST | None:
         if isinstance(cur, NESTED_SCOPES):
             return None
     return None
+
+
+def _functions_by_scope(model: FileModel) -> dict[tuple[str, int], FunctionNode]:
+    """The first def of each name in each scope, in source order: a call's local function
+    is one look-up."""
+    out: dict[tuple[str, int], FunctionNode] = {}
+    for fn in model.functions:
+        out.setdefault((fn.name, id(model.scope_of(fn))), fn)
+    return out

@@ -70,8 +70,11 @@ def _declares_group(text: bytes) -> bool:
 
 
 @lru_cache(maxsize=8)
-def _manager(plugins: tuple[str, ...]) -> pluggy.PluginManager | None:
-    """The plugin manager, or None when there is no plugin to load (pluggy not imported)."""
+def _manager(plugins: tuple[str, ...], beside: str | None = None) -> pluggy.PluginManager | None:
+    """The plugin manager, or None when there is no plugin to load (pluggy not imported).
+    ``beside``: the directory of the config naming ``plugins``: a plugin module kept next
+    to its ``pyproject.toml`` imports without PYTHONPATH (searched after everything else,
+    so a project's files never shadow an installed module)."""
     if not plugins and not entry_point_plugins_possible():
         return None
     import pluggy
@@ -84,6 +87,8 @@ def _manager(plugins: tuple[str, ...]) -> pluggy.PluginManager | None:
         pm.load_setuptools_entrypoints(hookspecs.PROJECT)
     except Exception as exc:
         raise ConfigError(f"failed to load a `trainlint` entry-point plugin: {exc!r}") from None
+    if plugins and beside and beside not in sys.path:
+        sys.path.append(beside)
     for name in plugins:
         try:
             module = importlib.import_module(name)
@@ -102,10 +107,13 @@ def _origin(pm: pluggy.PluginManager, impl: Any) -> str:
     return pm.get_name(impl.plugin) or repr(impl.plugin)
 
 
-def load_rules(plugins: Sequence[str] = (), *, catalog: bool = False) -> list[type[Rule]]:
+def load_rules(
+    plugins: Sequence[str] = (), *, catalog: bool = False, beside: str | None = None
+) -> list[type[Rule]]:
     """The built-in rules and the plugins' rules, in code order. ``catalog``: the built-ins
-    as the catalog's stand-ins (no rule module imported; see ``rules.CatalogRule``)."""
-    pm = _manager(tuple(plugins))
+    as the catalog's stand-ins (no rule module imported; see ``rules.CatalogRule``);
+    ``beside``: the directory of the config that names ``plugins``."""
+    pm = _manager(tuple(plugins), beside)
     rules = catalog_rules() if catalog else builtin_rules()
     if pm is None:
         return sorted(rules, key=lambda r: r.code)
@@ -131,8 +139,8 @@ def load_rules(plugins: Sequence[str] = (), *, catalog: bool = False) -> list[ty
     return sorted(rules, key=lambda r: r.code)
 
 
-def load_formats(plugins: Sequence[str] = ()) -> dict[str, Any]:
-    pm = _manager(tuple(plugins))
+def load_formats(plugins: Sequence[str] = (), beside: str | None = None) -> dict[str, Any]:
+    pm = _manager(tuple(plugins), beside)
     formats: dict[str, Any] = {}
     if pm is None:
         return formats

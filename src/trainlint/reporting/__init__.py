@@ -23,6 +23,9 @@ _FORMATS = {
     "json": ("jsonfmt", "format_json"),
     "sarif": ("sarif", "format_sarif"),
     "github": ("github", "format_github"),
+    "json-lines": ("ci", "format_json_lines"),
+    "gitlab": ("ci", "format_gitlab"),
+    "junit": ("ci", "format_junit"),
 }
 
 

@@ -63,3 +63,30 @@ def full(findings: Sequence[Finding], rules: Sequence[object] = ()) -> str:
             out.append(f"  = {label}: {f.fix.message or 'available'}")
         out.append("")
     return "\n".join(out) + ("\n" if out else "")
+
+
+def wants_color(choice: str, stream: object) -> bool:
+    """``--color``: always, never, or (auto) on a terminal unless ``NO_COLOR`` is set
+    (https://no-color.org); ``FORCE_COLOR`` turns it on where auto would not."""
+    import os
+
+    if choice != "auto":
+        return choice == "always"
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def colorize(text: str) -> str:
+    """The location in bold and the code in red on each finding line of ``concise``/``full``."""
+    import re
+
+    return re.sub(
+        r"^(\S[^\n]*?:\d+:\d+:) (TL\d+|[A-Z]+\d+) ",
+        "\x1b[1m\\1\x1b[0m \x1b[1;31m\\2\x1b[0m ",
+        text,
+        flags=re.M,
+    )

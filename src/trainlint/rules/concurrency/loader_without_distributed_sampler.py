@@ -285,8 +285,8 @@ mp.spawn(worker, args=(2,), nprocs=2)
             if depth >= 3:
                 continue
             names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
-            for node in model.assignments:
-                if model.scope_of(node) is not scope or node.value is None:
+            for node in model.assignments_in(scope):
+                if node.value is None:
                     continue
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 if any(

@@ -335,32 +335,39 @@ def validate(model, val_loader):
                 yield call
 
     @staticmethod
+    def _mode_calls(model: FileModel) -> dict[int, list[tuple[str, str, tuple[int, int]]]]:
+        """`X.eval()`/`X.train()` calls grouped by their function (id), as (method,
+        receiver, position): built once per file, so each model call looks only at its
+        own function's calls."""
+        by_fn: dict[int, list[tuple[str, str, tuple[int, int]]]] = {}
+        for name in ("eval", "train"):
+            for c in model.calls.get(name, ()):
+                if not isinstance(c.func, ast.Attribute):
+                    continue
+                recv = dotted(c.func.value)
+                if recv is not None:
+                    key = id(model.function_of(c))
+                    by_fn.setdefault(key, []).append((name, recv, (c.lineno, c.col_offset)))
+        return by_fn
+
+    @staticmethod
     def _after_eval(model: FileModel, call: ast.Call, fn: ast.AST | None) -> bool:
         """`X.eval()` earlier in the same function, with no `X.train()` in between."""
         target = dotted(call.func)
+        if target is None:
+            return False
         pos = (call.lineno, call.col_offset)
         last_eval = last_train = (-1, -1)
-        for name in ("eval", "train"):
-            for c in model.calls.get(name, ()):
-                if model.function_of(c) is not fn or not isinstance(c.func, ast.Attribute):
-                    continue
-                recv = dotted(c.func.value)
-                if (
-                    recv is None
-                    or target is None
-                    or not (
-                        target == recv
-                        or target.startswith(recv + ".")
-                        or recv.startswith(target + ".")
-                    )
-                ):
-                    continue
-                cpos = (c.lineno, c.col_offset)
-                if cpos < pos:
-                    if name == "eval":
-                        last_eval = max(last_eval, cpos)
-                    else:
-                        last_train = max(last_train, cpos)
+        calls = model.memo("eval-train-calls", EvalWithoutNoGrad._mode_calls)
+        for name, recv, cpos in calls.get(id(fn), ()):
+            if cpos >= pos or not (
+                target == recv or target.startswith(recv + ".") or recv.startswith(target + ".")
+            ):
+                continue
+            if name == "eval":
+                last_eval = max(last_eval, cpos)
+            else:
+                last_train = max(last_train, cpos)
         return last_eval > last_train
 
     @staticmethod
