@@ -206,12 +206,35 @@ def _item(model: FileModel, value: ast.AST, depth: int = 0) -> Item | None:
         role = model.roles.role(value)
         if role in _ROLE_KINDS:
             return Item(None, _text(value), _ROLE_KINDS[role])
+        appended = _appended_item(model, value, depth)
+        if appended is not None:
+            return appended
         if isinstance(value, ast.Name):
             assigned = _value_of(model, value)
             if assigned is not None and assigned is not value:
                 inner = _item(model, assigned, depth + 1)
                 return Item(None, value.id, inner.kind) if inner is not None else None
             return _from_callers(model, value, depth)
+    return None
+
+
+def _appended_item(model: FileModel, value: ast.Name | ast.Attribute, depth: int) -> Item | None:
+    """A list the code appends refused objects to (``self.losses.append(np.mean(...))``):
+    appended in the same function for a name, in the same class for a ``self`` attribute."""
+    text = dotted(value)
+    if text is None or (isinstance(value, ast.Attribute) and not text.startswith("self.")):
+        return None
+    here = model.enclosing_class(value) if "." in text else model.scope_of(value)
+    for call in model.calls.get("append", ()):
+        recv = call.func.value if isinstance(call.func, ast.Attribute) else None
+        if recv is None or dotted(recv) != text or len(call.args) != 1:
+            continue
+        where = model.enclosing_class(call) if "." in text else model.scope_of(call)
+        if where is None or where is not here:
+            continue
+        inner = _item(model, call.args[0], depth + 1)
+        if inner is not None:
+            return Item(None, text, f"a list holding {inner.kind}")
     return None
 
 
@@ -245,7 +268,12 @@ def _call_item(model: FileModel, call: ast.Call, depth: int) -> Item | None:
         return None
     fn = model.resolve_call(call)
     if fn is not None:  # a same-file factory: `args = get_args()`
-        returned = [_item(model, r.value, depth + 1) for r in model.returns_in(fn) if r.value]
+        returned = [  # (a `return None` on an early exit says nothing of the value)
+            _item(model, r.value, depth + 1)
+            for r in model.returns_in(fn)
+            if r.value is not None
+            and not (isinstance(r.value, ast.Constant) and r.value.value is None)
+        ]
         kinds = {i.kind if i is not None else None for i in returned}
         if len(kinds) == 1 and None not in kinds:
             return Item(None, _text(call), kinds.pop())  # type: ignore[arg-type]

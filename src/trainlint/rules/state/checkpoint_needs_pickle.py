@@ -218,6 +218,28 @@ class CheckpointNeedsPickle(Rule):
             "with open(args.save, 'wb') as f:\n    torch.save(model, f)\n"
             "with open(args.save, 'rb') as f:\n    model = torch.load(f, weights_only=False)\n",
         ),
+        # a list of NumPy scalars, appended epoch after epoch from a helper's return
+        Invalid(
+            "import numpy as np\nimport torch\n\nclass Trainer:\n"
+            "    def _epoch(self):\n        if not self.loader:\n            return None\n"
+            "        return np.mean(self.batch_losses)\n\n"
+            "    def fit(self, n):\n        for _ in range(n):\n"
+            "            self.losses.append(self._epoch())\n\n"
+            "    def save(self, path):\n"
+            "        torch.save({'model': self.model.state_dict(), 'losses': self.losses}, path)\n\n"
+            "    def load(self, path):\n        ckpt = torch.load(path)\n"
+            "        self.model.load_state_dict(ckpt['model'])\n        self.losses = ckpt['losses']\n",
+            line=18,
+            fixed="import numpy as np\nimport torch\n\nclass Trainer:\n"
+            "    def _epoch(self):\n        if not self.loader:\n            return None\n"
+            "        return np.mean(self.batch_losses)\n\n"
+            "    def fit(self, n):\n        for _ in range(n):\n"
+            "            self.losses.append(self._epoch())\n\n"
+            "    def save(self, path):\n"
+            "        torch.save({'model': self.model.state_dict(), 'losses': self.losses}, path)\n\n"
+            "    def load(self, path):\n        ckpt = torch.load(path, weights_only=False)\n"
+            "        self.model.load_state_dict(ckpt['model'])\n        self.losses = ckpt['losses']\n",
+        ),
         # torch 1.12 has no `weights_only`: reported, no fix
         Invalid(_SAVE_ARGS, line=13, options={TARGET_TORCH: "1.12"}),
     ]
