@@ -240,13 +240,18 @@ RULES: tuple[dict[str, Any], ...] = (
     {"code": "TL702", "name": "unsafe-torch-load",
      "module": "trainlint.rules.state.unsafe_torch_load", "class": "UnsafeTorchLoad",
      "message": "`torch.load(weights_only=False)` unpickles arbitrary code from this file",
-     "fix_safety": "unsafe", "triggers": ("load",), "test_files": False,
+     "default_enabled": False, "fix_safety": "unsafe", "triggers": ("load",), "test_files": False,
      "options": {"require-explicit": True, "report-explicit-false": False, "target-torch": None}},
     {"code": "TL703", "name": "unseeded-reproducibility",
      "module": "trainlint.rules.state.unseeded_reproducibility", "class": "UnseededReproducibility",
      "message": "deterministic algorithms are requested but nothing seeds the random generators: runs still differ; seed torch (and numpy/random if used)",
      "severity": "warning", "default_enabled": False, "triggers": ("deterministic", "seed"),
      "test_files": False},
+    {"code": "TL704", "name": "checkpoint-needs-pickle",
+     "module": "trainlint.rules.state.checkpoint_needs_pickle", "class": "CheckpointNeedsPickle",
+     "message": "this checkpoint holds objects `weights_only` refuses: since torch 2.6 the bare `torch.load` raises `UnpicklingError`; pass `weights_only=False` for the project's own checkpoints",
+     "fix_safety": "unsafe", "triggers": ("load",), "test_files": False,
+     "options": {"target-torch": None}},
 )
 # fmt: on
 
