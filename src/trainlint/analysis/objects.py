@@ -301,6 +301,8 @@ class _Flow:
             return Fate.ESCAPES
         if key[0] == "dotted" and not str(key[1]).startswith("self."):
             return Fate.ESCAPES  # someone else's attribute
+        if key[0] == "attr" and self._called_through_instance(str(key[2])):
+            return Fate.CALLED
         verdicts = []
         for ref in self._references(target, key):
             parent = model.parent_of(ref)
@@ -324,6 +326,24 @@ class _Flow:
                 continue
             verdicts.append(self.of(ref, depth + 1))
         return _merge(verdicts)
+
+    def _called_through_instance(self, attr: str) -> bool:
+        """``model.scheduler.step()`` outside the class that sets ``self.scheduler``: the
+        attribute is reached through an instance (a parameter, a local), whose class the
+        file cannot always tell; the method called on it counts."""
+        for call in self.model.calls.get(self.method, ()):
+            func = call.func
+            if (
+                isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Attribute)
+                and func.value.attr == attr
+                and not (
+                    isinstance(func.value.value, ast.Name)
+                    and func.value.value.id in ("self", "cls")
+                )
+            ):
+                return True
+        return False
 
     def _references(self, target: ast.AST, key: Key) -> list[ast.AST]:
         return objects(self.model).reads(target, key)
