@@ -327,6 +327,27 @@ class _Flow:
             verdicts.append(self.of(ref, depth + 1))
         return _merge(verdicts)
 
+    def _manual_lightning(self, fn: ast.AST) -> bool:
+        """``fn``'s class sets ``self.automatic_optimization = False`` and the file never
+        asks for ``lr_schedulers()``: nothing but this file could step a scheduler."""
+        model = self.model
+        if model.calls.get("lr_schedulers"):
+            return False
+        cls = model.class_of(fn)
+        for node in model.assignments:
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Attribute)
+                and node.targets[0].attr == "automatic_optimization"
+                and isinstance(node.value, ast.Constant)
+                and node.value.value is False
+                and cls is not None
+                and model.enclosing_class(node) is cls
+            ):
+                return True
+        return False
+
     def _called_through_instance(self, attr: str) -> bool:
         """``model.scheduler.step()`` outside the class that sets ``self.scheduler``: the
         attribute is reached through an instance (a parameter, a local), whose class the
@@ -351,6 +372,10 @@ class _Flow:
     def _returned(self, ret: ast.Return, cur: ast.AST, expr: ast.AST, depth: int) -> Fate:
         model = self.model
         fn = model.function_of(ret)
+        if fn is not None and fn.name == "configure_optimizers" and self._manual_lightning(fn):
+            # Lightning steps returned schedulers only under automatic optimization;
+            # under manual optimization `self.lr_schedulers()` hands them back to step
+            return Fate.NEVER
         if fn is None or fn.name.startswith("configure_") or fn.name.startswith("_configure"):
             return Fate.ESCAPES  # a framework hook: the framework takes it
         sites = model.call_sites.get(id(fn), [])

@@ -32,8 +32,9 @@ class SchedulerNeverStepped(Rule):
     counts as stepped when the file steps it through an instance
     (`model.scheduler.step()`). A scheduler that
     escapes the file (returned from a method a framework calls, like Lightning's
-    `configure_optimizers`; passed to an unknown function; stored in a container) is
-    left alone.
+    `configure_optimizers`, unless the module sets `automatic_optimization = False`:
+    Lightning then steps nothing, and the file must; passed to an unknown function;
+    stored in a container) is left alone.
 
     ## Why is this bad?
     The schedule never runs: the LR stays at its initial value for the whole run, and
@@ -172,6 +173,29 @@ s = StepLR()
 """,
     ]
     invalid = [
+        # manual optimization: Lightning does not step the schedulers it is handed
+        Invalid(
+            """
+import torch
+import lightning as L
+
+class GAN(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+        self.opt = torch.optim.AdamW(self.parameters())
+        self.sched = torch.optim.lr_scheduler.ExponentialLR(self.opt, gamma=0.999)
+
+    def configure_optimizers(self):
+        return [self.opt], [self.sched]
+
+    def training_step(self, batch, batch_idx):
+        self.opt.zero_grad()
+        self.manual_backward(self(batch).mean())
+        self.opt.step()
+""",
+            line=9,
+        ),
         Invalid(
             """
 import torch.optim as optim
