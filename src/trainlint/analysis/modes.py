@@ -395,9 +395,12 @@ def _optimized_modules(model: FileModel) -> set[str] | None:
     for b in built:
         found = [dotted(o) for o in parameter_owners(b.call)]
         if not found:
-            q = model.qualname(b.call.func) or ""
-            if q.startswith("torch.") or not b.call.args:
-                return None  # a parameter list built elsewhere: cannot tell whose
+            q = model.qualname(b.call.func) or call_name(b.call) or ""
+            last = q.rsplit(".", 1)[-1]
+            if q.startswith("torch.") or last[:1].isupper() or not b.call.args:
+                # an optimizer class given a parameter list built elsewhere, not a
+                # factory given the module: cannot tell whose parameters
+                return None
             found = [dotted(a) for a in (*b.call.args, *(k.value for k in b.call.keywords))]
         mapped = _through_call_sites(model, b.call, found)
         if mapped is None:
