@@ -465,3 +465,49 @@ def outside_optimizers(model: FileModel, target: str | None) -> bool:
     last = target.rsplit(".", 1)[-1]
     # `self.model` and a local `model` may be one object: a shared last name counts
     return not any(same_module(target, o) or o.rsplit(".", 1)[-1] == last for o in owners)
+
+
+def restored_or_ended(model: FileModel, node: ast.AST, loop: ast.AST, target: str | None) -> bool:
+    """After ``node``, does every way through the rest of ``loop``'s body reach
+    ``target.train()``, or leave the loop (`return`, `raise`, a `break` of it), before the
+    iteration ends? Statements only: an `if` counts when both branches do."""
+    if target is None:
+        return False
+    stmt: ast.AST = model.statement_of(node)
+    while stmt is not loop:
+        parent = model.parent_of(stmt)
+        if parent is None or isinstance(parent, NESTED_SCOPES):
+            return False
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(parent, field, None)
+            if isinstance(block, list) and stmt in block:
+                if _block_settles(block[block.index(stmt) + 1 :], loop, target):
+                    return True
+        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
+            return False  # an inner loop: its next iteration may come first
+        stmt = parent
+    return False
+
+
+def _block_settles(stmts: list[ast.stmt], loop: ast.AST, target: str) -> bool:
+    return any(_settles(s, loop, target) for s in stmts)
+
+
+def _settles(stmt: ast.stmt, loop: ast.AST, target: str) -> bool:
+    if isinstance(stmt, (ast.Return, ast.Raise)):
+        return True
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr == "train"
+            and not stmt.value.args
+            and dotted(func.value) == target
+        )
+    if isinstance(stmt, ast.If):
+        return bool(stmt.orelse) and all(
+            _block_settles(b, loop, target) for b in (stmt.body, stmt.orelse)
+        )
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        return _block_settles(stmt.body, loop, target)
+    return False

@@ -12,6 +12,7 @@ from trainlint.analysis.modes import (
     left_in_eval,
     outside_optimizers,
     resolved_target,
+    restored_or_ended,
     restores_saved_mode,
     switched_by_flag,
     training_ends_after,
@@ -32,7 +33,8 @@ class EvalModeNotRestored(Rule):
     `def train(model): model.train()` restores `net`). Not reported: a mode that follows
     a flag (`net.train() if is_train else net.eval()`); a helper that restores the mode
     it saved (`was_training = net.training ... if was_training: net.train()`); an
-    `eval()` right before a `break` that ends training (early stopping) or a `return`;
+    `eval()` after which every way on restores `train()` or leaves the loop (early
+    stopping: `break`, `return`);
     and modules training does not update: an EMA/SWA copy, a `deepcopy`, a model rebuilt
     in the loop from a state dict, a teacher or target network, a module frozen with
     `requires_grad_(False)`, a module none of the file's optimizers holds (the backbone
@@ -355,8 +357,10 @@ for step, (x, y) in enumerate(loader):
                         frozen = frozen_modules(model)
                     # resolved names are the loop's own: look them up where it calls in
                     at = e.chain[0] if e.chain else e.node
-                    if training_ends_after(model, at, loop, names[i]):
-                        continue  # early stopping: `net.eval(); break`
+                    if training_ends_after(model, at, loop, names[i]) or restored_or_ended(
+                        model, at, loop, names[i]
+                    ):
+                        continue  # early stopping (`net.eval(); break`), or restored
                     left = [
                         t
                         for t in eval_targets(model, e, names[i])
