@@ -214,7 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timm", action="store_true", help="timm from the ecosystem cache")
     parser.add_argument("--cache-dir", type=Path, default=ECOSYSTEM_CACHE,
                         help="bench/ecosystem.py's cache (default: bench/.ecosystem-cache)")
+    parser.add_argument("--scaling", action="store_true",
+                        help="only time one generated 10k-line and one 50k-line file (bench/scaling.py)")
     args = parser.parse_args(argv)
+    if args.scaling:
+        return scaling_row(args.runs)
     dirs = list(args.dirs)
     if args.training:
         dirs += cache_dirs(args.cache_dir, TRAINING_TREE)
@@ -342,6 +346,27 @@ def main(argv: list[str] | None = None) -> int:
               f"alone {bare:.3f} s: {check - bare:.3f} s beyond it")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def scaling_row(runs: int) -> int:
+    """Lint time against file size: a generated file of about 10k lines and one five times
+    longer, one process each, all rules; linear means a ratio near 5 (at most 7.5)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import scaling
+
+    times = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for blocks in (200, 1000):
+            path = Path(tmp) / f"generated_{blocks}.py"
+            path.write_text(scaling.module(blocks), encoding="utf-8")
+            cmd = [sys.executable, "-m", "trainlint", "check", "--no-cache", "--exit-zero",
+                   "--jobs", "1", "--select", "ALL", "--quiet", str(path)]
+            cpu, _ = child_min(cmd, runs)
+            lines = path.read_text(encoding="utf-8").count("\n")
+            times.append(cpu)
+            print(f"{lines:>7} lines  {cpu:7.2f} s CPU")
+    print(f"scaling: 5x the lines took {times[1] / times[0]:.2f}x the CPU (linear: <= 7.5)")
     return 0
 
 

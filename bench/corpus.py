@@ -124,10 +124,16 @@ class SourceLines:
         self._files: dict[str, list[str]] = {}
 
     def lines(self, rel: str) -> list[str]:
+        """The lines of a file, or of one notebook cell (``nb.ipynb:cell 3``, trainlint's
+        own notation: a notebook finding's line is within its cell)."""
         if rel not in self._files:
+            path, _, cell = rel.partition(":cell ")
             try:
-                text = (self.root / rel).read_text(encoding="utf-8", errors="replace")
-            except OSError:
+                text = (self.root / path).read_text(encoding="utf-8", errors="replace")
+                if cell:
+                    source = json.loads(text)["cells"][int(cell) - 1].get("source", "")
+                    text = "".join(source) if isinstance(source, list) else str(source)
+            except (OSError, ValueError, LookupError, TypeError, AttributeError):
                 text = ""
             self._files[rel] = text.splitlines()
         return self._files[rel]
@@ -143,8 +149,10 @@ class SourceLines:
 # --------------------------------------------------------------------------- files
 
 
-def python_files(root: Path, exclude: Iterable[str] = ()) -> list[str]:
-    """``*.py`` files under root, as sorted posix paths relative to it."""
+def python_files(root: Path, exclude: Iterable[str] = (), *, notebooks: bool = False) -> list[str]:
+    """``*.py`` files (with ``notebooks``, also ``*.ipynb``, as ``trainlint check .`` reads
+    them) under root, as sorted posix paths relative to it."""
+    suffixes = (".py", ".ipynb") if notebooks else (".py",)
     patterns = list(exclude)
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -157,7 +165,7 @@ def python_files(root: Path, exclude: Iterable[str] = ()) -> list[str]:
         )
         for fname in filenames:
             rel = rel_dir + fname
-            if fname.endswith(".py") and not excluded(rel, patterns):
+            if fname.endswith(suffixes) and not excluded(rel, patterns):
                 out.append(rel)
     return sorted(out)
 
@@ -320,6 +328,8 @@ def to_records(schema: Schema, source: str, pin: str, root: Path,
     for f in raw:
         path = Path(f["path"])
         rel = (path.relative_to(root) if path.is_absolute() and path.is_relative_to(root) else path).as_posix()
+        if f.get("cell"):
+            rel = f"{rel}:cell {f['cell']}"
         line = int(f.get("line") or 0)
         message = f.get("message", "")
         out.append({

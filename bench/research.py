@@ -106,7 +106,7 @@ def run(repos: Sequence[Repo], *, sources: corpus.GitSources, select: str | None
             if progress:
                 print(f"  {repo.name:<44} not read: {exc}", file=sys.stderr)
             continue
-        files = corpus.python_files(root, repo.exclude)
+        files = corpus.python_files(root, repo.exclude, notebooks=True)
         raw = corpus.lint_tree(root, files, select=select, jobs=jobs)
         recs = corpus.to_records(SCHEMA, repo.name, repo.commit, root, raw)
         records.extend(recs)

@@ -597,3 +597,98 @@ def test_a_collector_that_cannot_label_tests_is_noticed():
     assert contexts_supported(Coverage(data_file=None))  # not started: no core yet
     sysmon = SimpleNamespace(_core=SimpleNamespace(supports_dynamic_contexts=False))
     assert not contexts_supported(sysmon)
+
+
+# ------------------------------------- a schedule checked on its own confirms TL201
+
+
+def test_a_failure_confirms_findings_naming_the_class_it_built(tmp_path):
+    # TL201 is reported at `scheduler.step()`; a schedule test (as the docs show it) builds
+    # the scheduler in the test and never runs that line.
+    src = tmp_path / "train.py"
+    tl201 = finding(src, 12, code="TL201")
+    tl201.message = "`CosineAnnealingLR` counts epochs but is stepped every batch"
+    other = finding(src, 20, code="TL201")
+    other.message = "`StepLR` counts epochs but is stepped every batch"
+    failures = {
+        "t::sched": [
+            CheckFailure(
+                "assert_lr_schedule",
+                ("TL201", "TL207"),
+                ("torch.optim.lr_scheduler.CosineAnnealingLR",),
+            )
+        ],
+        "t::mem": [CheckFailure("assert_memory_stable", ("TL201",))],  # built nothing
+    }
+    report = build_report([tl201, other], {}, failures, rootdir=tmp_path)
+    got = [(f.line, f.status, f.tests, f.confirmed_by) for f in report.findings]
+    assert got == [
+        (12, "confirmed", (), ("t::sched",)),
+        (20, "not-exercised", (), ()),  # another class: not this failure's
+    ]
+
+
+def test_check_failures_carry_the_classes_the_check_built():
+    class Trace:
+        built = ("torch.optim.lr_scheduler.StepLR",)
+
+    failed = CheckFailed("x", check="assert_lr_schedule", rules=("TL201",), result=Trace())
+    assert check_failures(failed) == [
+        CheckFailure("assert_lr_schedule", ("TL201",), ("torch.optim.lr_scheduler.StepLR",))
+    ]
+
+
+SCHEDULE_TRAIN = dedent(
+    """
+    import torch
+    from torch.optim.lr_scheduler import CosineAnnealingLR
+
+
+    def train(model, loader, epochs):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = CosineAnnealingLR(opt, T_max=epochs)
+        for epoch in range(epochs):
+            for x, y in loader:
+                opt.zero_grad()
+                loss = ((model(x) - y) ** 2).mean()
+                loss.backward()
+                opt.step()
+                sched.step()
+    """
+)
+
+SCHEDULE_TESTS = """
+    from torch.optim.lr_scheduler import CosineAnnealingLR
+
+    EPOCHS, BATCHES = 6, 10
+
+
+    def test_schedule(assert_lr_schedule):
+        assert_lr_schedule(lambda opt: CosineAnnealingLR(opt, T_max=EPOCHS), steps=EPOCHS * BATCHES)
+    """
+
+
+@pytest.mark.slow  # a pytest run in a subprocess, with coverage
+def test_tl201_is_confirmed_by_a_failing_schedule_test_of_that_scheduler(pytester):
+    write(
+        pytester.path,
+        {
+            "pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-p no:cacheprovider'\n",
+            "pkg/__init__.py": "",
+            "pkg/train.py": SCHEDULE_TRAIN,
+            "tests/test_schedule.py": SCHEDULE_TESTS,
+        },
+    )
+    step_line = where(SCHEDULE_TRAIN, "sched.step()", "sched")[0]
+    result = pytester.runpytest_subprocess(
+        "--trainlint", "--trainlint-paths=pkg", "--trainlint-report=out.json"
+    )
+    result.assert_outcomes(failed=1)
+    report = json.loads((pytester.path / "out.json").read_text(encoding="utf-8"))
+    test = "tests/test_schedule.py::test_schedule"
+    tl201 = [f for f in report["findings"] if f["code"] == "TL201"]
+    assert tl201 == [
+        entry(
+            "TL201", "scheduler-unit-mismatch", "pkg/train.py", step_line, "confirmed", [], [test]
+        )
+    ]

@@ -475,3 +475,16 @@ def test_research_end_to_end_on_a_fake_mirror(bench, mirror, tmp_path, capsys):
     repos.write_text(f'[[repo]]\nname = "acme/absent"\ncommit = "{buggy}"\n', encoding="utf-8")
     assert research.main([*base, "--check"]) == 1
     assert "acme/absent: not linted" in capsys.readouterr().err
+
+
+def test_research_reads_notebook_cells_as_trainlint_locates_them(corpus, tmp_path):
+    # a notebook finding's line is within its cell: the key's text is that cell's line
+    nb = {"cells": [{"cell_type": "markdown", "source": ["# title\n"]},
+                    {"cell_type": "code", "source": ["import torch\n", "loss.backward()\n"]}]}
+    (tmp_path / "nb.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    (tmp_path / "a.py").write_text("x = 1\n", encoding="utf-8")
+    assert corpus.python_files(tmp_path) == ["a.py"]
+    assert corpus.python_files(tmp_path, notebooks=True) == ["a.py", "nb.ipynb"]
+    lines = corpus.SourceLines(tmp_path)
+    assert lines.line("nb.ipynb:cell 2", 2) == "loss.backward()"
+    assert lines.line("nb.ipynb:cell 9", 1) == ""

@@ -39,8 +39,12 @@ def notebook(*cells, indent=1):
     return json.dumps(nb, indent=indent) + "\n"
 
 
-def check(run_cli, tree, nb, *args):
-    root = tree({"nb.ipynb": nb})
+CELLS_ON = '[tool.trainlint.rules.TL001]\nnotebook-cells = true\n'
+
+
+def check(run_cli, tree, nb, *args, cells=False):
+    """Lint one notebook; ``cells``: with TL001's `notebook-cells` on."""
+    root = tree({"nb.ipynb": nb, **({"pyproject.toml": CELLS_ON} if cells else {})})
     code, out, err = run_cli("check", "--no-cache", *args, str(root / "nb.ipynb"), cwd=root)
     return code, out, err
 
@@ -152,7 +156,7 @@ def test_a_cell_that_does_not_parse_is_tl001_and_the_others_are_still_linted(run
         ("markdown", "text"),
         LEAK_CELL,
     )
-    code, out, _ = check(run_cli, tree, nb)
+    code, out, _ = check(run_cli, tree, nb, cells=True)
     assert code == 1
     lines = [ln for ln in out.splitlines() if "nb.ipynb" in ln]
     assert lines[0].startswith("nb.ipynb:cell 2:2:12: TL001 syntax-error:")
@@ -163,14 +167,37 @@ def test_a_cell_that_does_not_parse_is_tl001_and_the_others_are_still_linted(run
 def test_a_broken_cell_leaves_the_other_cells_context_intact(run_cli, tree):
     # the model is built in cell 1 and trained in cell 3: cross-cell context still counts
     nb = notebook(["import torch\n"], ["!ls ((\n", "x = (\n"], LEAK_CELL)
-    code, out, _ = check(run_cli, tree, nb, "--output-format", "json")
+    code, out, _ = check(run_cli, tree, nb, "--output-format", "json", cells=True)
     found = json.loads(out)
     assert [(f["code"], f["cell"], f["line"]) for f in found] == [("TL001", 2, 2), ("TL301", 3, 4)]
 
 
+def test_a_cell_that_does_not_parse_is_left_out_silently_by_default(run_cli, tree):
+    # shell lines without `!`, YAML, a Dockerfile: shown in code cells, not Python
+    nb = notebook(["import torch\n"], ["FROM python:3.11\n", "RUN pip install torch\n"], LEAK_CELL)
+    code, out, _ = check(run_cli, tree, nb, "--output-format", "json")
+    found = json.loads(out)
+    assert [(f["code"], f["cell"], f["line"]) for f in found] == [("TL301", 3, 4)]
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"jupytext": {"main_language": "bash"}, "language_info": {"name": "python"}},
+        {"kernelspec": {"name": "ir", "language": "R", "display_name": "R"}},
+    ],
+    ids=["jupytext-bash", "r-kernel"],
+)
+def test_a_notebook_in_another_language_is_not_linted(run_cli, tree, meta):
+    nb = json.loads(notebook(["curl -LO https://example.invalid/x.sh\n"], LEAK_CELL))
+    nb["metadata"] = meta
+    code, out, _ = check(run_cli, tree, json.dumps(nb))
+    assert code == 0 and "TL" not in out, out
+
+
 def test_a_broken_cell_does_not_stop_fixes_in_other_cells(run_cli, tree):
     nb = notebook(["import torch\n", "m.load_state_dict(torch.load(p))\n"], ["def broken(:\n"])
-    root = tree({"nb.ipynb": nb})
+    root = tree({"nb.ipynb": nb, "pyproject.toml": CELLS_ON})
     code, out, _ = run_cli("check", "--fix", "--no-cache", str(root / "nb.ipynb"), cwd=root)
     assert "Fixed 1 finding" in out and "TL001" in out
     cells = json.loads((root / "nb.ipynb").read_text())["cells"]
@@ -297,7 +324,7 @@ def test_syntax_error_column_is_the_cells_in_an_indented_notebook(run_cli, tree)
     # CPython reads the offending line back from the file named: the JSON's line, here
     for indent in (1, 4):
         code, out, _ = check(
-            run_cli, tree, notebook(["import torch\n"], ["y = 2 +\n"], indent=indent)
+            run_cli, tree, notebook(["import torch\n"], ["y = 2 +\n"], indent=indent), cells=True
         )
         assert "nb.ipynb:cell 2:1:8: TL001" in out, out
 

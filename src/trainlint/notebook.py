@@ -138,11 +138,33 @@ def lint_cells(
     text, cells = join((n, t) for n, t in masked if n not in errors)
     result = linter.lint_bytes(text.encode("utf-8"), path, ignored=ignored, text=text)
     broken = []
-    if linter.is_on(SYNTAX_ERROR, ignored):
+    if linter.is_on(SYNTAX_ERROR, ignored) and _reports_cells(linter):
         for number, err in errors.items():
             f = linter._meta_finding(SYNTAX_ERROR, path, err.line, err.column, err.message)
             broken.append(f._replace(cell=number))
     return result, cells, broken
+
+
+def _reports_cells(linter: Linter) -> bool:
+    """TL001's `notebook-cells` option: report code cells that do not parse."""
+    from trainlint.rules.meta.syntax_error import SyntaxError_
+
+    options = linter.selection.options.get(SyntaxError_.code) or {}
+    return bool(options.get("notebook-cells", SyntaxError_.options["notebook-cells"]))
+
+
+def language(nb: dict[str, Any]) -> str | None:
+    """The notebook's language as its metadata says: jupytext's `main_language` first
+    (the cells' language when the kernel is only a host), then the kernel's, lowercased."""
+    meta = nb.get("metadata")
+    if not isinstance(meta, dict):
+        return None
+    for section, key in (("jupytext", "main_language"), ("kernelspec", "language"),
+                         ("language_info", "name")):
+        value = meta.get(section, {}).get(key) if isinstance(meta.get(section), dict) else None
+        if isinstance(value, str) and value.strip():
+            return value.strip().lower()
+    return None
 
 
 def _load(data: bytes) -> dict[str, Any]:
@@ -178,6 +200,8 @@ def lint_notebook(linter: Linter, data: bytes, path: str, ignored: Iterable[str]
                 linter._meta_finding(SYNTAX_ERROR, path, 1, 1, f"not a valid notebook: {exc}")
             )
         return result
+    if language(nb) not in (None, "python", "python3", "ipython", "ipython3"):
+        return FileResult(path)  # a bash, R or Julia notebook: not Python to lint
     result, cells, broken = lint_cells(linter, code_cells(nb), path, ignored)
     result.findings = sorted(remap(result.findings, cells) + broken, key=Finding.sort_key)
     return result

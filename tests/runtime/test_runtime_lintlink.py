@@ -168,3 +168,22 @@ def test_findings_in_a_module_the_step_reaches_through_an_attribute(tmp_path, mo
     message = str(info.value)
     assert f"trainer.py:{tl302_line}:" in message
     assert "TL302" in message.split("findings on the step's lines")[1]
+
+
+def test_findings_of_the_rules_the_failure_names_come_first(monkeypatch):
+    here = os.path.realpath(__file__)
+    first = inspect.getsourcelines(leaky_training)[1]
+
+    def lint_paths(paths, **kwargs):
+        return [
+            FakeFinding("TL401", "host-sync-in-loop", here, first + 1, 5, "unrelated, earlier"),
+            FakeFinding("TL110", "clip-after-step", here, first + 2, 5, "see also"),
+            FakeFinding("TL302", "graph-accumulation", here, LEAK_LINE, 5, "kept with history"),
+        ]
+
+    monkeypatch.setattr(trainlint, "lint_paths", lint_paths)
+    block = findings_section([leaky_training], ["TL302", "TL110"]).splitlines()
+    assert [line.split(": ")[1].split()[0] for line in block[1:]] == ["TL302", "TL110", "TL401"]
+    # without rules named: by place, as before
+    block = findings_section([leaky_training]).splitlines()
+    assert [line.split(": ")[1].split()[0] for line in block[1:]] == ["TL401", "TL110", "TL302"]

@@ -218,3 +218,94 @@ def test_loss_decreases_needs_the_loss():
 
     with pytest.raises(TypeError, match="return the loss"):
         assert_loss_decreases(step)
+
+
+# ------------------------------------------- the LR an update used (assert_weights_updated)
+
+
+def warmup_from_zero_setup():
+    """A warmup LambdaLR that is 0 at step 0 (TL203), stepped after each update."""
+    model = mlp()
+    x, y = batch()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = lr_scheduler.LambdaLR(opt, lambda s: s / 10)
+
+    def step():
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        sched.step()  # raises the LR before the check could read it after the step
+
+    return model, opt, step
+
+
+@pytest.mark.parametrize("pass_optimizer", [False, True])
+def test_weights_updated_names_lr_zero_first_when_the_first_update_ran_at_lr_zero(
+    pass_optimizer,
+):
+    from trainlint.testing import assert_weights_updated
+
+    model, opt, step = warmup_from_zero_setup()
+    with pytest.raises(CheckFailed) as info:
+        assert_weights_updated(model, step, optimizer=opt if pass_optimizer else None)
+    message = str(info.value)
+    assert "The learning rate is 0 in param_groups 0 when the optimizer step of step 0" in message
+    assert info.value.rules[0] == "TL206"  # the check confirms TL206, TL203 is the schedule's
+    rules = message.split("Static rules that explain this symptom")[1]
+    assert rules.index("TL206") < rules.index("TL203") < rules.index("TL204")
+    assert "See also" in rules and rules.split("See also")[1].lstrip(" (").find("TL203") != -1
+    # an LR of 0 explains it all: the other causes of "nothing moved" are not listed
+    for code in ("TL107", "TL102", "TL104"):
+        assert code not in rules
+    assert info.value.result.zero_lr == ((0, 0),)
+
+
+def test_weights_updated_passes_once_the_warmup_has_moved_the_lr():
+    from trainlint.testing import assert_weights_updated
+
+    model, _, step = warmup_from_zero_setup()
+    for _ in range(3):
+        result = assert_weights_updated(model, step, steps=2)
+        assert result.zero_lr[:1] in ((), ((0, 0),))
+
+
+# ---------------------------------------- the headline and the summary tell one story
+
+
+def test_lr_schedule_a_cosine_that_reaches_zero_and_rises_is_a_restart():
+    # The headline said "reaches 0 ... shorter than the training" while the summary showed
+    # the LR rising again at once: a restart, reported as one.
+    with pytest.raises(CheckFailed) as info:
+        assert_lr_schedule(
+            lambda opt: lr_scheduler.CosineAnnealingLR(opt, T_max=EPOCHS), steps=EPOCHS * BATCHES
+        )
+    headline = str(info.value).splitlines()[0]
+    assert "restarts at step 7: 0 \u2192 0.06699, after reaching 0 at step 6" in headline
+    assert "shorter than the training" not in str(info.value)
+    # the summary names the first step at the peak, not one rounding lifted by 1e-16
+    assert "starts at 1, peaks at 1 (step 0)" in str(info.value)
+
+
+def test_lr_schedule_a_warmup_from_zero_is_not_also_a_restart():
+    with pytest.raises(CheckFailed) as info:
+        assert_lr_schedule(lambda opt: lr_scheduler.LambdaLR(opt, lambda s: s / 10), steps=5)
+    message = str(info.value)
+    assert message.splitlines()[0].endswith("the first update uses LR 0 (it stays 0 until step 1)")
+    assert "restart" not in message.lower()
+    assert "\n- " not in message  # one problem: no list that disagrees with the headline
+    assert info.value.rules[0] == "TL203"
+
+
+def test_lr_schedule_failure_carries_the_schedulers_it_built():
+    def factory(opt):
+        warm = lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=2)
+        cosine = lr_scheduler.CosineAnnealingLR(opt, T_max=EPOCHS)
+        return lr_scheduler.SequentialLR(opt, [warm, cosine], milestones=[2])
+
+    with pytest.raises(CheckFailed) as info:
+        assert_lr_schedule(factory, steps=EPOCHS * BATCHES)
+    assert info.value.result.built == (
+        "torch.optim.lr_scheduler.SequentialLR",
+        "torch.optim.lr_scheduler.LinearLR",
+        "torch.optim.lr_scheduler.CosineAnnealingLR",
+    )

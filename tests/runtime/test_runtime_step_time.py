@@ -89,6 +89,14 @@ def growing_graph(backwards: Callable[[], int] = lambda: 1) -> Callable[[], None
     return step
 
 
+def cuda_in_use() -> None:
+    """Leave CUDA initialised, as an earlier test on a GPU runner does: the CPU tests that
+    call this must hold there too (they failed there while the clock followed the process,
+    not the step). Nothing happens without CUDA."""
+    if torch.cuda.is_available():
+        torch.ones(2, device="cuda").sum().item()
+
+
 def caught(step: Callable[[], None]) -> CheckFailed:
     """The check's failure on ``step``; if it passes, a test failure with what it measured."""
     try:
@@ -119,6 +127,7 @@ def sample_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
 
 @pytest.mark.parametrize("seed", range(10))
 def test_step_time_stable_passes_on_a_clean_step(seed):
+    cuda_in_use()
     s = clean_setup(seed)
     result = assert_step_time_stable(s.step)
     assert isinstance(result, StepTimeResult)
@@ -131,6 +140,7 @@ def test_step_time_stable_passes_on_a_clean_step(seed):
 
 
 def test_step_time_stable_step_whose_work_grows():
+    cuda_in_use()
     failure = caught(growing_matmul())
     message = str(failure)
     assert "later steps are" in message and "x slower than early ones" in message
@@ -148,10 +158,12 @@ def test_step_time_stable_step_whose_work_grows():
 
 
 def test_step_time_stable_graph_that_grows_each_step():
+    cuda_in_use()
     assert "slower" in str(caught(growing_graph()))
 
 
 def test_step_time_stable_growing_work_is_caught_beside_busy_neighbours():
+    cuda_in_use()
     with busy_neighbours():
         assert "slower" in str(caught(growing_matmul()))
 
@@ -209,6 +221,7 @@ def test_step_time_stable_a_slowdown_that_holds_is_not_a_slow_step(monkeypatch):
 
 
 def test_step_time_stable_a_machine_that_gets_busier_is_not_a_slow_step():
+    cuda_in_use()
     # The step's own work is constant; from the 6th call on two CPU-bound processes
     # compete for the cores (neighbours on a shared CI runner). Its wall-clock time
     # grows; the CPU time of its thread does not.
@@ -232,6 +245,7 @@ def test_step_time_stable_a_machine_that_gets_busier_is_not_a_slow_step():
 
 
 def test_step_time_stable_time_spent_sleeping_is_not_a_slow_step():
+    cuda_in_use()
     # A step that computes, and also waits a little longer every call (I/O, a lock, a
     # sleeping neighbour's turn), does no more work: sleeping is not running, so on the
     # CPU clock it is not slower. The wait grows by 2.5 us a call without end: under a clock
@@ -268,6 +282,7 @@ def sleeper(grow: float) -> Callable[[], None]:
 
 
 def test_step_time_stable_a_step_that_mostly_waits_is_timed_by_its_active_time():
+    cuda_in_use()
     # CPU time would see only the few microseconds of Python around the sleep; the check
     # notices and times the step by the wall clock less the time queued for a core, so a
     # constant wait passes beside busy neighbours ...
@@ -278,6 +293,7 @@ def test_step_time_stable_a_step_that_mostly_waits_is_timed_by_its_active_time()
 
 
 def test_step_time_stable_a_wait_that_grows_is_caught():
+    cuda_in_use()
     # ... and a wait that grows with every call is a slower step.
     with pytest.raises(CheckFailed, match="slower") as info:
         assert_step_time_stable(sleeper(0.0005))

@@ -1,6 +1,10 @@
 """Timing a training step: the calling thread's CPU time on CPU (or, for a step that
 mostly waits, the wall clock less the time queued for a core), CUDA events on the GPU,
 with the host syncs counted. What ``assert_step_time_stable`` times samples with.
+
+Which clock follows where the step's work runs (``work_devices``), never whether CUDA is
+available or initialised in the process: a CPU step in a process that also ran CUDA work
+(an earlier test on a GPU runner) is still timed by CPU time.
 """
 
 from __future__ import annotations
@@ -34,6 +38,12 @@ REFERENCE_ROUNDS = 40
 class StepClock:
     """Times samples of the step; on CUDA, one call timed with events, counting host syncs.
 
+    ``calibrate`` decides the clock from one untimed call (``work_devices``): events for a
+    step that runs CUDA kernels, the thread's CPU time for one whose tensor work is on the
+    CPU, and both for a step doing both (``host_times`` then holds the CPU time of each
+    call, at the calibration's speed). Only the user's step is inside the counted region:
+    the check's own synchronize and event records happen before and after it.
+
     On CPU it reads the calling thread's CPU time (``time.thread_time``), which a busy
     machine cannot inflate: waiting for a core is not running on it. Not the process's
     CPU time: torch's intra-op worker threads spin while they wait for work, and other
@@ -60,25 +70,39 @@ class StepClock:
     def __init__(self, torch: Any, run: Any) -> None:
         self.torch = torch
         self.run = run
-        self.on_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-        self.kind = "cuda" if self.on_cuda else "thread_time"
+        self.on_cuda = False  # set by calibrate: the step launches CUDA kernels
+        self.on_cpu = True  # and whether it also does tensor work on the CPU
+        self.kind = "thread_time"
         self.calls = 1
         self.times: list[float] = []
+        self.host_times: list[float] = []
+        #: each CPU sample's CPU time over its active time (see ``turned_to_waiting``)
+        self.shares: list[float] = []
+        self._events: tuple[Any, Any] | None = None
         self.syncs: list[int] = []
         self.sites: Counter[str] = Counter()
         self.reference: Reference | None = None
         self.reference_time = 0.0
 
     def calibrate(self) -> None:
-        """Choose the CPU clock and how many calls a sample batches (untimed calls)."""
+        """Choose the clock, and on CPU how many calls a sample batches (untimed calls)."""
         __tracebackhide__ = True
+        initialised = self.torch.cuda.is_initialized()
+        if initialised:
+            self._choose(work_devices(self.torch, self.run))
         if self.on_cuda:
+            self._cuda_calibrate()
             return
         # One call, then three probes of a fifth of a sample each: the first call may be
         # far slower than the rest (cold caches), and on a busy machine any one probe
         # may be; the fastest probe sizes the sample. Few calls in all: a step whose
         # work grows with every call should not have grown much before the first sample.
         cpu, active = self._measure(1)
+        if not initialised and self.torch.cuda.is_initialized():  # it initialised CUDA
+            self._choose(work_devices(self.torch, self.run))
+            if self.on_cuda:
+                self._cuda_calibrate()
+                return
         per_call = max(active, 1e-9)
         cpu_total = active_total = 0.0
         per_cpu, per_active = math.inf, math.inf
@@ -100,6 +124,28 @@ class StepClock:
         per_call = max(per_call, 1e-9)
         self.calls = min(MAX_CALLS_PER_SAMPLE, max(1, math.ceil(SAMPLE_SECONDS / per_call)))
         if self.kind == "thread_time":
+            self.reference = Reference(self.torch)
+            self.reference_time = min(self.reference() for _ in range(3))
+
+    def _choose(self, devices: set[str]) -> None:
+        self.on_cuda = "cuda" in devices
+        self.on_cpu = not self.on_cuda or bool(devices - {"cuda"})
+        self.kind = (
+            "cuda+thread_time"
+            if self.on_cuda and self.on_cpu
+            else ("cuda" if self.on_cuda else "thread_time")
+        )
+
+    def _cuda_calibrate(self) -> None:
+        """Events made and recorded once, untimed: their first use may initialise CUDA
+        state (and synchronize), which must not land in a counted step."""
+        cuda = self.torch.cuda
+        start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+        start.record()
+        end.record()
+        end.synchronize()
+        self._events = (start, end)
+        if self.on_cpu:
             self.reference = Reference(self.torch)
             self.reference_time = min(self.reference() for _ in range(3))
 
@@ -127,32 +173,55 @@ class StepClock:
     def timed(self) -> float:
         __tracebackhide__ = True
         torch = self.torch
+        speed = 1.0  # (the CPU clock is judged at the calibration's speed: see the class)
+        if self.reference is not None:
+            speed = self.reference_time / max(self.reference(), 1e-9)
         if self.on_cuda:
-            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            assert self._events is not None
+            start, end = self._events
+            # The check's own synchronize and records stay outside the counted region:
+            # only the user's step is counted (and its CPU time taken).
             torch.cuda.synchronize()
+            start.record()
             with SyncCounter(torch) as counter:
-                start.record()
+                cpu = time.thread_time()
                 self.run()
-                end.record()
+                cpu = time.thread_time() - cpu
+            end.record()
             end.synchronize()
             elapsed = start.elapsed_time(end) / 1e3
             self.syncs.append(counter.count)
             self.sites.update(counter.sites)
+            if self.on_cpu:
+                self.host_times.append(cpu * speed)
         else:
-            speed = 1.0  # (the CPU clock is judged at the calibration's speed: see the class)
-            if self.reference is not None:
-                speed = self.reference_time / max(self.reference(), 1e-9)
             cpu, active = self._measure(self.calls)
+            self.shares.append(cpu / active if active > 0 else 1.0)
             elapsed = (cpu * speed if self.kind == "thread_time" else active) / self.calls
         self.times.append(elapsed)
         return elapsed
 
+    def turned_to_waiting(self, first: int) -> bool:
+        """Whether a step timed by its CPU time spent most of the samples from ``first`` on
+        waiting (its CPU time under ``MIN_CPU_SHARE`` of its active time), though it mostly
+        computed at calibration: a wait that grows with every call (I/O, a lock, a sleep).
+
+        Its CPU time then grows with the wait, not its work: each wake-up runs on cold
+        caches and a lowered clock, and on a loaded machine other processes run during
+        every wait (a clean step waiting 2.5 us more each call was judged 2.39x slower at
+        load 5 on two cores). Sleeping is not running: such growth is not reported.
+        """
+        shares = self.shares[first:]
+        return (
+            self.kind == "thread_time"
+            and bool(shares)
+            and (sorted(shares)[len(shares) // 2] < MIN_CPU_SHARE)
+        )
+
     @contextlib.contextmanager
     def single_threaded(self) -> Iterator[None]:
-        """One intra-op thread on CPU for the duration, the caller's count restored."""
-        if self.on_cuda:
-            yield
-            return
+        """One intra-op thread on CPU for the duration, the caller's count restored (set
+        before the clock is chosen: CPU work is timed on the calling thread alone)."""
         previous = self.torch.get_num_threads()
         self.torch.set_num_threads(1)
         try:
@@ -182,6 +251,51 @@ class Reference:
                 mm(a, b, out=out)
                 out.add_(1.0).relu_()
             return time.thread_time() - start
+
+
+def work_devices(torch: Any, run: Any) -> set[str]:
+    """The device types one call of the step does its tensor work on (one untimed call).
+
+    Read from the tensors of every operator the call runs (a dispatch mode over the call),
+    leaving out one-element tensors: an optimizer's step counter or a loss scale lives on
+    the CPU beside a CUDA step, and is not CPU work. Where the dispatch mode cannot be used,
+    whether the call allocated CUDA memory says whether it ran CUDA work. A step that
+    touches no tensor is CPU work.
+    """
+    try:
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
+    except ImportError:
+        return _allocating_devices(torch, run)
+    seen: set[str] = set()
+    tensor = torch.Tensor
+
+    class Devices(TorchDispatchMode):  # type: ignore[misc]
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_leaves((args, kwargs, out)):
+                if isinstance(t, tensor) and t.numel() > 1:
+                    seen.add(t.device.type)
+            return out
+
+    try:
+        with Devices():
+            run()
+    except Exception:  # noqa: BLE001 - compiled code may refuse the mode; ask the allocator
+        return _allocating_devices(torch, run)
+    return seen or {"cpu"}
+
+
+def _allocating_devices(torch: Any, run: Any) -> set[str]:
+    def allocations() -> int:
+        try:
+            return int(torch.cuda.memory_stats().get("allocation.all.allocated", 0))
+        except Exception:  # noqa: BLE001 - no CUDA allocator to ask
+            return 0
+
+    before = allocations()
+    run()
+    return {"cuda"} if allocations() > before else {"cpu"}
 
 
 def _run_queue_seconds() -> float | None:

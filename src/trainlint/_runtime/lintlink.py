@@ -103,8 +103,12 @@ def _code_span(code: types.CodeType) -> tuple[str, int, int] | None:
     return os.path.realpath(path), code.co_firstlineno, last
 
 
-def findings_section(sources: Sequence[Callable[..., Any]]) -> str:
-    """The message block listing lint findings on the sources' lines, or ``""``."""
+def findings_section(sources: Sequence[Callable[..., Any]], rules: Sequence[str] = ()) -> str:
+    """The message block listing lint findings on the sources' lines, or ``""``.
+
+    Findings of the ``rules`` the failure names come first, in that order (the rules that
+    explain the symptom, most likely first), then the others by place: a long block of
+    unrelated findings must not bury the one the failure is about."""
     try:
         spans = source_spans(sources)
         spans += [span for span in _ran if span not in spans]
@@ -119,7 +123,8 @@ def findings_section(sources: Sequence[Callable[..., Any]]) -> str:
             fpath = os.path.realpath(str(f.path))
             if any(fpath == path and start <= f.line <= end for path, start, end in spans):
                 hits.append(f)
-        hits.sort(key=lambda f: (str(f.path), f.line, f.column, f.code))
+        rank = {code: i for i, code in enumerate(dict.fromkeys(rules))}
+        hits.sort(key=lambda f: (rank.get(f.code, len(rank)), str(f.path), f.line, f.column))
         where = ", ".join(f"{display_path(p)}:{s}-{e}" for p, s, e in spans[:4])
         if len(spans) > 4:
             where += f", ... ({len(spans)} functions)"
@@ -228,6 +233,12 @@ def _is_project_file(path: str) -> bool:
         if root and real.startswith(os.path.realpath(root) + os.sep):
             return False
     return not real.startswith(os.path.realpath(sys.prefix) + os.sep + "lib")
+
+
+def outside_trainlint(path: str) -> bool:
+    """Whether ``path`` is not one of trainlint's own files (a frame of the user's, or of
+    a library the user called)."""
+    return not os.path.realpath(path).startswith(_TRAINLINT_DIR + os.sep)
 
 
 def display_path(path: str) -> str:

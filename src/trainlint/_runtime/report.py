@@ -147,6 +147,6 @@ def fail(
     parts += [s for s in sections if s]
     parts.append(rules_section(check, explanation))
     if sources:
-        parts.append(findings_section(sources))
+        parts.append(findings_section(sources, [*explanation.rules, *explanation.see_also]))
     message = "\n\n".join(p for p in parts if p)
     raise CheckFailed(message, check=check, rules=explanation.rules, result=result)

@@ -286,12 +286,11 @@ def backpropagated_later(model: FileModel, name: str, after: ast.AST) -> bool:
     """``total.backward()`` after the loop, or a loss built from the accumulator
     (``loss = (torch.stack(buf.log_probs) * adv).mean(); loss.backward()``):
     accumulating the graph was the point."""
-    from trainlint.analysis.steps import backward_calls, backward_value
+    from trainlint.analysis.steps import backward_value
 
-    fn = model.function_of(after) or model.tree
-    for call in backward_calls(model):
-        if model.function_of(call) is not (fn if fn is not model.tree else None):
-            continue
+    fn = model.function_of(after)
+    by_function = model.memo(_backward_calls_by_function, _backward_calls_by_function)
+    for call in by_function.get(id(fn), ()):
         value = backward_value(model, call)
         seen: set[str] = set()
         todo = [value] if value is not None else []
@@ -305,3 +304,14 @@ def backpropagated_later(model: FileModel, name: str, after: ast.AST) -> bool:
                 if found is not None and isinstance(found[1], ast.expr):
                     todo.append(found[1])
     return False
+
+
+def _backward_calls_by_function(model: FileModel) -> dict[int, list[ast.Call]]:
+    """The file's backward calls grouped by their enclosing def (the id of None for the
+    module), in the order ``backward_calls`` gives them."""
+    from trainlint.analysis.steps import backward_calls
+
+    out: dict[int, list[ast.Call]] = {}
+    for call in backward_calls(model):
+        out.setdefault(id(model.function_of(call)), []).append(call)
+    return out

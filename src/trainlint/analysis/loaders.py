@@ -60,64 +60,76 @@ def training_loops_over(
 ) -> list[ast.For | ast.AsyncFor]:
     """Step loops (loops that backpropagate or step an optimizer) whose iterable is the
     loader, or a parameter of a same-file function that some call site fills with it."""
-    by_call, by_key = model.memo(_LoopIterables, _loop_iterables)
-    hits: dict[int, tuple[int, ast.For | ast.AsyncFor]] = {}
-    for found in (
-        *(by_call.get(id(c), ()) for c in calls),
-        *(by_key.get(k, ()) for k in keys),
-    ):
-        for order, loop in found:
-            hits[id(loop)] = (order, loop)
+    direct, passed = loops_iterating(model, calls, keys)
+    hits = {id(loop): (order, loop) for order, loop in direct}
+    hits.update((id(loop), (order, loop)) for order, loop, _site in passed)
     return [loop for _, loop in sorted(hits.values(), key=lambda hit: hit[0])]
 
 
+def loops_iterating(
+    model: FileModel, calls: list[ast.Call] | tuple[ast.Call, ...], keys: set[Key] | frozenset[Key],
+    *, epoch_loops: bool = False,
+) -> tuple[list[tuple[int, ast.For | ast.AsyncFor]], list[tuple[int, ast.For | ast.AsyncFor, ast.Call]]]:
+    """The step loops (with ``epoch_loops``, also the epoch loops) that iterate an object
+    given by its constructions ``calls`` and the role ``keys`` bound to it: those whose
+    iterable spells it (``for x in loader``), as (order, loop); and those whose iterable is
+    a parameter of the loop's function that a same-file call site fills with it
+    (``train(model, loader)``), as (order, loop, call site). Indexed once per file, so
+    asking for every loader or sampler of a file stays linear in its size."""
+    index = model.memo(("loop-iterables", epoch_loops), lambda m: _LoopIterables(m, epoch_loops))
+    direct: dict[int, tuple[int, ast.For | ast.AsyncFor]] = {}
+    passed: list[tuple[int, ast.For | ast.AsyncFor, ast.Call]] = []
+    for table, via in ((index.direct, False), (index.passed, True)):
+        found = [*(table.get(id(c), ()) for c in calls), *(table.get(k, ()) for k in keys)]
+        for entries in found:
+            for entry in entries:
+                if via:
+                    passed.append(entry)  # type: ignore[arg-type]
+                else:
+                    direct[id(entry[1])] = entry  # type: ignore[assignment]
+    return sorted(direct.values(), key=lambda e: e[0]), sorted(passed, key=lambda e: e[0])
+
+
 class _LoopIterables:
-    """Memo key of :func:`_loop_iterables`."""
+    """What each training loop iterates, by the id of a construction its iterable spells
+    (``for x in DataLoader(ds)``) and by the role key of a name in it; and, through a
+    parameter of the loop's function, by what its same-file call sites pass."""
 
+    def __init__(self, model: FileModel, epoch_loops: bool) -> None:
+        steps = model.steps
+        training = steps.step_loop_ids
+        if epoch_loops:
+            training = training | {id(e) for e in steps.epoch_loops}
+        esc = escapes(model)
+        self._key_of = model.roles.key
+        self.direct: dict[object, list[tuple[int, ast.For | ast.AsyncFor]]] = {}
+        self.passed: dict[object, list[tuple[int, ast.For | ast.AsyncFor, ast.Call]]] = {}
+        for order, loop in enumerate(model.loops):
+            if not isinstance(loop, (ast.For, ast.AsyncFor)) or id(loop) not in training:
+                continue
+            refs = [
+                n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute, ast.Call))
+            ]
+            for n in refs:
+                self._add(self.direct, n, (order, loop))
+            fn = model.function_of(loop)
+            if fn is None:
+                continue
+            params = set(params_of(fn))
+            for n in refs:
+                if isinstance(n, ast.Name) and n.id in params:
+                    for site in model.call_sites.get(id(fn), ()):
+                        arg = esc.argument_for(site, fn, n.id)
+                        if arg is not None:
+                            self._add(self.passed, arg, (order, loop, site))
 
-_LoopIndex = dict[object, list[tuple[int, "ast.For | ast.AsyncFor"]]]
-
-
-def _loop_iterables(model: FileModel) -> tuple[_LoopIndex, _LoopIndex]:
-    """What each step loop iterates, indexed once per file: by the id of a construction
-    the iterable spells (``for x in DataLoader(ds)``) and by the role key of a name in it
-    (``for x in loader``), also through a parameter of the loop's function, by what its
-    same-file call sites pass (``train(model, loader)``). Asked for every loader of a
-    file, this keeps the question linear in the file's size."""
-    training = model.steps.step_loop_ids
-    esc = escapes(model)
-    key_of = model.roles.key
-    by_call: _LoopIndex = {}
-    by_key: _LoopIndex = {}
-
-    def add(expr: ast.AST, entry: tuple[int, ast.For | ast.AsyncFor]) -> None:
+    def _add(self, table: dict[object, list], expr: ast.AST, entry: tuple) -> None:  # type: ignore[type-arg]
         if isinstance(expr, ast.Call):
-            by_call.setdefault(id(expr), []).append(entry)
+            table.setdefault(id(expr), []).append(entry)
         elif isinstance(expr, (ast.Name, ast.Attribute)):
-            k = key_of(expr)
+            k = self._key_of(expr)
             if k is not None:
-                by_key.setdefault(k, []).append(entry)
-
-    for order, loop in enumerate(model.loops):
-        if not isinstance(loop, (ast.For, ast.AsyncFor)) or id(loop) not in training:
-            continue
-        entry = (order, loop)
-        refs = [
-            n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute, ast.Call))
-        ]
-        for n in refs:
-            add(n, entry)
-        fn = model.function_of(loop)
-        if fn is None:
-            continue
-        params = set(params_of(fn))
-        for n in refs:
-            if isinstance(n, ast.Name) and n.id in params:
-                for site in model.call_sites.get(id(fn), ()):
-                    arg = esc.argument_for(site, fn, n.id)
-                    if arg is not None:
-                        add(arg, entry)
-    return by_call, by_key
+                table.setdefault(k, []).append(entry)
 
 
 _WRAPPERS = ("enumerate", "tqdm", "iter", "track", "progress_bar")

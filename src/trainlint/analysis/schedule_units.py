@@ -16,11 +16,18 @@ def per_batch_event(model: FileModel, call: ast.Call) -> Event | None:
     a test that picks the epoch's last batch: that runs once per epoch)."""
     if last_batch_guarded(model, call):
         return None
+    return model.memo(_per_batch_events, _per_batch_events).get(id(call))
+
+
+def _per_batch_events(model: FileModel) -> dict[int, Event]:
+    """Each scheduler step made directly in a step loop's body, by the call's id (the
+    first loop's event, in loop order): one pass over the step loops per file."""
+    out: dict[int, Event] = {}
     for loop in model.steps.step_loops:
         for e in loop.of(Kind.SCHED):
-            if e.node is call and e.depth == 0:
-                return e
-    return None
+            if e.depth == 0:
+                out.setdefault(id(e.node), e)
+    return out
 
 
 _LAST_BATCH = re.compile(r"is_last_batch|last_batch|end_of_epoch|epoch_end", re.IGNORECASE)

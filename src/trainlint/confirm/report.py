@@ -8,6 +8,7 @@ state: the :class:`~trainlint.confirm.manager.ConfirmationManager` gathers those
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,11 @@ class CheckFailure:
 
     check: str
     rules: tuple[str, ...] = ()
+    #: Qualified names of the classes the check built from the user's factory (the
+    #: schedulers ``assert_lr_schedule`` stepped). A finding that names one of them is
+    #: confirmed by the failure even where the test never ran the finding's line: a
+    #: schedule checked on its own is built in the test, not by the training loop.
+    built: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -103,8 +109,12 @@ def build_report(
     the finding's code: the check saw the symptom that rule explains. A test that ran the
     line but failed for another rule (a memory check failing on a graph kept in a running
     total, next to a gradient-norm finding) says nothing about this finding: exercised.
+    A failure that built the class a finding names (``CheckFailure.built``, e.g. the
+    ``CosineAnnealingLR`` a TL201 finding at ``scheduler.step()`` is about) confirms it
+    too, wherever the test ran.
     """
     rank = order or {}
+    by_class = [(t, f) for t, fs in failures.items() for f in fs if f.built]
     out = []
     for finding in findings:
         path = Path(finding.path)
@@ -117,6 +127,17 @@ def build_report(
         confirming = tuple(
             (t, f.check) for t in tests for f in failures.get(t, ()) if finding.code in f.rules
         )
+        if by_class:
+            named = _named_classes(finding.message)
+            built = sorted(
+                (
+                    (t, f.check)
+                    for t, f in by_class
+                    if finding.code in f.rules and named & {b.rsplit(".", 1)[-1] for b in f.built}
+                ),
+                key=lambda tc: (rank.get(tc[0], len(rank)), tc[0]),
+            )
+            confirming += tuple(tc for tc in built if tc not in confirming)
         confirmed_by = tuple(dict.fromkeys(t for t, _ in confirming))
         others = tuple(
             (t, f.check) for t in tests if t not in confirmed_by for f in failures.get(t, ())
@@ -138,6 +159,12 @@ def build_report(
         )
     out.sort(key=lambda f: (f.path, f.line, f.column, f.code))
     return Report(findings=out, files=files)
+
+
+def _named_classes(message: str) -> set[str]:
+    """The class names a finding's message quotes (`` `CosineAnnealingLR` ``, or dotted)."""
+    last = (m.rsplit(".", 1)[-1] for m in re.findall(r"`([\w.]+)`", message))
+    return {name for name in last if name[:1].isupper()}
 
 
 def relative_to_root(path: Path, rootdir: Path) -> str:
@@ -166,7 +193,11 @@ def check_failures(exc: BaseException) -> list[CheckFailure]:
             continue
         seen.add(id(current))
         if isinstance(current, CheckFailed):
-            found.append(CheckFailure(current.check, tuple(current.rules)))
+            built = getattr(current.result, "built", ())
+            names = (
+                tuple(b for b in built if isinstance(b, str)) if isinstance(built, tuple) else ()
+            )
+            found.append(CheckFailure(current.check, tuple(current.rules), names))
         # ExceptionGroup (and the exceptiongroup backport on 3.10) keep their members here.
         members = getattr(current, "exceptions", None)
         if isinstance(members, (tuple, list)):

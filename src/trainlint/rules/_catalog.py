@@ -41,7 +41,8 @@ _END = "# fmt: on\n"
 # fmt: off
 RULES: tuple[dict[str, Any], ...] = (
     {"code": "TL001", "name": "syntax-error", "module": "trainlint.rules.meta.syntax_error",
-     "class": "SyntaxError_", "message": "the file does not parse"},
+     "class": "SyntaxError_", "message": "the file does not parse",
+     "options": {"notebook-cells": False}},
     {"code": "TL002", "name": "unused-noqa", "module": "trainlint.rules.meta.unused_noqa",
      "class": "UnusedNoqa", "message": "unused `noqa` directive", "default_enabled": False,
      "fix_safety": "safe"},

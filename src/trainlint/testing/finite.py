@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import math
-import os
 import re
-import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
+from trainlint._runtime.nonfinite import Facts, locate_nonfinite
 from trainlint._runtime.report import fail, fmt, table
 from trainlint.testing._common import (
     Step,
@@ -33,6 +32,14 @@ CHECK = "assert_finite_grads"
 
 SYMPTOMS = {
     "non-finite": Symptom(("TL602", "TL601", "TL604", "TL603", "TL503")),
+    "forward-non-finite": Symptom(
+        ("TL602", "TL503"),
+        text="The loss (or a value the step returned) was NaN or Inf: an op in the forward pass "
+        "overflowed or left its domain (exp of a large value, log or sqrt of 0 or less, a "
+        "division by 0, a softmax of a row all -inf), or the batch held NaN. Clamp its "
+        "input or use a stable form (logsumexp, log_softmax, "
+        "binary_cross_entropy_with_logits), and check the data.",
+    ),
 }
 
 
@@ -85,6 +92,7 @@ class _Measured:
     stopped_at: int | None
     rng: Any
     device: torch.device | None  # None: not located
+    keys: dict[int, str] = field(default_factory=dict)
 
     @property
     def bad_losses(self) -> list[tuple[int, float]]:
@@ -110,6 +118,7 @@ def _measure(
     # the device's random state is kept to rerun a failing step (locate): only then
     recorder = rt.GradRecorder([p for _, p in named], stop_on_nonfinite=device is not None)
     losses: list[float | None] = []
+    keys: dict[int, str] = {}  # step -> the returned key holding NaN/Inf (not the loss)
     stopped_at: int | None = None
     rng: Any = None
     with recorder:
@@ -129,7 +138,7 @@ def _measure(
                 stopped_at = i
                 break
             recorder.end_step()
-            losses.append(loss_value(out))
+            losses.append(returned_value(out, keys, i))
             loss = losses[-1]
             del out
             if loss is not None and not math.isfinite(loss):
@@ -142,7 +151,7 @@ def _measure(
         max_abs={n: tuple(values) for (n, _), values in zip(named, per_param, strict=True)},
         losses=tuple(losses),
     )
-    return _Measured(result, recorder, stopped_at, rng, device)
+    return _Measured(result, recorder, stopped_at, rng, device, keys)
 
 
 def _diagnose(measured: _Measured, named: list[tuple[str, torch.Tensor]]) -> tuple[int, str] | None:
@@ -191,16 +200,24 @@ def _report(
             sections.append(table(("parameter", "shape", "step", "max |grad|"), rows))
     elif measured.bad_losses:
         step_i, value = measured.bad_losses[0]
-        headline = f"the loss is {value} at step {step_i}"
+        key = measured.keys.get(step_i)
+        headline = (
+            f"the step returned {value} under {key} at step {step_i}"
+            if key
+            else f"the loss is {value} at step {step_i}"
+        )
     else:  # the step's own anomaly detection stopped backward before a gradient was stored
         headline = f"NaN in backward at step {measured.stopped_at}, stopped by anomaly detection"
     if measured.bad_losses:
         sections.append(
             "Loss per step: " + ", ".join(f"{i}: {fmt(v)}" for i, v in enumerate(result.losses))
         )
+    facts = Facts()
     if locate and measured.stopped_at is not None:
-        assert measured.device is not None
-        sections.append(_locate_nonfinite(torch, run, measured.rng, measured.device))
+        text, facts = locate_nonfinite(torch, run, measured.rng)
+        sections.append(text)
+        if facts.loss is not None and first is not None:
+            headline += f": the forward pass made the loss {facts.loss}"
     elif locate:
         sections.append(
             "Not located: the step was not stopped inside backward() (the gradient was "
@@ -208,14 +225,64 @@ def _report(
         )
     else:
         sections.append("Rerun with locate=True to name the backward op that produced it.")
+    forward = facts.loss is not None or (first is None and bool(measured.bad_losses))
+    symptom = SYMPTOMS["forward-non-finite" if forward else "non-finite"]
+    # only the rules whose preconditions the rerun saw (a GradScaler, autocast, ...)
+    symptom = replace(symptom, explained_by=tuple(filter(facts.holds, symptom.explained_by)))
     fail(
         CHECK,
         headline,
-        sections,
-        symptoms=[SYMPTOMS["non-finite"]],
+        [*sections, symptom.text],
+        symptoms=[symptom],
         sources=[step],
         result=result,
     )
+
+
+def returned_value(out: Any, keys: dict[int, str], step: int) -> float | None:
+    """The loss the step returned (:func:`loss_value`), unless another tensor or number it
+    returned (every key of a dict, every item of a tuple or list, one level down too) is
+    NaN or Inf: then that value, its key noted in ``keys[step]``. A step returning
+    ``{"total_loss": nan}`` has no ``loss`` key, and its NaN must still fail the check."""
+    value = loss_value(out)
+    if value is not None and not math.isfinite(value):
+        return value
+    for key, item in _returned_items(out, "", 2):
+        bad = _nonfinite(item)
+        if bad is not None:
+            keys[step] = key
+            return bad
+    return value
+
+
+def _returned_items(out: Any, prefix: str, depth: int) -> Iterable[tuple[str, Any]]:
+    if isinstance(out, dict):
+        named = [(f"{prefix}[{k!r}]", v) for k, v in out.items()]
+    elif isinstance(out, (tuple, list)):
+        named = [(f"{prefix}[{i}]", v) for i, v in enumerate(out)]
+    else:
+        yield prefix or "the returned value", out
+        return
+    for name, item in named:
+        if depth > 1 and isinstance(item, (dict, tuple, list)):
+            yield from _returned_items(item, name, depth - 1)
+        else:
+            yield name, item
+
+
+def _nonfinite(item: Any) -> float | None:
+    """NaN or Inf (as a float) when ``item`` is a number or floating tensor holding one."""
+    torch = runtime().torch
+    if isinstance(item, torch.Tensor):
+        if not item.is_floating_point() or item.numel() == 0:
+            return None
+        t = item.detach()
+        if bool(torch.isfinite(t).all()):
+            return None
+        return math.nan if bool(torch.isnan(t).any()) else math.inf
+    if isinstance(item, (int, float)) and not isinstance(item, bool):
+        return None if math.isfinite(item) else float(item)
+    return None
 
 
 def _rng_state(torch: Any, device: torch.device) -> tuple[Any, Any]:
@@ -223,117 +290,3 @@ def _rng_state(torch: Any, device: torch.device) -> tuple[Any, Any]:
     if device.type == "cuda":
         cuda_state = torch.cuda.get_rng_state_all()
     return torch.get_rng_state(), cuda_state
-
-
-class _Located(BaseException):
-    """Stops the rerun's backward once the op that made the non-finite value is known."""
-
-
-def _locate_nonfinite(
-    torch: Any, run: StepRunner, rng: tuple[Any, Any], device: torch.device
-) -> str:
-    """Rerun the failing step with anomaly detection forced on; name the backward op that
-    first turned finite gradients into NaN or Inf, and the forward line that created it.
-
-    Anomaly detection itself reports NaN outputs only, and a step may switch it off
-    (``set_detect_anomaly(False)``); so the rerun keeps it on whatever the step does (for
-    the forward tracebacks it records) and watches every backward node's outputs itself.
-    The user's anomaly setting is restored afterwards.
-    """
-    cpu_state, cuda_state = rng
-    torch.set_rng_state(cpu_state)
-    if cuda_state is not None:
-        torch.cuda.set_rng_state_all(cuda_state)
-    found: list[tuple[str, str, Any]] = []  # (op, "NaN" | "Inf", node)
-    error_text = None
-    user_mode = (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())
-    set_anomaly = torch.set_anomaly_enabled
-    backward = torch.autograd.backward
-
-    def forced(mode: bool, check_nan: bool = True) -> None:
-        set_anomaly(True, False)  # on, whatever the step asks; NaN checks are ours
-
-    def kind(tensors: Any) -> str | None:
-        for t in tensors:
-            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
-                if bool(torch.isnan(t).any()):
-                    return "NaN"
-                if bool(torch.isinf(t).any()):
-                    return "Inf"
-        return None
-
-    def watch(roots: Any) -> None:
-        seen: set[int] = set()
-        stack = [getattr(r, "grad_fn", None) for r in roots]
-        while stack:
-            node = stack.pop()
-            if node is None or id(node) in seen:
-                continue
-            seen.add(id(node))
-
-            def hook(grad_inputs: Any, grad_outputs: Any, node: Any = node) -> None:
-                made = kind(grad_inputs)
-                if made is not None and kind(grad_outputs) is None and not found:
-                    found.append((node.name(), made, node))
-                    raise _Located
-
-            node.register_hook(hook)
-            stack += [n for n, _ in node.next_functions]
-
-    def watched_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-        watch([tensors] if isinstance(tensors, torch.Tensor) else tensors)
-        return backward(tensors, *args, **kwargs)
-
-    set_anomaly(True, False)
-    torch.set_anomaly_enabled = forced
-    torch.autograd.backward = watched_backward
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            run.again()
-    except _Located:
-        pass
-    except Exception as error:  # noqa: BLE001 - diagnostics must not replace the failure
-        if not found:
-            error_text = f"{type(error).__name__}: {error}"
-    finally:
-        torch.autograd.backward = backward
-        torch.set_anomaly_enabled = set_anomaly
-        set_anomaly(*user_mode)
-    if not found:
-        why = f" (the rerun raised {error_text})" if error_text else ""
-        return (
-            "A rerun of that step did not name an op" + why + ": the non-finite value did "
-            "not come out of a backward op (a gradient assigned or edited directly?)."
-        )
-    op, what, node = found[0]
-    text = (
-        f"Rerun of that step: {op} turned finite gradients into {what} "
-        f"(the first backward op to do so)."
-    )
-    forward = _forward_site(
-        ["Traceback of forward call:\n" + "".join(node.metadata.get("traceback_", []))]
-    )
-    if forward:
-        text += f"\nIt was created in the forward pass at {forward}"
-    return text
-
-
-def _forward_site(messages: Iterable[str]) -> str | None:
-    """The innermost frame outside torch in the forward traceback anomaly mode printed."""
-    from trainlint._runtime.lintlink import _TRAINLINT_DIR, display_path
-
-    for message in messages:
-        if "Traceback of forward call" not in message:
-            continue
-        frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s+(.*)', message)
-        user = [
-            f
-            for f in frames
-            if f"{os.sep}torch{os.sep}" not in f[0]
-            and not os.path.realpath(f[0]).startswith(_TRAINLINT_DIR + os.sep)
-        ]
-        if user:
-            path, line, func, code = user[-1]
-            return f"{display_path(path)}:{line} in {func}: {code.strip()}"
-    return None

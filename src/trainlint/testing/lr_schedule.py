@@ -33,9 +33,15 @@ SYMPTOMS = {
 
 @dataclass(frozen=True)
 class LRTrace(Sequence[float]):
-    """The learning rate each optimizer update used: ``trace[i]`` is step ``i``'s LR."""
+    """The learning rate each optimizer update used: ``trace[i]`` is step ``i``'s LR.
+
+    ``built``: the qualified class names of the schedulers the factory built (the
+    children of a ``SequentialLR`` or ``ChainedScheduler`` after it), by which the
+    confirmation report matches a failure to the findings about those schedulers.
+    """
 
     lrs: tuple[float, ...]
+    built: tuple[str, ...] = ()
 
     @overload
     def __getitem__(self, index: int) -> float: ...
@@ -108,12 +114,14 @@ def _measure(scheduler_factory: Callable[[Any], Any], steps: int, base_lr: float
         raise TypeError(
             f"scheduler_factory must return a scheduler, got {type(scheduler).__name__}"
         )
+    built = [scheduler, *getattr(scheduler, "_schedulers", ())]
+    names = tuple(dict.fromkeys(f"{type(b).__module__}.{type(b).__qualname__}" for b in built))
     lrs: list[float] = []
     for _ in range(steps):
         lrs.append(float(optimizer.param_groups[0]["lr"]))
         optimizer.step()
         scheduler.step()
-    return LRTrace(tuple(lrs))
+    return LRTrace(tuple(lrs), names)
 
 
 def _diagnose(
@@ -131,8 +139,18 @@ def _diagnose(
         problems.append(
             (negative, f"the LR is {fmt(lrs[negative])} at step {negative}", "lr-negative")
         )
-    zero_late = next((i for i in range(max(warmup, 1), len(lrs)) if lrs[i] == 0.0), None)
-    if zero_late is not None and lrs[0] != 0.0:
+    if lrs[0] == 0.0:
+        # a schedule that starts at 0 and rises is warming up, whatever ``warmup`` says:
+        # its rise is not a restart (the first problem already says it starts at 0)
+        rise = 1
+        while rise < steps and not _increases(lrs[rise], lrs[rise - 1]):
+            rise += 1
+        warmup = max(warmup, rise - 1)
+    ups = (
+        [] if restarts else [i for i in range(warmup + 1, steps) if _increases(lrs[i - 1], lrs[i])]
+    )
+    zero_late = next((i for i in range(max(warmup, 1), steps) if lrs[i] == 0.0), None)
+    if zero_late is not None and lrs[0] != 0.0 and not any(u > zero_late for u in ups):
         problems.append(
             (
                 zero_late,
@@ -141,25 +159,25 @@ def _diagnose(
                 "lr-reaches-zero",
             )
         )
-    if not restarts:
-        ups = [i for i in range(warmup + 1, len(lrs)) if _increases(lrs[i - 1], lrs[i])]
-        if ups:
-            i = ups[0]
-            more = (
-                f" (and at {plural(len(ups) - 1, 'more step')}: "
-                + ", ".join(str(u) for u in ups[1:6])
-                + (", ..." if len(ups) > 6 else "")
-                + ")"
-                if len(ups) > 1
-                else ""
+    if ups:
+        i = ups[0]
+        more = (
+            f" (and at {plural(len(ups) - 1, 'more step')}: "
+            + ", ".join(str(u) for u in ups[1:6])
+            + (", ..." if len(ups) > 6 else "")
+            + ")"
+            if len(ups) > 1
+            else ""
+        )
+        # reaching 0 and rising again is the restart, not a schedule that ran out
+        at_zero = f", after reaching 0 at step {zero_late}" if zero_late is not None else ""
+        problems.append(
+            (
+                i,
+                f"restarts at step {i}: {fmt(lrs[i - 1])} \u2192 {fmt(lrs[i])}{at_zero}{more}",
+                "lr-restarts",
             )
-            problems.append(
-                (
-                    i,
-                    f"restarts at step {i}: {fmt(lrs[i - 1])} \u2192 {fmt(lrs[i])}{more}",
-                    "lr-restarts",
-                )
-            )
+        )
     if min_lr is not None and lrs[-1] < min_lr * (1 - 1e-9):
         problems.append(
             (
@@ -179,8 +197,10 @@ def _report(
 ) -> NoReturn:
     __tracebackhide__ = True
     lrs = trace.lrs
-    peak = max(range(len(lrs)), key=lambda i: lrs[i])
-    low = min(range(len(lrs)), key=lambda i: lrs[i])
+    # the first step at the peak (or lowest), not one that rounding lifted by 1e-16
+    top, bottom = max(lrs), min(lrs)
+    peak = next(i for i, v in enumerate(lrs) if v >= top - abs(top) * 1e-9)
+    low = lrs.index(bottom)
     symptoms = [SYMPTOMS[key] for _, _, key in problems]
     sections = [
         "\n".join(f"- {text}" for _, text, _ in problems) if len(problems) > 1 else "",

@@ -8,7 +8,7 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from trainlint._runtime.clock import StepClock
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
@@ -54,7 +54,9 @@ class StepTimeResult:
     waits: wall-clock time less the time its thread sat in the run queue waiting for a
     core), ``"wall"``
     (the same where the run queue cannot be read: plain wall clock) or ``"cuda"`` (CUDA
-    events around one call). ``early``, ``late`` and ``confirm`` are the floors (the mean
+    events around one call), or ``"cuda+thread_time"`` for a step that runs CUDA kernels
+    and tensor work on the CPU: ``times`` are then its CUDA event times and ``host_times``
+    the calling thread's CPU time of the same calls, each judged on its own. ``early``, ``late`` and ``confirm`` are the floors (the mean
     of the lowest third) of the first half of the ``steps`` samples, of the second half
     and of each window timed to confirm a slowdown; ``ratio`` is ``late / early``;
     ``growth`` is how much the trend of all those windows grows from one window to the
@@ -76,6 +78,7 @@ class StepTimeResult:
     sync_sites: dict[str, int] | None = None
     calls_per_sample: int = 1
     clock: str = "thread_time"
+    host_times: tuple[float, ...] | None = None
 
 
 @guarded(CHECK)
@@ -116,10 +119,14 @@ def assert_step_time_stable(
     is not queued for a core) is timed by wall clock less its run-queue wait instead
     (Linux; plain wall clock elsewhere), which sees the waits; ``result.clock`` says which.
 
-    On CUDA each step is one sample, timed with CUDA events and synchronized, and host
-    syncs inside the step are counted with ``torch.cuda.set_sync_debug_mode`` and
-    reported by source line; with ``max_syncs`` a step with more syncs than that fails the
-    check.
+    The clock follows where the step's work runs, decided from one untimed call after
+    the warmup (the devices of the tensors its operators use), not from whether CUDA is
+    available or initialised in the process. A step that runs CUDA kernels is timed one
+    call a sample with CUDA events and synchronized; one that also does tensor work on the
+    CPU is timed by both clocks, each judged on its own. Host syncs inside a CUDA step are
+    counted with ``torch.cuda.set_sync_debug_mode`` and reported by source line (the
+    check's own synchronize and event records are outside the counted region); with
+    ``max_syncs`` a step with more syncs than that fails the check.
     """
     __tracebackhide__ = True
     import torch
@@ -133,44 +140,82 @@ def assert_step_time_stable(
         raise ValueError(f"max_slowdown must be > 1, got {max_slowdown!r}")
     run = StepRunner(step, batches, check=CHECK)
     clock = StepClock(torch, run)
+    allowed = CONFIRM_GROWTH * (max_slowdown - 1)
     with clock.single_threaded():
         for _ in range(warmup):
             run()
         clock.calibrate()
         for _ in range(steps):
             clock.timed()
-        times = clock.times  # the confirming samples are appended to it
-        half = steps // 2
-        early, late = _floor(times[:half]), _floor(times[half:steps])
-        ratio = late / early if early > 0 else math.inf
-        allowed = CONFIRM_GROWTH * (max_slowdown - 1)
-        slow = ratio > 1 + allowed / 2
-        confirm: list[float] = []
-        growth = 0.0
-        if slow:
-            slow, confirm = _confirm(
-                [early, late], lambda: _floor([clock.timed() for _ in range(steps - half)]), allowed
-            )
-            growth = _growth([early, late, *confirm])
+        # each clock judged on its own samples (a step doing both: CUDA events, and the
+        # thread's CPU time); a window one needs is timed for both
+        verdicts = [_judge(clock.times, steps, allowed, clock.timed)]
+        if clock.on_cuda and clock.on_cpu:
+            verdicts.append(_judge(clock.host_times, steps, allowed, clock.timed))
+    if verdicts[0].slow and clock.turned_to_waiting(steps // 2):
+        verdicts[0] = verdicts[0]._replace(slow=False)
+    main = next((v for v in verdicts if v.slow), verdicts[0])
     on_cuda = clock.on_cuda
+    times = clock.times
+    half = steps // 2
     result = StepTimeResult(
         times=tuple(times),
         early_median=statistics.median(times[:half]),
         late_median=statistics.median(times[half:steps]),
-        ratio=ratio,
-        early=early,
-        late=late,
-        confirm=tuple(confirm),
-        growth=growth,
+        ratio=main.ratio,
+        early=main.early,
+        late=main.late,
+        confirm=main.confirm,
+        growth=main.growth,
         syncs=tuple(clock.syncs) if on_cuda else None,
         sync_sites=dict(clock.sites) if on_cuda else None,
         calls_per_sample=clock.calls,
         clock=clock.kind,
+        host_times=tuple(clock.host_times) if clock.host_times else None,
     )
+    slow = main.slow
     too_many_syncs = on_cuda and max_syncs is not None and max(clock.syncs, default=0) > max_syncs
     if not slow and not too_many_syncs:
         return result
-    _report(result, slow, steps, warmup, max_slowdown, max_syncs, step)
+    host = slow and main is not verdicts[0]
+    _report(result, slow, steps, warmup, max_slowdown, max_syncs, step, host)
+
+
+class _Verdict(NamedTuple):
+    """One clock's judgement: the floors of its windows, and whether it keeps slowing."""
+
+    slow: bool
+    early: float
+    late: float
+    ratio: float
+    confirm: tuple[float, ...]
+    growth: float
+
+
+def _judge(
+    times: list[float], steps: int, allowed: float, time_one: Callable[[], object]
+) -> _Verdict:
+    """Judge one clock's samples (``times``, which ``time_one()`` extends by one sample):
+    the floors of the two halves of the first ``steps``, and when the second is slower by
+    more than half of ``allowed``, windows of as many samples again until the trend
+    decides (``_confirm``). Samples already timed for another clock are reused."""
+    half = steps // 2
+    early, late = _floor(times[:half]), _floor(times[half:steps])
+    ratio = late / early if early > 0 else math.inf
+    if not ratio > 1 + allowed / 2:
+        return _Verdict(False, early, late, ratio, (), 0.0)
+    size = steps - half
+    taken = [0]
+
+    def window() -> float:
+        start = steps + taken[0] * size
+        taken[0] += 1
+        while len(times) < start + size:
+            time_one()
+        return _floor(times[start : start + size])
+
+    slow, confirm = _confirm([early, late], window, allowed)
+    return _Verdict(slow, early, late, ratio, tuple(confirm), _growth([early, late, *confirm]))
 
 
 def _confirm(
@@ -256,9 +301,11 @@ def _report(
     max_slowdown: float,
     max_syncs: int | None,
     step: Step,
+    host: bool = False,
 ) -> NoReturn:
+    """``host``: the slowdown was found by the CPU clock of a step that also runs CUDA."""
     __tracebackhide__ = True
-    times = result.times
+    times = result.host_times if host and result.host_times else result.times
     half = steps // 2
     sections = []
     symptoms = []
@@ -269,7 +316,7 @@ def _report(
         windows += [f"{c * 1e3:.3g}" for c in result.confirm]
         sections.append(
             f"Step times (ms, after {warmup} warmup): {ms}\n"
-            f"({_measured(result)})\n"
+            f"({_measured(result, host)})\n"
             f"Fastest third of each window of {half}-{steps - half} samples (ms): "
             f"{' -> '.join(windows)}: {result.growth:.0%} of the first window more each "
             f"window along their trend (allowed: {CONFIRM_GROWTH * (max_slowdown - 1):.0%}, "
@@ -300,8 +347,13 @@ def _slowdown(result: StepTimeResult) -> float:
     return last / result.early if result.early > 0 else math.inf
 
 
-def _measured(result: StepTimeResult) -> str:
-    if result.clock == "cuda":
+def _measured(result: StepTimeResult, host: bool = False) -> str:
+    if host:
+        return (
+            "one call per sample: CPU time of the calling thread, at the machine's speed when "
+            "the check started; the step runs CUDA kernels too, and its CUDA time held"
+        )
+    if result.clock.startswith("cuda"):
         return "one call per sample, CUDA events, synchronized"
     calls = result.calls_per_sample
     per = "one call" if calls == 1 else f"the mean of {calls} consecutive calls"

@@ -64,7 +64,12 @@ SYMPTOMS = {
         "them, or ran on another copy of the model), or weight decay or momentum in the "
         "optimizer moves them without a gradient.",
     ),
-    "lr-zero": Symptom(("TL203", "TL206", "TL204")),
+    "lr-zero": Symptom(
+        ("TL203", "TL206", "TL204"),
+        text="Gradients arrived but no parameter moved, or too little: the optimizer updated "
+        "at learning rate 0. A warmup whose multiplier is 0 at its first step (`step / "
+        "warmup`, `start_factor=0`) spends the first update, or a whole epoch, at LR 0.",
+    ),
     "optimizer-mismatch": Symptom(("TL107",)),
 }
 
@@ -77,6 +82,11 @@ class WeightsResult:
     change: dict[str, float]
     frozen_change: dict[str, float]
     got_grad: dict[str, bool]
+    #: (step, param group) for each optimizer update that held a checked parameter in a
+    #: group whose learning rate was 0 when the update ran (read by an optimizer step
+    #: pre-hook: a scheduler stepped after it has already raised the LR by the time the
+    #: step returns)
+    zero_lr: tuple[tuple[int, int], ...] = ()
 
 
 @guarded(CHECK)
@@ -135,11 +145,27 @@ def _measure(
     params = [p for _, p in trainable]
     snapshot = rt.Snapshot(params + [p for _, p in frozen_list])
     recorder = rt.GradRecorder(params, measure=False)
-    with recorder:
-        for i in range(steps):
-            recorder.begin_step(i)
-            run()
-            recorder.end_step()
+    watched = set(map(id, params))
+    zero_lr: list[tuple[int, int]] = []
+    current = [0]
+
+    def lr_used(optimizer: Any, args: Any, kwargs: Any) -> None:
+        for g, group in enumerate(optimizer.param_groups):
+            lr = group.get("lr")
+            if lr is not None and float(lr) == 0.0:
+                if any(id(p) in watched for p in group["params"]):
+                    zero_lr.append((current[0], g))
+
+    hook = rt.register_optimizer_step_pre_hook(lr_used)
+    try:
+        with recorder:
+            for i in range(steps):
+                current[0] = i
+                recorder.begin_step(i)
+                run()
+                recorder.end_step()
+    finally:
+        hook.remove()
     changes = snapshot.changes()  # trainable first, then frozen: names are unique
     del snapshot
     fired = recorder.fired()
@@ -149,6 +175,7 @@ def _measure(
         change=dict(zip(names, changes[:k], strict=True)),
         frozen_change=dict(zip((n for n, _ in frozen_list), changes[k:], strict=True)),
         got_grad={n: j in fired for j, n in enumerate(names)},
+        zero_lr=tuple(zero_lr),
     )
 
 
@@ -190,10 +217,24 @@ def _diagnose(
         return None
     got_grad = result.got_grad
     symptoms: list[str] = []
+    zero_lr_steps = sorted({s for s, _ in result.zero_lr})
+    if unchanged and zero_lr_steps:
+        groups = sorted({g for _, g in result.zero_lr})
+        notes = [n for n in notes if not n.startswith("The learning rate is 0")]
+        notes.insert(
+            0,
+            f"The learning rate is 0 in param_groups {', '.join(map(str, groups))} when the "
+            f"optimizer step of step {', '.join(map(str, zero_lr_steps[:10]))} runs (read as "
+            "the update uses it, before any scheduler step after it): a warmup that starts "
+            "at 0, or a scheduler that is never stepped.",
+        )
+        lr_zero = True
+    if lr_zero:  # first: the LR the updates ran at explains what follows
+        symptoms.append("lr-zero")
     if unchanged and len(unchanged) == len(trainable):
         if not any(got_grad.values()):
             symptoms.append("nothing-moved-no-gradient")
-        else:
+        elif len(zero_lr_steps) < result.steps:  # not all explained by LR 0
             symptoms.append("nothing-moved-with-gradient")
     elif unchanged:
         with_grad = [n for n in unchanged if got_grad[n]]
@@ -205,8 +246,6 @@ def _diagnose(
         symptoms.append("weights-not-finite")
     if moved_frozen:
         symptoms.append("frozen-moved")
-    if lr_zero:
-        symptoms.append("lr-zero")
     if notes and not unchanged:
         symptoms.append("optimizer-mismatch")
     return _Found(unchanged, corrupted, moved_frozen, in_opt, notes, symptoms)
@@ -260,7 +299,7 @@ def _optimizer_membership(
         raise TypeError(f"optimizer has no param_groups: {type(optimizer).__name__}")
     held = [p for group in groups for p in group["params"]]
     ids = set(map(id, held))
-    notes = []
+    notes: list[str] = []
     if len(held) == len(trainable) and all(map(is_, held, map(itemgetter(1), trainable))):
         # the model's trainable parameters, in order: none missing, none foreign, and no
         # frozen one (each tensor has one name: frozen and trainable are apart)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.dataset_rng import HeldGenerator, held_generators
+from trainlint.analysis.dataset_rng import held_generators
 from trainlint.analysis.loaders import DATA_LOADER
 from trainlint.analysis.model import FileModel, has_star_kwargs, keyword
 from trainlint.rules.base import Invalid, Report, Rule
@@ -234,38 +234,39 @@ loader = tud.DataLoader(train_set, batch_size=32, shuffle=True, num_workers=args
         held = held_generators(model)
         if not held:
             return
-        loaders = model.calls_to(DATA_LOADER)
+        # the classes that a multi-worker loader reads, each loader resolved once
+        read = {
+            id(cls)
+            for call in model.calls_to(DATA_LOADER)
+            if (cls := self._dataset_class(model, call)) is not None
+        }
         for gen in held:
-            if any(self._loads_with_workers(model, call, gen) for call in loaders):
+            if id(gen.cls) in read:
                 yield self.report(gen.creation, self.message.format(attr=gen.attr))
 
     @staticmethod
-    def _loads_with_workers(model: FileModel, call: ast.Call, gen: HeldGenerator) -> bool:
+    def _dataset_class(model: FileModel, call: ast.Call) -> ast.ClassDef | None:
+        """The same-file dataset class a loader with workers reads, if it can be told."""
         if has_star_kwargs(call) or keyword(call, "worker_init_fn") is not None:
-            return False
+            return None
         workers = keyword(call, "num_workers")
         if workers is None or (isinstance(workers, ast.Constant) and not workers.value):
-            return False
+            return None
         data = keyword(call, "dataset") or (call.args[0] if call.args else None)
-        return data is not None and _builds(model, data, gen.cls)
+        return None if data is None else _built_class(model, data)
 
 
-def _builds(model: FileModel, expr: ast.AST, cls: ast.ClassDef) -> bool:
-    """Is ``expr`` an instance of ``cls``: ``Cls(...)``, or a name last bound to one in
-    the same scope?"""
+def _built_class(model: FileModel, expr: ast.AST) -> ast.ClassDef | None:
+    """The module-level class ``expr`` is an instance of: ``Cls(...)``, or a name bound
+    once in its scope to one."""
     if isinstance(expr, ast.Call):
-        return (
-            isinstance(expr.func, ast.Name)
-            and expr.func.id == cls.name
-            and (model.class_named(cls.name) is cls)
-        )
+        return model.class_named(expr.func.id) if isinstance(expr.func, ast.Name) else None
     if isinstance(expr, ast.Name):
-        scope = model.scope_of(expr)
         values = [
             node.value
-            for node in model.assignments_in(scope)
+            for node in model.assignments_in(model.scope_of(expr))
             if isinstance(node, ast.Assign)
             and any(isinstance(t, ast.Name) and t.id == expr.id for t in node.targets)
         ]
-        return len(values) == 1 and _builds(model, values[0], cls)
-    return False
+        return _built_class(model, values[0]) if len(values) == 1 else None
+    return None

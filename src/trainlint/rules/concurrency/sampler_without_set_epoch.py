@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.escapes import params_of
+from trainlint.analysis.loaders import loops_iterating
 from trainlint.analysis.model import FileModel, is_false, keyword
 from trainlint.analysis.objects import Obj, Objects, objects
 from trainlint.analysis.roles import Role
@@ -236,14 +236,20 @@ for epoch in range(args.epochs):
             *model.calls_to(DATA_LOADER),
             *(c for name, calls in model.calls.items() if "Loader" in name for c in calls),
         ]
-        objs = [(sampler, query.of(sampler)) for sampler in samplers]
+        # which samplers a `sampler=` value can name: by construction and by bound name
+        by_call = {id(sampler): [k] for k, sampler in enumerate(samplers)}
+        by_key: dict[object, list[int]] = {}
+        for k, sampler in enumerate(samplers):
+            for key in query.of(sampler).keys:
+                by_key.setdefault(key, []).append(k)
         for call in {id(c): c for c in candidates}.values():
             value = keyword(call, "sampler")
             if value is None:
                 continue
-            for sampler, obj in objs:
-                if query.refers(value, obj):
-                    out.append((call, sampler))
+            hits = by_call.get(id(value), [])
+            if isinstance(value, (ast.Name, ast.Attribute)):
+                hits = hits + by_key.get(model.roles.key(value), [])
+            out.extend((call, samplers[k]) for k in sorted(set(hits)))
         return out
 
     @staticmethod
@@ -285,29 +291,12 @@ for epoch in range(args.epochs):
     @staticmethod
     def _iterated_per_epoch(model: FileModel, query: Objects, obj: Obj) -> bool:
         """A training loop over the sampler or its loader that itself runs in a loop."""
-        steps = model.steps
-        training = steps.step_loop_ids | {id(e) for e in steps.epoch_loops}
-        for loop in model.loops:
-            if not isinstance(loop, (ast.For, ast.AsyncFor)) or id(loop) not in training:
-                continue
-            refs = [
-                n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute, ast.Call))
-            ]
-            if any(query.refers(n, obj) for n in refs):
-                if model.loop_contexts(loop):
-                    return True
-                continue
-            # `def train_one_epoch(model, loader, ...)`: the loader arrives as a parameter
-            fn = model.function_of(loop)
-            if fn is None:
-                continue
-            params = set(params_of(fn))
-            for n in refs:
-                if not (isinstance(n, ast.Name) and n.id in params):
-                    continue
-                for site, arg in query.arguments_for(fn, n.id):
-                    if query.refers(arg, obj) and (
-                        model.enclosing_loops(loop) or model.loop_contexts(site)
-                    ):
-                        return True
-        return False
+        direct, passed = loops_iterating(model, obj.calls, obj.keys, epoch_loops=True)
+        if any(model.loop_contexts(loop) for _, loop in direct):
+            return True
+        # `def train_one_epoch(model, loader, ...)`: the loader arrives as a parameter
+        seen = {id(loop) for _, loop in direct}
+        return any(
+            id(loop) not in seen and (model.enclosing_loops(loop) or model.loop_contexts(site))
+            for _, loop, site in passed
+        )
