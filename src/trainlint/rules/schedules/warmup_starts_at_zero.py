@@ -139,6 +139,17 @@ for batch in loader:
         "def LambdaLR(o, f):\n    return f\ns = LambdaLR(opt, lambda s: s / 10)\n",
     ]
     invalid = [
+        # a warmup that defaults to 0, but the schedule is only built when it is not
+        Invalid(
+            """
+from torch.optim.lr_scheduler import LambdaLR
+def build(opt, warmup_steps=0):
+    if warmup_steps > 0:
+        return LambdaLR(opt, lambda s: min(1.0, s / warmup_steps))
+    return None
+""",
+            line=4,
+        ),
         # dividing by the warmup length proves it is not 0
         Invalid(
             "import torch.optim.lr_scheduler as sched\n"
