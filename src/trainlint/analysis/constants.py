@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import math
 
-from trainlint.analysis.model import FileModel, call_name, keyword
+from trainlint.analysis.model import FileModel, call_name, dotted, keyword
 
 POS = object()  # an unknown quantity known to be > 0
 NONNEG = object()  # an unknown quantity >= 0 (a warmup length: it may well be 0)
@@ -64,11 +64,15 @@ class ConstantEvaluator:
         if isinstance(node, ast.Constant):
             return node.value if is_number(node.value) or isinstance(node.value, bool) else None
         if isinstance(node, ast.Name):
-            return env[node.id] if node.id in env else self._resolve(node)
+            if node.id in env:
+                return env[node.id]
+            return POS if self.tested_positive(node) else self._resolve(node)
         if isinstance(node, ast.Attribute):
             qual = self.model.qualname(node)
             if qual is not None and qual.startswith("math.") and qual[5:] in _MATH_CONSTANTS:
                 return float(getattr(math, qual[5:]))
+            if self.tested_positive(node):
+                return POS
             return self._attribute_default(node.attr)
         if isinstance(node, ast.UnaryOp):
             v = self.expr(node.operand, env)
@@ -112,6 +116,20 @@ class ConstantEvaluator:
                 return 1.0
             return None
         return None
+
+    def tested_positive(self, node: ast.AST) -> bool:
+        """Is ``node`` (a name or attribute chain) inside the body of an ``if X > 0:`` (or
+        ``X >= 1``, ``0 < X``) on the same expression? A default of 0 does not hold there."""
+        text = dotted(node)
+        if text is None:
+            return False
+        child: ast.AST = node
+        for anc in self.model.ancestors(node):
+            if isinstance(anc, ast.If) and any(child is s for s in anc.body):
+                if _positive_test(anc.test, text):
+                    return True
+            child = anc
+        return False
 
     def _resolve(self, node: ast.Name) -> object:
         """A free name: a numeric constant assigned in an enclosing scope, or a parameter's
@@ -324,3 +342,21 @@ def literal_value(model: FileModel, node: ast.AST) -> object:
     if found is not None and isinstance(found[1], (ast.Constant, ast.Tuple, ast.List)):
         return literal_value(model, found[1])
     return None
+
+
+def _positive_test(test: ast.AST, text: str) -> bool:
+    """``text > 0``, ``text >= 1`` or ``0 < text``, alone or in an ``and``."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_positive_test(v, text) for v in test.values)
+    if not isinstance(test, ast.Compare) or len(test.ops) != 1:
+        return False
+    left, op, right = test.left, test.ops[0], test.comparators[0]
+    if isinstance(op, (ast.Lt, ast.LtE)):
+        left, right = right, left
+        op = ast.Gt() if isinstance(test.ops[0], ast.Lt) else ast.GtE()
+    if dotted(left) != text or not isinstance(right, ast.Constant):
+        return False
+    bound = right.value
+    if not is_number(bound):
+        return False
+    return (isinstance(op, ast.Gt) and bound >= 0) or (isinstance(op, ast.GtE) and bound > 0)

@@ -251,3 +251,263 @@ def _parameters_owner(it: ast.AST) -> list[str]:
         name = dotted(it.func.value)
         return [name] if name is not None else []
     return []
+
+
+def restores_saved_mode(model: FileModel, e: Event) -> bool:
+    """Does the scope of the `eval()` ``e`` put its module back in the mode it saved
+    before: ``was_training = net.training; net.eval(); ...; if was_training:
+    net.train()``? Inside a training loop the saved mode is training, so the branch
+    that restores it is the one that runs."""
+    fn = model.function_of(e.node)
+    if fn is None or e.target is None:
+        return False
+    saved = _saved_mode_flags(model, fn)
+    if not saved:
+        return False
+    for call in model.calls.get("train", ()):
+        if (
+            call.lineno > getattr(e.node, "lineno", 0)
+            and isinstance(call.func, ast.Attribute)
+            and dotted(call.func.value) == e.target
+            and model.function_of(call) is fn
+        ):
+            for anc in model.ancestors(call):
+                if anc is fn:
+                    break
+                if isinstance(anc, ast.If) and _mentions(anc.test, saved):
+                    return True
+    return False
+
+
+def _saved_mode_flags(model: FileModel, fn: ast.AST) -> set[str]:
+    """Names bound in ``fn`` to a module's mode (``flag = net.training``; also the
+    bound method ``net.train``, which is always true and so always restores)."""
+    out: set[str] = set()
+    for node in model.assignments:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr in ("training", "train")
+            and model.function_of(node) is fn
+        ):
+            out.add(node.targets[0].id)
+    return out
+
+
+def _mentions(test: ast.AST, names: set[str]) -> bool:
+    return any(isinstance(sub, ast.Name) and sub.id in names for sub in ast.walk(test))
+
+
+def training_ends_after(
+    model: FileModel, node: ast.AST, loop: ast.AST, target: str | None = None
+) -> bool:
+    """Does a `break` out of ``loop`` (or a `return`) follow ``node`` in its block or an
+    enclosing block of the loop body, with no loop in between: an `eval()` right before
+    an early-stopping `break` leaves a model that is no longer trained. A `break` out of
+    an inner loop counts when ``loop`` builds ``target`` afresh each iteration (one
+    training run per iteration, each on a new model)."""
+    stmt: ast.AST = model.statement_of(node)
+    while stmt is not loop:
+        parent = model.parent_of(stmt)
+        if parent is None or isinstance(parent, NESTED_SCOPES):
+            return False
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(parent, field, None)
+            if isinstance(block, list) and stmt in block:
+                after = block[block.index(stmt) + 1 :]
+                if any(isinstance(s, (ast.Return, ast.Raise)) for s in after):
+                    return True
+                if parent is loop and any(isinstance(s, ast.Break) for s in after):
+                    return True
+                if parent is not loop and any(isinstance(s, ast.Break) for s in after):
+                    inner = _innermost_loop(model, parent)
+                    return inner is loop or (
+                        inner is not None and _rebuilt_in(model, loop, inner, target)
+                    )
+        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)) and parent is not loop:
+            return False
+        stmt = parent
+    return False
+
+
+def _rebuilt_in(model: FileModel, loop: ast.AST, inner: ast.AST, target: str | None) -> bool:
+    """Is ``target`` bound in ``loop``'s body, before ``inner``, to a new object (a call
+    that does not take ``target`` itself)?"""
+    if target is None or "." in target:
+        return False
+    for node in model.assignments:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == target for t in node.targets)
+            and isinstance(node.value, ast.Call)
+            and node.lineno < getattr(inner, "lineno", 0)
+            and not any(isinstance(n, ast.Name) and n.id == target for n in ast.walk(node.value))
+            and any(a is loop for a in model.ancestors(node))
+            and _innermost_loop(model, node) is loop
+        ):
+            return True
+    return False
+
+
+def _innermost_loop(model: FileModel, node: ast.AST) -> ast.AST | None:
+    if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+        return node
+    for anc in model.ancestors(node):
+        if isinstance(anc, (ast.For, ast.AsyncFor, ast.While)):
+            return anc
+        if isinstance(anc, NESTED_SCOPES):
+            return None
+    return None
+
+
+def optimized_modules(model: FileModel) -> set[str] | None:
+    """The modules whose parameters the file's optimizers update, as the file names them
+    (``head`` for ``SGD(head.parameters())``; every plain argument of a project factory
+    ``make_optimizer(cfg, head)``); None when some optimizer stepped in the file was not
+    built here or its parameters cannot be told."""
+    return model.memo(optimized_modules, _optimized_modules)
+
+
+def _optimized_modules(model: FileModel) -> set[str] | None:
+    from trainlint.analysis.roles import Role, parameter_owners
+
+    roles = model.roles
+    owners: set[str] = set()
+    built: list = []
+    for call in model.calls.get("step", ()):
+        if not isinstance(call.func, ast.Attribute):
+            continue
+        recv = call.func.value
+        if roles.role(recv, by_name=True) is not Role.OPTIMIZER:
+            continue
+        b = roles.lookup(recv)
+        if (b is None or isinstance(b.node, ast.arg)) and _called_parameter(model, recv):
+            continue  # handed in by this file's own calls: its constructions below
+        if b is None or b.call is None:
+            return None
+        built.append(b)
+    # every construction of the file counts too: more owners, fewer modules left out
+    built += [b for _, b in roles.all_of(Role.OPTIMIZER)]
+    if not built or any(b.call is None for b in built):
+        return None
+    for b in built:
+        found = [dotted(o) for o in parameter_owners(b.call)]
+        if not found:
+            q = model.qualname(b.call.func) or call_name(b.call) or ""
+            last = q.rsplit(".", 1)[-1]
+            if q.startswith("torch.") or last[:1].isupper() or not b.call.args:
+                # an optimizer class given a parameter list built elsewhere, not a
+                # factory given the module: cannot tell whose parameters
+                return None
+            found = [dotted(a) for a in (*b.call.args, *(k.value for k in b.call.keywords))]
+        mapped = _through_call_sites(model, b.call, found)
+        if mapped is None:
+            return None
+        owners.update(mapped)
+    return owners
+
+
+def _through_call_sites(
+    model: FileModel, call: ast.Call, found: list[str | None]
+) -> list[str] | None:
+    """``found`` as the callers name them: a parameter of the function that builds the
+    optimizer (``def make(module): return SGD(module.parameters())``) stands for every
+    argument passed for it in this file; None when one cannot be told."""
+    fn = model.function_of(call)
+    params: list[str] = []
+    if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+        if params and params[0] in ("self", "cls"):
+            params = params[1:]
+    out: list[str] = []
+    for name in found:
+        if name is None:
+            return None
+        root, _, rest = name.partition(".")
+        if root not in params or fn is None:
+            out.append(name)
+            continue
+        sites = model.call_sites.get(id(fn), [])
+        if not sites:
+            return None
+        idx = params.index(root)
+        for site in sites:
+            arg = site.args[idx] if idx < len(site.args) else None
+            arg = arg or next((k.value for k in site.keywords if k.arg == root), None)
+            base = dotted(arg) if arg is not None else None
+            if base is None:
+                return None
+            out.append(base + ("." + rest if rest else ""))
+    return out
+
+
+def _called_parameter(model: FileModel, expr: ast.AST) -> bool:
+    """``expr`` is a parameter of a function this file calls (by its plain name)."""
+    if not isinstance(expr, ast.Name):
+        return False
+    fn = model.function_of(expr)
+    if fn is None or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+    return expr.id in params and fn.name in model.calls
+
+
+def outside_optimizers(model: FileModel, target: str | None) -> bool:
+    """Is ``target`` a module no optimizer of the file updates (a frozen backbone under
+    a linear probe: only the head's parameters are optimized)?"""
+    if target is None:
+        return False
+    owners = optimized_modules(model)
+    if owners is None:
+        return False
+    last = target.rsplit(".", 1)[-1]
+    # `self.model` and a local `model` may be one object: a shared last name counts
+    return not any(same_module(target, o) or o.rsplit(".", 1)[-1] == last for o in owners)
+
+
+def restored_or_ended(model: FileModel, node: ast.AST, loop: ast.AST, target: str | None) -> bool:
+    """After ``node``, does every way through the rest of ``loop``'s body reach
+    ``target.train()``, or leave the loop (`return`, `raise`, a `break` of it), before the
+    iteration ends? Statements only: an `if` counts when both branches do."""
+    if target is None:
+        return False
+    stmt: ast.AST = model.statement_of(node)
+    while stmt is not loop:
+        parent = model.parent_of(stmt)
+        if parent is None or isinstance(parent, NESTED_SCOPES):
+            return False
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(parent, field, None)
+            if isinstance(block, list) and stmt in block:
+                if _block_settles(block[block.index(stmt) + 1 :], loop, target):
+                    return True
+        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
+            return False  # an inner loop: its next iteration may come first
+        stmt = parent
+    return False
+
+
+def _block_settles(stmts: list[ast.stmt], loop: ast.AST, target: str) -> bool:
+    return any(_settles(s, loop, target) for s in stmts)
+
+
+def _settles(stmt: ast.stmt, loop: ast.AST, target: str) -> bool:
+    if isinstance(stmt, (ast.Return, ast.Raise)):
+        return True
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr == "train"
+            and not stmt.value.args
+            and dotted(func.value) == target
+        )
+    if isinstance(stmt, ast.If):
+        return bool(stmt.orelse) and all(
+            _block_settles(b, loop, target) for b in (stmt.body, stmt.orelse)
+        )
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        return _block_settles(stmt.body, loop, target)
+    return False

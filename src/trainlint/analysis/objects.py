@@ -301,6 +301,8 @@ class _Flow:
             return Fate.ESCAPES
         if key[0] == "dotted" and not str(key[1]).startswith("self."):
             return Fate.ESCAPES  # someone else's attribute
+        if key[0] == "attr" and self._called_through_instance(str(key[2])):
+            return Fate.CALLED
         verdicts = []
         for ref in self._references(target, key):
             parent = model.parent_of(ref)
@@ -325,12 +327,55 @@ class _Flow:
             verdicts.append(self.of(ref, depth + 1))
         return _merge(verdicts)
 
+    def _manual_lightning(self, fn: ast.AST) -> bool:
+        """``fn``'s class sets ``self.automatic_optimization = False`` and the file never
+        asks for ``lr_schedulers()``: nothing but this file could step a scheduler."""
+        model = self.model
+        if model.calls.get("lr_schedulers"):
+            return False
+        cls = model.class_of(fn)
+        for node in model.assignments:
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Attribute)
+                and node.targets[0].attr == "automatic_optimization"
+                and isinstance(node.value, ast.Constant)
+                and node.value.value is False
+                and cls is not None
+                and model.enclosing_class(node) is cls
+            ):
+                return True
+        return False
+
+    def _called_through_instance(self, attr: str) -> bool:
+        """``model.scheduler.step()`` outside the class that sets ``self.scheduler``: the
+        attribute is reached through an instance (a parameter, a local), whose class the
+        file cannot always tell; the method called on it counts."""
+        for call in self.model.calls.get(self.method, ()):
+            func = call.func
+            if (
+                isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Attribute)
+                and func.value.attr == attr
+                and not (
+                    isinstance(func.value.value, ast.Name)
+                    and func.value.value.id in ("self", "cls")
+                )
+            ):
+                return True
+        return False
+
     def _references(self, target: ast.AST, key: Key) -> list[ast.AST]:
         return objects(self.model).reads(target, key)
 
     def _returned(self, ret: ast.Return, cur: ast.AST, expr: ast.AST, depth: int) -> Fate:
         model = self.model
         fn = model.function_of(ret)
+        if fn is not None and fn.name == "configure_optimizers" and self._manual_lightning(fn):
+            # Lightning steps returned schedulers only under automatic optimization;
+            # under manual optimization `self.lr_schedulers()` hands them back to step
+            return Fate.NEVER
         if fn is None or fn.name.startswith("configure_") or fn.name.startswith("_configure"):
             return Fate.ESCAPES  # a framework hook: the framework takes it
         sites = model.call_sites.get(id(fn), [])

@@ -12,7 +12,10 @@ from trainlint.analysis.steps import EPOCH_FUNCTION_NAMES, LOOP_NODES, Event, Ki
 
 
 def per_batch_event(model: FileModel, call: ast.Call) -> Event | None:
-    """The step-loop event of this scheduler step when it runs once per batch."""
+    """The step-loop event of this scheduler step when it runs once per batch (not under
+    a test that picks the epoch's last batch: that runs once per epoch)."""
+    if last_batch_guarded(model, call):
+        return None
     return model.memo(_per_batch_events, _per_batch_events).get(id(call))
 
 
@@ -25,6 +28,45 @@ def _per_batch_events(model: FileModel) -> dict[int, Event]:
             if e.depth == 0:
                 out.setdefault(id(e.node), e)
     return out
+
+
+_LAST_BATCH = re.compile(r"is_last_batch|last_batch|end_of_epoch|epoch_end", re.IGNORECASE)
+
+
+def last_batch_guarded(model: FileModel, call: ast.Call) -> bool:
+    """Is ``call`` under an ``if`` on the epoch's last batch (Lightning's
+    ``self.trainer.is_last_batch``, ``i == len(loader) - 1``)?"""
+    for anc in model.ancestors(call):
+        if isinstance(anc, NESTED_SCOPES):
+            return False
+        if not isinstance(anc, ast.If) or any(call is n for n in ast.walk(anc.test)):
+            continue
+        if any(call is n for s in anc.orelse for n in ast.walk(s)):
+            continue  # the other branch: every batch but the last
+        for sub in ast.walk(anc.test):
+            name = sub.attr if isinstance(sub, ast.Attribute) else getattr(sub, "id", "")
+            if isinstance(name, str) and _LAST_BATCH.search(name):
+                return True
+            if isinstance(sub, ast.Compare) and _is_last_index(sub):
+                return True
+    return False
+
+
+def _is_last_index(test: ast.Compare) -> bool:
+    """``i == len(loader) - 1`` / ``i + 1 == len(loader)``."""
+    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        return False
+    nodes = [n for side in (test.left, test.comparators[0]) for n in ast.walk(side)]
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "len"
+        for n in nodes
+    ) and any(
+        isinstance(n, ast.BinOp)
+        and isinstance(n.op, (ast.Add, ast.Sub))
+        and isinstance(n.right, ast.Constant)
+        and n.right.value == 1
+        for n in nodes
+    )
 
 
 def runs_per_epoch(model: FileModel, call: ast.Call) -> bool:

@@ -199,3 +199,74 @@ def schedule_for_step(model: FileModel, call: ast.Call) -> Schedule | None:
     if binding.call is None:
         return None
     return schedules(model).get(id(binding.call))
+
+
+def position_counter(model: FileModel, call: ast.Call) -> str | None:
+    """What the position passed to ``scheduler.step(n)`` counts: ``"epoch"`` (an epoch
+    index: ``epoch``, ``self.current_epoch``), ``"batch"`` (the index of ``enumerate``
+    over the loader, which starts again at 0 every pass), or None (a global step or
+    anything else: the schedule's own count, as far as can be told). A fraction
+    (``epoch + i / iters``) is a deliberate fractional position: None."""
+    arg = call.args[0] if call.args else keyword(call, "epoch")
+    if arg is None or any(
+        isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv, ast.Mult))
+        for n in ast.walk(arg)
+    ):
+        return None
+    names = names_in(arg)
+    if names and EPOCH_WORD.search(names[0]):
+        return "epoch"
+    if isinstance(arg, ast.Name):
+        for anc in model.ancestors(call):
+            if isinstance(anc, (ast.For, ast.AsyncFor)) and _enumerate_index(anc, arg.id):
+                return "batch"
+    return None
+
+
+def _enumerate_index(loop: ast.For | ast.AsyncFor, name: str) -> bool:
+    """``for name, batch in enumerate(loader)`` (no ``start``: 0 at every pass)."""
+    it = loop.iter
+    target = loop.target
+    return (
+        isinstance(it, ast.Call)
+        and call_name(it) == "enumerate"
+        and len(it.args) == 1
+        and not it.keywords
+        and isinstance(target, ast.Tuple)
+        and len(target.elts) == 2
+        and isinstance(target.elts[0], ast.Name)
+        and target.elts[0].id == name
+        and "loader" in (dotted(it.args[0]) or "").lower()
+    )
+
+
+def stepped_per_batch(model: FileModel, call: ast.Call) -> bool:
+    """Does ``call`` run once per batch: inside a step loop or step function, or in a
+    Lightning ``lr_scheduler_step`` hook while some scheduler of the file may be stepped
+    with ``"interval": "step"`` (or one not a constant ``"epoch"``)?"""
+    for loop in model.steps.step_loops:
+        if any(anc is loop.node for anc in model.ancestors(call)):
+            return True
+    fn = model.function_of(call)
+    if fn is not None and getattr(fn, "name", "") == "lr_scheduler_step":
+        for node in ast.walk(model.tree):
+            if isinstance(node, ast.Dict):
+                for k, v in zip(node.keys, node.values, strict=True):
+                    if (
+                        isinstance(k, ast.Constant)
+                        and k.value == "interval"
+                        and not (isinstance(v, ast.Constant) and v.value == "epoch")
+                    ):
+                        return True
+    return False
+
+
+def advances_schedule(model: FileModel, call: ast.Call) -> bool:
+    """Is ``scheduler.step(...)`` torch's plain advance by one, whose new LR serves the
+    *next* update? Not when it passes a position (``step(epoch)``: the schedule is put
+    at that point, so nothing is skipped by calling it before the update), nor when its
+    result is used (``lr = scheduler.step()``: torch's returns None, so this is a
+    project's own scheduler that computes and writes the LR for the coming update)."""
+    if call.args or call.keywords:
+        return False
+    return isinstance(model.parent_of(call), ast.Expr)

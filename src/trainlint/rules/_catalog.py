@@ -120,7 +120,7 @@ RULES: tuple[dict[str, Any], ...] = (
     {"code": "TL205", "name": "scheduler-step-with-epoch",
      "module": "trainlint.rules.schedules.scheduler_step_with_epoch",
      "class": "SchedulerStepWithEpoch",
-     "message": "`scheduler.step(n)` passes the deprecated epoch argument: it sets the schedule's position to `n` instead of advancing it (one step behind when `n` counts the epochs already done); call `scheduler.step()` with no argument",
+     "message": "`scheduler.step(epoch)` on every batch: the position is set to the epoch index, so the schedule stands still for the whole epoch; call `scheduler.step()` with no argument",
      "severity": "warning", "triggers": ("step(",)},
     {"code": "TL206", "name": "hand-rolled-lr-starts-at-zero",
      "module": "trainlint.rules.schedules.hand_rolled_lr_starts_at_zero",

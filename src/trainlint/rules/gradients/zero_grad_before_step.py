@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from trainlint.analysis.grad_clearing import clears_some_only
 from trainlint.analysis.model import FileModel
 from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.roles import Role
@@ -50,7 +51,10 @@ def _sanitizing(zero: Event) -> bool:
 class ZeroGradBeforeStep(Rule):
     """## What it does
     Flags `zero_grad()` called between `backward()` and the optimizer step of the same
-    step, clearing the gradients the step was about to apply.
+    step, clearing the gradients the step was about to apply. A hand-written clearing
+    that provably leaves other gradients for the step is not reported: one named tensor
+    (`model.fc.weight.grad = None`), a submodule's parameters, parameters picked by a
+    test, or a clearing under a test such as `if it < warmup_iters:`.
 
     ## Why is this bad?
     The optimizer steps with zero (or `None`) gradients: the weights never change, or
@@ -89,6 +93,20 @@ class ZeroGradBeforeStep(Rule):
     fix_safety = "safe"
     confirm_with = "assert_weights_updated"
     valid = [
+        # the new head's gradients dropped for the first steps on purpose: the rest of
+        # the model still steps
+        """
+import torch
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for it, (x, y) in enumerate(loader):
+    opt.zero_grad()
+    crit(model(x), y).backward()
+    if it < warmup_iters:
+        for p in model.head.parameters():
+            p.grad = None
+    model.encoder.proj.weight.grad = None
+    opt.step()
+""",
         """
 import torch
 for x, y in loader:
@@ -239,8 +257,8 @@ for x, y in loader:
                         # copy); freeing other tensors' grads after it is bookkeeping
                         last_backward = i if isinstance(e.node, ast.Call) else -1
                     elif e.kind is Kind.ZERO and last_backward >= 0:
-                        if _sanitizing(e):
-                            continue
+                        if _sanitizing(e) or clears_some_only(model, e):
+                            continue  # the other gradients still reach the step
                         if any(x.kind is Kind.STEP for x in path[last_backward + 1 : i]):
                             continue
                         for s in path[i + 1 :]:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from trainlint.analysis.model import FileModel, dotted
 from trainlint.analysis.ordering import runs_before
 from trainlint.analysis.paths import Reported, precise_step_loops
+from trainlint.analysis.schedules import advances_schedule
 from trainlint.analysis.steps import STEP_FUNCTION_NAMES, Event, Kind
 from trainlint.edits import move_after_last
 from trainlint.rules.base import Invalid, Report, Rule
@@ -47,7 +48,10 @@ def _inside_step_function(paths: list, sched: Event) -> bool:
 class SchedulerBeforeOptimizer(Rule):
     """## What it does
     Flags `scheduler.step()` called before `optimizer.step()` in the same iteration (of a
-    batch loop, or of an epoch loop whose training happens after it).
+    batch loop, or of an epoch loop whose training happens after it). Not reported: a
+    `step(n)` that puts the schedule at an explicit position (nothing is skipped), and a
+    `step()` whose result is used (`lr = scheduler.step()`: torch's returns None, so it
+    is a project scheduler that writes the LR for the coming update).
 
     ## Why is this bad?
     Since PyTorch 1.1 the scheduler must step *after* the optimizer. Stepping it first
@@ -127,6 +131,19 @@ class Trainer:
             self.scheduler.step()
             self.train_epoch()
 """,
+        # a project scheduler that writes the LR for the coming update and returns it
+        # (torch's `step()` returns None), and one put at an explicit position
+        """
+import torch
+
+for epoch in range(10):
+    for i, (x, y) in enumerate(loader):
+        lr = scheduler.step()
+        wd_scheduler.step(epoch * len(loader) + i)
+        optimizer.zero_grad()
+        crit(model(x), y).backward()
+        optimizer.step()
+""",
         # no torch
         """
 for t in range(10):
@@ -200,6 +217,8 @@ for epoch in range(90):
             for sched in scheds.values():
                 if sched.target in rewound:
                     continue  # the position is set by hand: stepping first is deliberate
+                if isinstance(sched.node, ast.Call) and not advances_schedule(model, sched.node):
+                    continue  # sets the LR for this update: `step(epoch)`, `lr = s.step()`
                 if runs_before(paths, sched, Kind.STEP) and not _inside_step_function(paths, sched):
                     node = model.steps.anchor(sched)
                     if seen.first(node):

@@ -28,10 +28,13 @@ class SchedulerNeverStepped(Rule):
     """## What it does
     Flags a scheduler that is built but whose `step()` is never called anywhere its
     value flows in the file: through assignments, `self` attributes, returns and tuple
-    unpacking into callers, and arguments of same-file functions. A scheduler that
+    unpacking into callers, and arguments of same-file functions; a `self.scheduler`
+    counts as stepped when the file steps it through an instance
+    (`model.scheduler.step()`). A scheduler that
     escapes the file (returned from a method a framework calls, like Lightning's
-    `configure_optimizers`; passed to an unknown function; stored in a container) is
-    left alone.
+    `configure_optimizers`, unless the module sets `automatic_optimization = False`:
+    Lightning then steps nothing, and the file must; passed to an unknown function;
+    stored in a container) is left alone.
 
     ## Why is this bad?
     The schedule never runs: the LR stays at its initial value for the whole run, and
@@ -63,6 +66,25 @@ class SchedulerNeverStepped(Rule):
     triggers = ("lr_scheduler", "LR(", "LR)", "Scheduler", "_schedule")
     confirm_with = "assert_lr_schedule"
     valid = [
+        # built as a model's attribute, stepped through the instance by a function
+        """
+import torch
+from torch import nn
+
+class Recommender(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.emb = nn.Embedding(n, 32)
+        self.optimizer = torch.optim.Adam(self.parameters())
+        self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=3)
+
+def run_epoch(model, batches):
+    model.scheduler.step()
+    for x in batches:
+        model.optimizer.zero_grad()
+        model.emb(x).sum().backward()
+        model.optimizer.step()
+""",
         """
 import torch
 sched = torch.optim.lr_scheduler.StepLR(opt, 30)
@@ -151,6 +173,29 @@ s = StepLR()
 """,
     ]
     invalid = [
+        # manual optimization: Lightning does not step the schedulers it is handed
+        Invalid(
+            """
+import torch
+import lightning as L
+
+class GAN(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+        self.opt = torch.optim.AdamW(self.parameters())
+        self.sched = torch.optim.lr_scheduler.ExponentialLR(self.opt, gamma=0.999)
+
+    def configure_optimizers(self):
+        return [self.opt], [self.sched]
+
+    def training_step(self, batch, batch_idx):
+        self.opt.zero_grad()
+        self.manual_backward(self(batch).mean())
+        self.opt.step()
+""",
+            line=9,
+        ),
         Invalid(
             """
 import torch.optim as optim

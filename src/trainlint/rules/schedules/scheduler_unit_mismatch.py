@@ -56,6 +56,9 @@ class SchedulerUnitMismatch(Rule):
     `isinstance`, a scheduler name, a flag set where the scheduler is built) is not
     judged.
 
+    A step under a test on the epoch's last batch (`if self.trainer.is_last_batch:`,
+    `if i == len(loader) - 1:`) runs once per epoch.
+
     ## Why is this bad?
     The schedule runs `len(loader)` times too fast or too slow. A cosine decay over
     `T_max=epochs` stepped per batch finishes its half-period after `epochs` batches and
@@ -90,6 +93,25 @@ class SchedulerUnitMismatch(Rule):
     triggers = ("lr_scheduler", "Scheduler", "LR(", "LR,", "LR)", "schedule")
     confirm_with = "assert_lr_schedule"
     valid = [
+        # stepped inside the training step, but only on the epoch's last batch
+        """
+import torch
+import lightning as L
+
+class GAN(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+        self.opt = torch.optim.AdamW(self.parameters())
+        self.sched = torch.optim.lr_scheduler.ExponentialLR(self.opt, gamma=0.999)
+
+    def training_step(self, batch, batch_idx):
+        self.opt.zero_grad()
+        self.manual_backward(self(batch).mean())
+        self.opt.step()
+        if self.trainer.is_last_batch:
+            self.sched.step()
+""",
         # epoch schedule stepped per epoch
         """
 import torch

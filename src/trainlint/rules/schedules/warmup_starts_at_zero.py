@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 from trainlint.analysis.constants import ConstantEvaluator, is_number, is_positive
 from trainlint.analysis.model import FileModel, keyword
+from trainlint.analysis.objects import Fate, objects
 from trainlint.analysis.schedules import lambda_arg, lambda_body, scheduler_calls
 from trainlint.rules.base import Invalid, Report, Rule, Valid
 
@@ -36,7 +37,9 @@ class WarmupStartsAtZero(Rule):
     """## What it does
     Flags a `LambdaLR` whose multiplier is 0 at step 0 (`lambda s: s / warmup`), a
     `LinearLR(start_factor=0)`, and a `transformers` `get_*_schedule_with_warmup` factory
-    with a non-zero warmup. Simple lambdas and `def`s are evaluated at step 0 statically. A
+    with a non-zero warmup whose `step()` is never called where it flows in the file (a
+    factory that is stepped starts at 0 by the library's design, and only its first
+    update of thousands is lost: not reported). Simple lambdas and `def`s are evaluated at step 0 statically. A
     warmup length that cannot be resolved to a constant may be 0 (the usual default), so
     it is reported only when the multiplier is 0 whatever the length (`step / warmup`
     divides by it, so it is not 0 when it runs), or when the length is provably
@@ -111,6 +114,18 @@ parser.add_argument("--warmup-steps", type=int, default=0)
 args = parser.parse_args()
 sched = LambdaLR(opt, lambda s: s / args.warmup_steps if s < args.warmup_steps else 1.0)
 """,
+        # the library's warmup factory, stepped after every update: its first value 0
+        # is the documented design, one update of thousands
+        """
+from transformers import get_cosine_schedule_with_warmup
+
+sched = get_cosine_schedule_with_warmup(opt, num_warmup_steps=500, num_training_steps=10000)
+for batch in loader:
+    model(**batch).loss.backward()
+    opt.step()
+    sched.step()
+    opt.zero_grad()
+""",
         # a configured warmup length: 0 by default in most trainers
         "from transformers import get_linear_schedule_with_warmup\n"
         "s = get_linear_schedule_with_warmup(opt, args.warmup_steps, args.max_steps)\n",
@@ -124,6 +139,17 @@ sched = LambdaLR(opt, lambda s: s / args.warmup_steps if s < args.warmup_steps e
         "def LambdaLR(o, f):\n    return f\ns = LambdaLR(opt, lambda s: s / 10)\n",
     ]
     invalid = [
+        # a warmup that defaults to 0, but the schedule is only built when it is not
+        Invalid(
+            """
+from torch.optim.lr_scheduler import LambdaLR
+def build(opt, warmup_steps=0):
+    if warmup_steps > 0:
+        return LambdaLR(opt, lambda s: min(1.0, s / warmup_steps))
+    return None
+""",
+            line=4,
+        ),
         # dividing by the warmup length proves it is not 0
         Invalid(
             "import torch.optim.lr_scheduler as sched\n"
@@ -198,10 +224,14 @@ scheduler = LambdaLR(optimizer, lr_lambda)
                     warm = call.args[1]
                 if warm is None or not is_positive(ConstantEvaluator(model).expr(warm, {})):
                     continue  # a warmup of 0 (the usual default) starts at the full LR
+                if objects(model).fate(call, "step") is not Fate.NEVER:
+                    # the library's documented warmup, stepped: one update of thousands
+                    # at LR 0 is its design, and the user cannot change the factory
+                    continue
                 yield self.report(
                     call,
-                    f"`{cls}` starts warmup at LR 0: the first update does nothing, and the "
-                    "LR stays 0 if `scheduler.step()` is never reached; step it after every "
+                    f"`{cls}` starts warmup at LR 0 and is never stepped: the LR stays 0 "
+                    "for the whole run; call `scheduler.step()` after every "
                     "`optimizer.step()`",
                 )
 

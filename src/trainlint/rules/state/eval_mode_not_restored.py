@@ -10,8 +10,12 @@ from trainlint.analysis.modes import (
     eval_targets,
     frozen_modules,
     left_in_eval,
+    outside_optimizers,
     resolved_target,
+    restored_or_ended,
+    restores_saved_mode,
     switched_by_flag,
+    training_ends_after,
 )
 from trainlint.analysis.paths import precise_loop_paths
 from trainlint.analysis.steps import Kind
@@ -27,9 +31,14 @@ class EvalModeNotRestored(Rule):
     evaluation helper called from the loop, the finding is at that call. Helpers'
     parameters are matched to the caller's arguments (`train(net)` with
     `def train(model): model.train()` restores `net`). Not reported: a mode that follows
-    a flag (`net.train() if is_train else net.eval()`), and modules training does not
-    update: an EMA/SWA copy, a `deepcopy`, a model rebuilt in the loop from a state
-    dict, a teacher or target network, a module frozen with `requires_grad_(False)`.
+    a flag (`net.train() if is_train else net.eval()`); a helper that restores the mode
+    it saved (`was_training = net.training ... if was_training: net.train()`); an
+    `eval()` after which every way on restores `train()` or leaves the loop (early
+    stopping: `break`, `return`);
+    and modules training does not update: an EMA/SWA copy, a `deepcopy`, a model rebuilt
+    in the loop from a state dict, a teacher or target network, a module frozen with
+    `requires_grad_(False)`, a module none of the file's optimizers holds (the backbone
+    of a linear probe, when every optimizer stepped is built in the file).
 
     ## Why is this bad?
     `eval()` switches dropout off and makes batch-norm use its running statistics. If
@@ -332,7 +341,7 @@ for step, (x, y) in enumerate(loader):
         seen: set[int] = set()
         reported: set[int] = set()
         frozen: set[str] | None = None
-        for _loop, paths in precise_loop_paths(model):
+        for loop, paths in precise_loop_paths(model):
             # targets as the loop's own scope names them (helper parameters mapped back
             # to the arguments of the calls that reach them)
             resolved = [tuple(resolved_target(model, e) for e in path) for path in paths]
@@ -342,14 +351,21 @@ for step, (x, y) in enumerate(loader):
                         continue
                     if switched_by_flag(model, e.node):
                         continue  # `net.train() if is_train else net.eval()`
+                    if restores_saved_mode(model, e):
+                        continue  # `if was_training: net.train()` after evaluating
                     if frozen is None:
                         frozen = frozen_modules(model)
                     # resolved names are the loop's own: look them up where it calls in
                     at = e.chain[0] if e.chain else e.node
+                    if training_ends_after(model, at, loop, names[i]) or restored_or_ended(
+                        model, at, loop, names[i]
+                    ):
+                        continue  # early stopping (`net.eval(); break`), or restored
                     left = [
                         t
                         for t in eval_targets(model, e, names[i])
                         if not copy_or_frozen(model, at, t, frozen)
+                        and not outside_optimizers(model, t)
                     ]
                     rest = list(zip(path[i + 1 :], names[i + 1 :], strict=True))
                     if not any(left_in_eval(rest, paths, resolved, t) for t in left):
