@@ -401,9 +401,7 @@ def test_under_xdist_the_previous_report_is_not_left_in_place(pytester):
     result.assert_outcomes(passed=2, failed=1)
     assert json.loads(report.read_text("utf-8")) == STUB_REPORT
     # The workers cannot hand their lines to the controller: no report, and not the old one.
-    result = pytester.runpytest_subprocess(
-        "-n", "2", "--trainlint", "--trainlint-report=out.json"
-    )
+    result = pytester.runpytest_subprocess("-n", "2", "--trainlint", "--trainlint-report=out.json")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*--trainlint does not support pytest-xdist*"])
     assert SECTION not in result.stdout.str()
