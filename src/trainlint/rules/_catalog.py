@@ -145,7 +145,7 @@ RULES: tuple[dict[str, Any], ...] = (
      "module": "trainlint.rules.memory.eval_without_no_grad", "class": "EvalWithoutNoGrad",
      "message": "model called during evaluation without `torch.no_grad()`: activations are kept for a backward that never comes; wrap the evaluation in `with torch.no_grad():`",
      "fix_safety": "unsafe", "triggers": ("eval", "valid", "test"),
-     "confirm_with": "assert_memory_stable"},
+     "confirm_with": "assert_no_graph_in_eval"},
     {"code": "TL304", "name": "tensor-kept-on-self",
      "module": "trainlint.rules.memory.tensor_kept_on_self", "class": "TensorKeptOnSelf",
      "message": "a tensor with autograd history is kept on an object that outlives the training step: the batch's graph stays alive until it is overwritten; store `.detach()`",

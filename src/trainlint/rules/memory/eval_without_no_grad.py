@@ -98,7 +98,7 @@ class EvalWithoutNoGrad(Rule):
     message = "model called during evaluation without `torch.no_grad()`: activations are kept for a backward that never comes; wrap the evaluation in `with torch.no_grad():`"
     triggers = ("eval", "valid", "test")
     fix_safety = "unsafe"
-    confirm_with = "assert_memory_stable"
+    confirm_with = "assert_no_graph_in_eval"
     valid = [
         """
 import torch
