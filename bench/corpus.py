@@ -27,8 +27,10 @@ Entries without ``context`` (written before it existed) pair by occurrence order
 **The gate** (``--check``) fails on: any finding produced now that is unreviewed (NEW,
 or re-opened); a default-enabled rule below 0.9 precision; an entry reviewed as true
 that is GONE, unless its ``opt_in`` names a real option of its rule
-(``TL401.allow-loss-item = false``) and a re-lint of that source with the option set
-reports the finding again; an ``opt_in`` that does not parse or names no such option.
+(``TL401.allow-loss-item = false``), or is the bare code of a rule that is off by
+default (``TL401``: the rule selected, as ``--extend-select TL401`` would), and a re-lint
+of that source with the option set (or the rule selected) reports the finding again; an
+``opt_in`` that does not parse or names no such option.
 """
 
 from __future__ import annotations
@@ -539,11 +541,23 @@ def updated_ledger(cmp: Comparison, *, prune: bool) -> list[dict[str, Any]]:
 
 
 _OPT_IN = re.compile(r"^\s*(TL\d{3})\.([A-Za-z0-9_-]+)\s*=\s*(.+?)\s*$")
+_BARE_CODE = re.compile(r"^\s*(TL\d{3})\s*$")
+#: The "option" of a bare-code ``opt_in``: the off-by-default rule selected, its options
+#: left at their defaults.
+SELECT_RULE = ""
 
 
 def parse_opt_in(text: str, code: str, rules: dict[str, dict[str, Any]]) -> tuple[str, Any] | str:
     """(option, value) from ``TL401.allow-loss-item = false``, or why it is not valid:
-    it must name the entry's own rule and an option that rule has."""
+    it must name the entry's own rule and an option that rule has. A bare code
+    (``TL401``) names a rule that is off by default: (SELECT_RULE, True)."""
+    bare = _BARE_CODE.match(text or "")
+    if bare is not None:
+        if bare.group(1) != code:
+            return f"`opt_in` names {bare.group(1)}, but the finding is {code}"
+        if rules.get(code, {}).get("default", True):
+            return f"`opt_in`: {code} is on by default; name one of its options"
+        return SELECT_RULE, True
     m = _OPT_IN.match(text or "")
     if m is None:
         return f"`opt_in = {text!r}` is not of the form `{code}.option = value`"
@@ -566,6 +580,8 @@ def relint_with_option(schema: Schema, source: str, pin: str, root: Path, paths:
     paths = [p for p in paths if (root / p).is_file()]
     if not paths:
         return []
+    if option == SELECT_RULE:  # an off-by-default rule, selected with its defaults
+        return to_records(schema, source, pin, root, lint_tree(root, sorted(set(paths)), select=code))
     fd, name = tempfile.mkstemp(suffix=".toml", prefix=".opt-in-", dir=root.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -860,7 +876,7 @@ def _opt_in_findings(ledger: Sequence[dict[str, Any]], schema: Schema, rules: di
     for e in ledger:
         if "template" in e or not e.get("opt_in"):
             continue
-        spec = e["opt_in"] if re.match(r"TL\d{3}\.", e["opt_in"]) else f"{e['code']}.{e['opt_in']}"
+        spec = e["opt_in"] if re.match(r"\s*TL\d{3}(\.|\s*$)", e["opt_in"]) else f"{e['code']}.{e['opt_in']}"
         parsed = parse_opt_in(spec, e["code"], rules)
         if not isinstance(parsed, str):
             groups[(e[schema.source], e["code"], parsed[0], json.dumps(parsed[1]))].add(e["path"])

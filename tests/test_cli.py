@@ -46,12 +46,14 @@ def test_exit_zero_quiet_statistics(run_cli, tree):
     root = tree({"train.py": LEAK, "load.py": LOAD})
     code, out, _ = run_cli("check", "--exit-zero", "--quiet", str(root))
     assert code == 0 and "Found" not in out and "TL301" in out
-    code, out, _ = run_cli("check", "--statistics", "--no-cache", str(root))
+    # (TL702 is off by default: selected here for a second finding)
+    more = ("--extend-select", "TL702")
+    code, out, _ = run_cli("check", "--statistics", "--no-cache", *more, str(root))
     assert code == 1
     assert out.split("\n")[0].split() == ["1", "TL301", "retain-graph-in-loop"] or "TL301" in out
     assert "TL702" in out and "train.py:" not in out
     assert "Found 2 findings in 2 of 2 files." in out.splitlines()  # the total
-    code, out, _ = run_cli("check", "--statistics", "--quiet", "--no-cache", str(root))
+    code, out, _ = run_cli("check", "--statistics", "--quiet", "--no-cache", *more, str(root))
     assert "Found" not in out and len(out.splitlines()) == 2
 
 
@@ -106,7 +108,7 @@ def test_json_and_full(run_cli, tree):
 
 def test_sarif_shape(run_cli, tree):
     root = tree({"train.py": LEAK, "load.py": LOAD})
-    _, out, _ = run_cli("check", "--output-format", "sarif", str(root))
+    _, out, _ = run_cli("check", "--output-format", "sarif", "--extend-select", "TL702", str(root))
     doc = json.loads(out)
     assert doc["version"] == "2.1.0"
     run = doc["runs"][0]
@@ -175,7 +177,8 @@ def test_config_found_upwards_and_per_file_ignores(run_cli, tree):
 def test_trainlint_toml_and_rule_options(run_cli, tree):
     root = tree(
         {
-            "trainlint.toml": "[rules.TL702]\nrequire-explicit = false\nreport-explicit-false = true\n",
+            "trainlint.toml": 'extend-select = ["TL702"]\n'
+            "[rules.TL702]\nrequire-explicit = false\nreport-explicit-false = true\n",
             "load.py": LOAD + "sd2 = torch.load(p, weights_only=False)\n",
         }
     )
@@ -355,7 +358,7 @@ def test_every_finding_has_its_rules_severity(run_cli):
     assert {r["id"]: r["defaultConfiguration"]["level"] for r in driver} == {
         r.code: r.severity for r in rules
     }
-    assert "TL702" in {f["code"] for f in findings}
+    assert "TL704" in {f["code"] for f in findings}
     assert {f["severity"] for f in findings} == {"error", "warning"}
 
 

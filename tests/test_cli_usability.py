@@ -22,6 +22,18 @@ LEAK = (
 
 
 @pytest.fixture
+def run_cli(run_cli):
+    """The shared runner, with TL702 selected: it is opt-in, and `LOAD` is its finding."""
+
+    def _run(*args, **kwargs):
+        if args and args[0] == "check":
+            args = ("check", "--extend-select", "TL702", *args[1:])
+        return run_cli(*args, **kwargs)
+
+    return _run
+
+
+@pytest.fixture
 def stdin(monkeypatch):
     def _feed(text: str) -> None:
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))

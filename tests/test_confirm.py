@@ -168,7 +168,9 @@ def train_project(pytester):
     write(
         pytester.path,
         {
-            "pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-p no:cacheprovider'\n",
+            # TL401 and TL702, the findings these projects carry, are opt-in: selected here
+            "pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-p no:cacheprovider'\n"
+            '[tool.trainlint]\nextend-select = ["TL401", "TL702"]\n',
             "pkg/__init__.py": "",
             "pkg/train.py": TRAIN,
             "tests/conftest.py": "import torch\n\ntorch.set_num_threads(1)\n",
@@ -318,6 +320,7 @@ def stub_project(pytester, pyproject: str = "") -> pytest.Pytester:
 
             [tool.trainlint]
             extend-exclude = ["pkg/legacy.py"]
+            extend-select = ["TL702"]
             """),
             "torch.py": STUB_TORCH,
             "pkg/__init__.py": "",
@@ -380,6 +383,7 @@ def test_ini_options_turn_it_on(pytester):
 
         [tool.trainlint]
         extend-exclude = ["pkg/legacy.py"]
+        extend-select = ["TL702"]
         """),
     )
     result = pytester.runpytest_subprocess()

@@ -182,6 +182,27 @@ def test_a_gone_true_finding_needs_its_opt_in_option_to_report_it(corpus):
     assert calls[-1] == ("pkg", ("a.py",), "TL401", "allow-loss-item", False)
 
 
+def test_opt_in_may_be_the_bare_code_of_an_off_by_default_rule(corpus):
+    """A rule turned opt-in takes its true findings with it: `opt_in = "TL401"` says the
+    finding is back with the rule selected, and the gate re-lints to hold that up."""
+    off = {**RULES, "TL401": {**RULES["TL401"], "default": False}}
+    assert corpus.parse_opt_in("TL401", "TL401", off) == (corpus.SELECT_RULE, True)
+    assert "on by default" in corpus.parse_opt_in("TL401", "TL401", RULES)
+    assert "names TL207" in corpus.parse_opt_in("TL207", "TL401", off)
+    gone = {**entry(corpus, "true", context="A"), "opt_in": "TL401"}
+    calls = []
+
+    def relint_back(source, paths, code, option, value):
+        calls.append((code, option, value))
+        return [rec(corpus, line=3, context="other")]
+
+    cmp = compare(corpus, [], [gone])
+    assert corpus.gate_failures(cmp, off, relint_back) == []
+    assert calls == [("TL401", corpus.SELECT_RULE, True)]
+    assert corpus.gate_failures(cmp, off, lambda *a: []) != []
+    assert corpus.gate_failures(cmp, RULES, relint_back) != []
+
+
 def test_two_gone_entries_need_two_findings_back(corpus):
     entries = [{**entry(corpus, "true", line=n, context=str(n)), "opt_in": "TL401.allow-loss-item = false"}
                for n in (1, 2)]
@@ -237,7 +258,8 @@ def test_update_marks_gone_entries_and_the_report_skips_them(corpus, tmp_path):
     report = corpus.cross_report([(corpus.ECOSYSTEM, path)])
     assert "3 findings as of the last --update (1 gone entries not counted)" in report
     row = next(line.split() for line in report.splitlines() if line.startswith("TL401"))
-    assert row == ["TL401", "host-sync-in-loop", "on", "3", "1", "1", "0", "1", "0.50"]
+    # (the column says whether the real rule is on by default: TL401 is opt-in)
+    assert row == ["TL401", "host-sync-in-loop", "off", "3", "1", "1", "0", "1", "0.50"]
 
 
 def test_ledger_round_trip_keeps_field_order_and_extra_fields(corpus, tmp_path):

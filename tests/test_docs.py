@@ -70,7 +70,10 @@ def test_local_pre_commit_recipe_runs_as_written(tmp_path):
     sample = tmp_path / "sample"
     sample.mkdir()
     (sample / ".pre-commit-config.yaml").write_text(recipe)
-    (sample / "train.py").write_text("import torch\nsd = torch.load(path)\n")
+    (sample / "train.py").write_text(
+        "import argparse\nimport torch\nargs = argparse.ArgumentParser().parse_args()\n"
+        "torch.save({'args': args}, 'run/last.pt')\nckpt = torch.load('run/last.pt')\n"
+    )
     # "trainlint installed in the environment that runs pre-commit": this interpreter's
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -94,7 +97,7 @@ def test_local_pre_commit_recipe_runs_as_written(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "train.py:2:6: TL702" in proc.stdout
+    assert "train.py:5:8: TL704" in proc.stdout
 
 
 def test_example_output_shows_the_messages_trainlint_prints():

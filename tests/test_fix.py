@@ -29,6 +29,19 @@ for x in loader:
 """
 
 
+@pytest.fixture
+def run_cli(run_cli):
+    """The shared runner, with TL702 selected: it is opt-in, and its fix is the one
+    these tests apply and read."""
+
+    def _run(*args, **kwargs):
+        if args and args[0] == "check":
+            args = ("check", "--extend-select", "TL702", *args[1:])
+        return run_cli(*args, **kwargs)
+
+    return _run
+
+
 def test_diff_writes_nothing(run_cli, tree):
     root = tree({"train.py": SRC})
     code, out, _ = run_cli("check", "--diff", str(root / "train.py"))
@@ -96,7 +109,7 @@ def test_interrupted_write_leaves_original(run_cli, tree, monkeypatch):
     from trainlint.rules import builtin_rules
     from trainlint.runner import FixMode, run
 
-    settings = Settings()
+    settings = Settings(extend_select=["TL702"])  # (opt-in: its safe fix is the one written)
     result = run(
         [path], select_rules(builtin_rules(), settings), settings, jobs=1, fix=FixMode(write=True)
     )

@@ -19,6 +19,19 @@ LEAK_CELL = [
 ]
 
 
+@pytest.fixture
+def run_cli(run_cli):
+    """The shared runner, with TL702 selected: it is opt-in, and its fix is the one
+    these tests apply and read."""
+
+    def _run(*args, **kwargs):
+        if args and args[0] == "check":
+            args = ("check", "--extend-select", "TL702", *args[1:])
+        return run_cli(*args, **kwargs)
+
+    return _run
+
+
 def notebook(*cells, indent=1):
     """cells: source strings/lists (code) or ("markdown", text)."""
     out = []

@@ -17,6 +17,19 @@ SEEDED = (
 )
 
 
+@pytest.fixture
+def run_cli(run_cli):
+    """The shared runner, with TL702 selected: it is opt-in, and its fix is the one
+    these tests apply and read."""
+
+    def _run(*args, **kwargs):
+        if args and args[0] == "check":
+            args = ("check", "--extend-select", "TL702", *args[1:])
+        return run_cli(*args, **kwargs)
+
+    return _run
+
+
 @pytest.fixture(autouse=True)
 def plugin_path(monkeypatch):
     monkeypatch.syspath_prepend(str(PKGS))

@@ -123,6 +123,19 @@ def test_fuzz_generated_syntax_trees(source):
 # -- hostile inputs ---------------------------------------------------------------------------
 
 
+@pytest.fixture
+def run_cli(run_cli):
+    """The shared runner, with TL702 selected: it is opt-in, and its one-line finding is
+    the one these tests look for."""
+
+    def _run(*args, **kwargs):
+        if args and args[0] == "check":
+            args = ("check", "--extend-select", "TL702", *args[1:])
+        return run_cli(*args, **kwargs)
+
+    return _run
+
+
 def test_50mb_file_is_reported_and_skipped(run_cli, tree):
     root = tree({"small.py": "import torch\nsd = torch.load(p)\n"})
     big = root / "generated.py"
@@ -170,14 +183,15 @@ def test_looping_symlinks_and_odd_names(run_cli, tree):
 def test_stdin(tmp_path):
     src = b"import torch\nmodel.load_state_dict(torch.load(p))\n"
     proc = subprocess.run(
-        [sys.executable, "-m", "trainlint", "check", "-", "--stdin-filename", "train.py"],
+        [sys.executable, "-m", "trainlint", "check", "--extend-select", "TL702", "-"]
+        + ["--stdin-filename", "train.py"],
         input=src,
         capture_output=True,
         cwd=tmp_path,
     )
     assert proc.returncode == 1 and b"train.py:2:23: TL702" in proc.stdout
     proc = subprocess.run(
-        [sys.executable, "-m", "trainlint", "check", "--fix", "-"],
+        [sys.executable, "-m", "trainlint", "check", "--extend-select", "TL702", "--fix", "-"],
         input=src,
         capture_output=True,
         cwd=tmp_path,
@@ -253,7 +267,9 @@ def test_concurrent_runs_share_a_cache_safely(tmp_path):
     files = {f"m{i}.py": f"import torch\nsd = torch.load(p{i})\n" for i in range(40)}
     for name, text in files.items():
         (tmp_path / name).write_text(text)
-    (tmp_path / "pyproject.toml").write_text('[tool.trainlint]\ncache-dir = "shared-cache"\n')
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.trainlint]\ncache-dir = "shared-cache"\nextend-select = ["TL702"]\n'
+    )
     cmd = [sys.executable, "-m", "trainlint", "check", "--jobs", "1", str(tmp_path)]
     procs = [
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)

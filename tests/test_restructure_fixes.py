@@ -28,6 +28,19 @@ TWINS = sorted(ROOT.glob("fixtures/**/*.py.fixed"))
 RESTRUCTURING = {"TL101", "TL102", "TL104", "TL110", "TL202", "TL303", "TL603", "TL701"}
 
 
+@pytest.fixture
+def run_cli(run_cli):
+    """The shared runner, with TL702 selected: it is opt-in, and its fix is the one
+    these tests apply and read."""
+
+    def _run(*args, **kwargs):
+        if args and args[0] == "check":
+            args = ("check", "--extend-select", "TL702", *args[1:])
+        return run_cli(*args, **kwargs)
+
+    return _run
+
+
 def _linter(*codes: str) -> Linter:
     return Linter(select_rules(builtin_rules(), Settings(), cli_select=list(codes)))
 

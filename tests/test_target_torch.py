@@ -59,18 +59,18 @@ def test_missing_weights_only_follows_the_project_pin(run_cli, tree):
             "none/load.py": LOAD,
         }
     )
-    _, out, _ = run_cli("check", "--no-cache", str(root))
+    _, out, _ = run_cli("check", "--extend-select", "TL702", "--no-cache", str(root))
     found = _tl702(out)
     assert not [f for f in found if "new" in f]
     (old,) = [f for f in found if "old" in f]
-    assert "the project requires torch>=2.2" in old
+    assert "pyproject.toml requires torch>=2.2" in old
     (none,) = [f for f in found if "none" in f]
     assert "no torch pin found, assuming 2.1" in none
 
 
 def test_explicit_false_is_reported_on_every_torch(run_cli, tree):
     root = tree({"pyproject.toml": _pyproject("torch>=2.6"), "load.py": EXPLICIT})
-    code, out, _ = run_cli("check", "--no-cache", str(root))
+    code, out, _ = run_cli("check", "--extend-select", "TL702", "--no-cache", str(root))
     assert code == 1 and "load.py:2:23: TL702" in out
 
 
@@ -83,13 +83,13 @@ def test_target_torch_setting_wins_over_the_pin(run_cli, tree):
             "load.py": LOAD,
         }
     )
-    _, out, _ = run_cli("check", "--no-cache", str(root))
+    _, out, _ = run_cli("check", "--extend-select", "TL702", "--no-cache", str(root))
     (found,) = _tl702(out)
     assert "`target-torch` 2.4" in found
     (root / "pyproject.toml").write_text(
         _pyproject("torch>=2.1") + '[tool.trainlint]\ntarget-torch = "2.6"\n'
     )
-    code, out, _ = run_cli("check", "--no-cache", str(root))
+    code, out, _ = run_cli("check", "--extend-select", "TL702", "--no-cache", str(root))
     assert code == 0 and not _tl702(out)
 
 
@@ -100,16 +100,16 @@ def test_rule_table_target_torch_wins_over_the_setting(run_cli, tree):
             "load.py": LOAD,
         }
     )
-    _, out, _ = run_cli("check", "--no-cache", str(root))
+    _, out, _ = run_cli("check", "--extend-select", "TL702", "--no-cache", str(root))
     assert "`target-torch` 2.3" in out
 
 
 def test_changing_target_torch_is_not_served_from_the_cache(run_cli, tree):
     root = tree({"trainlint.toml": 'target-torch = "2.1"\n', "load.py": LOAD})
-    code, _, _ = run_cli("check", str(root))
+    code, _, _ = run_cli("check", "--extend-select", "TL702", str(root))
     assert code == 1
     (root / "trainlint.toml").write_text('target-torch = "2.6"\n')
-    code, out, _ = run_cli("check", str(root))
+    code, out, _ = run_cli("check", "--extend-select", "TL702", str(root))
     assert code == 0, out
 
 
@@ -124,7 +124,7 @@ def test_changing_target_torch_is_not_served_from_the_cache(run_cli, tree):
 )
 def test_bad_target_torch_is_a_config_error(run_cli, tree, config, key):
     root = tree({"pyproject.toml": config, "load.py": LOAD})
-    code, out, err = run_cli("check", str(root))
+    code, out, err = run_cli("check", "--extend-select", "TL702", str(root))
     assert code == 2 and out == ""
     assert f"`{key}` must be a torch version" in err and "pyproject.toml" in err
 
@@ -134,7 +134,9 @@ def test_findings_have_the_rule_severity(run_cli, tree):
     from trainlint.rules.state.unsafe_torch_load import UnsafeTorchLoad
 
     root = tree({"load.py": LOAD + "m.load_state_dict(torch.load(p, weights_only=False))\n"})
-    _, out, _ = run_cli("check", "--no-cache", "--output-format", "json", str(root))
+    _, out, _ = run_cli(
+        "check", "--extend-select", "TL702", "--no-cache", "--output-format", "json", str(root)
+    )
     findings = json.loads(out)
     assert len(findings) == 2
     assert {f["severity"] for f in findings} == {UnsafeTorchLoad.severity}
@@ -160,7 +162,7 @@ def test_pin_search_stops_at_a_project_root(tree):
 
 def test_a_broken_pyproject_gives_no_pin(run_cli, tree):
     root = tree({"pyproject.toml": "[project\n", "load.py": LOAD})
-    code, out, _ = run_cli("check", "--no-cache", str(root / "load.py"))
+    code, out, _ = run_cli("check", "--extend-select", "TL702", "--no-cache", str(root / "load.py"))
     assert code == 1 and "assuming 2.1" in out
 
 
@@ -171,10 +173,10 @@ def test_safe_fix_only_into_load_state_dict(run_cli, tree):
             "b.py": "import torch\nckpt = torch.load(p)\nstart = ckpt['epoch']\n",
         }
     )
-    run_cli("check", "--fix", "--no-cache", str(root))
+    run_cli("check", "--extend-select", "TL702", "--fix", "--no-cache", str(root))
     assert "weights_only=True" in (root / "a.py").read_text()
     assert "weights_only" not in (root / "b.py").read_text()  # unsafe: needs --unsafe-fixes
-    run_cli("check", "--fix", "--unsafe-fixes", "--no-cache", str(root))
+    run_cli("check", "--extend-select", "TL702", "--fix", "--unsafe-fixes", "--no-cache", str(root))
     assert "weights_only=True" in (root / "b.py").read_text()
 
 
@@ -182,9 +184,9 @@ def test_editing_the_pin_relints_unchanged_files(run_cli, tree):
     """The cache key includes the project's torch pin, not only the file's bytes."""
     tool = '[tool.trainlint]\ncache-dir = ".cache"\n'
     root = tree({"pyproject.toml": _pyproject("torch>=2.1", tool=tool), "load.py": LOAD})
-    code, out, _ = run_cli("check", str(root))
+    code, out, _ = run_cli("check", "--extend-select", "TL702", str(root))
     assert code == 1 and _tl702(out)
     assert any((root / ".cache").rglob("*.json"))
     (root / "pyproject.toml").write_text(_pyproject("torch>=2.6", tool=tool))
-    code, out, _ = run_cli("check", str(root))
+    code, out, _ = run_cli("check", "--extend-select", "TL702", str(root))
     assert code == 0 and not _tl702(out)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
-import os
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -17,6 +16,9 @@ from typing import Any
 
 from trainlint.rules.base import Rule
 from trainlint.settings import RuleSelection, Settings
+from trainlint.torch_pin import TorchPin, TorchPins, torch_requirement
+
+__all__ = ["TorchPin", "TorchPins", "torch_requirement"]  # (the pin is read in torch_pin)
 
 KNOWN_KEYS = {
     "select",
@@ -36,7 +38,7 @@ KNOWN_KEYS = {
 #: oldest torch release the project supports, as "2.6".
 TARGET_TORCH = "target-torch"
 #: The oldest torch trainlint considers: a project that neither sets ``target-torch`` nor
-#: pins torch in ``[project] dependencies`` is assumed to run on it.
+#: pins torch anywhere (see ``torch_pin``) is assumed to run on it.
 OLDEST_TORCH = "2.1"
 _TORCH_VERSION_RE = re.compile(r"^\s*(\d+)\.(\d+)(?:\.\d+)?\s*$")
 
@@ -280,99 +282,3 @@ def torch_version(text: str) -> tuple[int, int]:
     if m is None:
         raise ValueError(f"not a torch version: {text!r}")
     return int(m.group(1)), int(m.group(2))
-
-
-_REQUIREMENT_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(.*)$", re.S)
-_CLAUSE_RE = re.compile(r"^\s*(===|==|~=|>=|<=|!=|>|<)\s*v?(\d+)(?:\.(\d+))?")
-
-
-def _lower_bound(spec: str) -> tuple[int, int] | None:
-    """The (major, minor) a version specifier cannot go below, or None when unbounded."""
-    spec = spec.split(";", 1)[0].strip()
-    if spec.startswith("(") and spec.endswith(")"):
-        spec = spec[1:-1]
-    bound: tuple[int, int] | None = None
-    for clause in spec.split(","):
-        m = _CLAUSE_RE.match(clause)
-        if m is None or m.group(1) in ("<", "<=", "!="):
-            continue
-        version = (int(m.group(2)), int(m.group(3) or 0))
-        bound = version if bound is None else max(bound, version)
-    return bound
-
-
-def torch_requirement(dependencies: Iterable[Any]) -> tuple[int, int] | None:
-    """The oldest torch that PEP 508 ``dependencies`` allow: ``["torch>=2.6,<3"]`` -> (2, 6).
-
-    None when torch is not required or one of its requirements has no lower bound. Several
-    requirements (per platform) give the oldest of their bounds.
-    """
-    bounds: list[tuple[int, int] | None] = []
-    for dep in dependencies:
-        if not isinstance(dep, str):
-            continue
-        m = _REQUIREMENT_RE.match(dep)
-        if m is None or re.sub(r"[-_.]+", "-", m.group(1)).lower() != "torch":
-            continue
-        bounds.append(_lower_bound(m.group(2)))
-    if not bounds or any(b is None for b in bounds):
-        return None
-    return min(b for b in bounds if b is not None)
-
-
-class TorchPins:
-    """The torch pin of the project each file belongs to, looked up once per directory.
-
-    The project is the nearest ``pyproject.toml`` at or above the file's directory; the
-    search stops at a directory holding ``trainlint.toml`` or ``.git`` (a project root
-    without a ``pyproject.toml``). Files that do not exist on disk (sources linted from
-    a string) have no pin.
-    """
-
-    def __init__(self) -> None:
-        self._by_dir: dict[Path, tuple[int, int] | None] = {}
-        self._by_name: dict[str, tuple[int, int] | None] = {}  # a file's directory, as given
-
-    def for_file(self, path: str) -> tuple[int, int] | None:
-        try:
-            if not os.path.isfile(path):
-                return None
-            raw = os.path.dirname(path)  # (asked for every file: strings, not Paths)
-            if raw in self._by_name:
-                return self._by_name[raw]
-            pin = self._by_name[raw] = self._for_dir(Path(raw or ".").resolve())
-        except (OSError, ValueError):
-            return None
-        return pin
-
-    def _for_dir(self, directory: Path) -> tuple[int, int] | None:
-        seen: list[Path] = []
-        pin: tuple[int, int] | None = None
-        for d in (directory, *directory.parents):
-            if d in self._by_dir:
-                pin = self._by_dir[d]
-                break
-            seen.append(d)
-            pyproject = d / "pyproject.toml"
-            if pyproject.is_file():
-                pin = _pyproject_pin(pyproject)
-                break
-            if (d / "trainlint.toml").is_file() or (d / ".git").exists():
-                break
-        for d in seen:
-            self._by_dir[d] = pin
-        return pin
-
-
-def _pyproject_pin(path: Path) -> tuple[int, int] | None:
-    """The torch lower bound in a ``pyproject.toml``'s ``[project] dependencies``, if any.
-
-    Someone else's unreadable or malformed file is not our error: it gives no pin.
-    """
-    try:
-        data = _toml().loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, _toml().TOMLDecodeError):
-        return None
-    project = data.get("project")
-    deps = project.get("dependencies") if isinstance(project, dict) else None
-    return torch_requirement(deps) if isinstance(deps, list) else None

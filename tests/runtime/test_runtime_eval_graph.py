@@ -151,6 +151,8 @@ def test_the_failure_lints_the_evaluation_function(tmp_path, monkeypatch):
         ).lstrip(),
         encoding="utf-8",
     )
+    # TL303 is opt-in: the project selects it, as the lint block reads the project's config
+    (tmp_path / "pyproject.toml").write_text("[tool.trainlint]\nextend-select = ['TL303']\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     import evaluating
 
@@ -163,6 +165,7 @@ def test_the_failure_lints_the_evaluation_function(tmp_path, monkeypatch):
 
 
 def test_tl303_is_confirmed_by_a_failing_eval_check(pytester):
+    pytester.makepyprojecttoml("[tool.trainlint]\nextend-select = ['TL303']\n")
     pytester.makepyfile(
         evaluating="""
         import torch

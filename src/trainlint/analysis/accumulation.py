@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from trainlint.analysis.model import LOOP_NODES, FileModel, FunctionNode, dotted, walk_local
 from trainlint.analysis.project import single_value
@@ -32,6 +32,96 @@ def _persists_across(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
         return True  # a parameter or a global: lives outside the loop
     stmt, _ = found
     return not any(anc is loop for anc in model.ancestors(stmt)) and stmt is not loop
+
+
+def _reset_per_update(
+    model: FileModel, target: ast.AST, loop: ast.AST, loops: Sequence[ast.AST]
+) -> bool:
+    """``loop`` is a micro-batch loop (it backpropagates but steps no optimizer) inside a
+    loop that does step, and the accumulator is made anew in that outer loop's body:
+    it holds the sub-batches of one update, never more than the whole batch would."""
+    from trainlint.analysis.steps import Kind
+
+    by_node = {id(sl.node): sl for sl in model.steps.step_loops}
+    inner = by_node.get(id(loop))
+    if inner is None or inner.of(Kind.STEP):
+        return False
+    outer = loops[loops.index(loop) + 1 :]
+    return any(
+        id(lp) in by_node
+        and by_node[id(lp)].of(Kind.STEP)
+        and not _persists_across(model, target, lp)
+        for lp in outer
+    )
+
+
+def _reset_with_each_update(model: FileModel, target: ast.AST, loops: Sequence[ast.AST]) -> bool:
+    """In the body of an enclosing step loop, the branch that steps the optimizer
+    (``if (i + 1) % n == 0:``) also rebinds the accumulator (``running_loss = 0``): it
+    sums the micro-batches of one update, each already backpropagated, and starts over
+    with the next."""
+    from trainlint.analysis.steps import Kind
+
+    name = dotted(target)
+    ids = {id(lp) for lp in loops}
+    if name is None or not ids:
+        return False
+    guards = [
+        g
+        for sl in model.steps.step_loops
+        if id(sl.node) in ids
+        for e in sl.of(Kind.STEP)
+        if e.depth == 0
+        for g, branch in e.guards
+        if branch
+    ]
+    for guard in guards:
+        # directly in the branch: a reset nested under a logging `if` comes less often
+        for node in guard.body:
+            if isinstance(node, ast.Assign) and any(dotted(t) == name for t in node.targets):
+                return True
+    return False
+
+
+def _one_batch_unroll(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
+    """``loop`` walks one dimension of a tensor (``for t in range(x.size(1))``: the time
+    steps of one batch) and the accumulator is a local made in the same function before
+    it: it holds at most one batch's unroll and is gone when the call returns."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    it: ast.AST = loop.iter
+    while isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "reversed":
+        it = it.args[0] if it.args else it
+    if not (
+        isinstance(it, ast.Call)
+        and isinstance(it.func, ast.Name)
+        and it.func.id == "range"
+        and len(it.args) == 1
+    ):
+        return False
+    bound = it.args[0]
+    by_size = (
+        isinstance(bound, ast.Call)
+        and isinstance(bound.func, ast.Attribute)
+        and bound.func.attr == "size"
+        and len(bound.args) == 1
+    )
+    by_shape = (
+        isinstance(bound, ast.Subscript)
+        and isinstance(bound.value, ast.Attribute)
+        and bound.value.attr == "shape"
+    )
+    if not (by_size or by_shape):
+        return False
+    root = _container_root(target)
+    name = dotted(root) if root is not None else None
+    fn = model.function_of(loop)
+    if name is None or "." in name or fn is None:
+        return False
+    found = model.flow.definition(name, loop)
+    return (
+        found is not None and isinstance(found[0], ast.Assign) and model.function_of(found[0]) is fn
+    )
 
 
 def _bounded_key(model: FileModel, stmt: ast.Assign) -> bool:
@@ -135,8 +225,14 @@ def accumulations_across_steps(
         # one iteration) and the accumulator comes from outside it (a parameter, an
         # attribute, a global)
         anchor: ast.AST = stmt
+        if _reset_with_each_update(model, target, loops):
+            continue
         if not any(
-            id(lp) in training_loops and _persists_across(model, target, lp) for lp in loops
+            id(lp) in training_loops
+            and _persists_across(model, target, lp)
+            and not _reset_per_update(model, target, lp, loops)
+            and not _one_batch_unroll(model, target, lp)
+            for lp in loops
         ):
             step_anchor = _step_function_anchor(model, stmt, target)
             if step_anchor is None:

@@ -40,3 +40,23 @@ def in_debug_context(model: FileModel, node: ast.AST) -> bool:
                 if text == "__debug__" or _DEBUG_WORD.search(text):
                     return True
     return False
+
+
+def demonstrates_error(model: FileModel, node: ast.AST) -> bool:
+    """``node`` is in the body of a ``try`` that catches ``RuntimeError`` (the error torch
+    raises for misuse of autograd), outside any loop: a tutorial showing that the call
+    fails, not a training step that runs it."""
+    child = node
+    for anc in model.ancestors(node):
+        if isinstance(anc, (ast.For, ast.AsyncFor, ast.While)):
+            return False
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False  # a function may be called from a loop elsewhere
+        if isinstance(anc, ast.Try) and child in anc.body:
+            for handler in anc.handlers:
+                caught = handler.type
+                names = caught.elts if isinstance(caught, ast.Tuple) else [caught]
+                if any(isinstance(n, ast.Name) and n.id == "RuntimeError" for n in names):
+                    return True
+        child = anc
+    return False

@@ -44,3 +44,19 @@ def device_copy(model: FileModel, call: ast.Call) -> ast.expr | None:
     if target is None or not names_device(model, target):
         return None
     return func.value
+
+
+#: Any sign that tensors of this file may live on an accelerator: a device named or
+#: moved to, a launcher or framework that places the model for the user.
+_ACCELERATOR_SIGNS = re.compile(
+    r"cuda|device|\.to\(|gpu|\b(?:mps|xpu|npu|xla|tpu|xm)\b|accelerat|fabric|lightning|"
+    r"deepspeed|DataParallel|distributed|local_rank|transformers|\bray\b",
+    re.IGNORECASE,
+)
+
+
+def device_in_sight(model: FileModel) -> bool:
+    """Might this file's tensors be on an accelerator at all? False for a script (or a
+    notebook, all cells together) that never names a device, never moves anything and
+    uses no framework that would: on the CPU, a host read waits for nothing."""
+    return model.memo(device_in_sight, lambda m: bool(_ACCELERATOR_SIGNS.search(m.source.text)))

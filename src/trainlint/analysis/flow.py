@@ -70,6 +70,16 @@ _NO_GRAD_RESULT = {
     "round",
     "floor",
     "ceil",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "isclose",
+    "isneginf",
+    "isposinf",
+    "logical_not",
+    "logical_and",
+    "logical_or",
+    "signbit",
 }
 _LOADER_WORDS = ("loader", "batches", "dataset", "data_iter", "dataloader")
 _MODEL_NAME = re.compile(
@@ -120,9 +130,17 @@ def _add_definition(
             for t, v in zip(target.elts, value.elts, strict=True):
                 _add_definition(defs, t, stmt, v)
         else:
-            # `for x, y in loader`: every element comes from the same iterable
-            inner = value if isinstance(value, _Marker) else _Marker(value, "unpack")
-            for t in target.elts:
+            # `for x, y in loader`: every element comes from the same iterable; from a
+            # call, each name remembers its position, so a helper returning
+            # `loss, n_correct` can answer for each element apart
+            starred = any(isinstance(t, ast.Starred) for t in target.elts)
+            for i, t in enumerate(target.elts):
+                if isinstance(value, _Marker):
+                    inner = value
+                elif isinstance(value, ast.Call) and not starred:
+                    inner = _Marker(value, "unpack", index=i, arity=len(target.elts))
+                else:
+                    inner = _Marker(value, "unpack")
                 _add_definition(defs, t, stmt, inner)
 
 
@@ -339,7 +357,19 @@ class Flow:
                 if fn is marker.node:
                     return env.get(marker.name, UNKNOWN)
             return UNKNOWN
+        if marker.kind == "aug" and isinstance(marker.node, ast.AugAssign):
+            # `loss += reg`: the new value is made of the old one and the added term
+            aug = marker.node
+            name = dotted(aug.target)
+            before = self.definition(name, aug) if name is not None else None
+            if before is None:
+                return UNKNOWN
+            return combine([self.value(before[1], d), self.value(aug.value, d)])
         if marker.kind == "unpack":
+            if marker.index >= 0 and isinstance(marker.node, ast.Call):
+                element = self._unpacked_element(marker.node, marker.index, marker.arity, d)
+                if element is not None:
+                    return element
             inner = self.value(marker.node, d)
             return inner if inner.taint in (Taint.GRAD, Taint.DATA) else UNKNOWN
         if marker.kind == "iter":
@@ -398,6 +428,9 @@ class Flow:
             and m.imports_training_library
         ):
             return combine([self.value(a, d) for a in args])
+        if name in _NO_GRAD_RESULT and qual is not None and qual.startswith("torch."):
+            # `torch.isnan(loss)`, `torch.argmax(out)`: a mask or an index, no history
+            return _cut(combine([self.value(a, d) for a in call.args[:1]]), call)
         if isinstance(func, ast.Attribute):
             if name in _NO_GRAD_RESULT:
                 # argmax & co. are not differentiable: on a model output they cut the graph
@@ -417,9 +450,12 @@ class Flow:
             return self._helper(call, target, d)
         return UNKNOWN
 
-    def _helper(self, call: ast.Call, fn: ast.AST, d: int) -> Value:
-        """Evaluate a same-file helper's return value with its arguments bound; a cut
-        inside the helper is reported at this call (SPEC §7)."""
+    def _helper(
+        self, call: ast.Call, fn: ast.AST, d: int, returned: list[ast.expr] | None = None
+    ) -> Value:
+        """Evaluate a same-file helper's return value (or the ``returned`` expressions of
+        it) with its arguments bound; a cut inside the helper is reported at this call
+        (SPEC §7)."""
         if any(f is fn for f, _ in self._env) or len(self._env) >= 3:
             return UNKNOWN
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -440,7 +476,9 @@ class Flow:
         for kw in call.keywords:
             if kw.arg is not None:
                 env[kw.arg] = self.value(kw.value, d)
-        returns = [n.value for n in walk_local(fn) if isinstance(n, ast.Return) and n.value]
+        returns = returned or [
+            n.value for n in walk_local(fn) if isinstance(n, ast.Return) and n.value
+        ]
         if not returns:
             return UNKNOWN
         self._env.append((fn, env))
@@ -451,6 +489,23 @@ class Flow:
         if result.taint is Taint.CUT:
             return Value(Taint.CUT, (call,))
         return result
+
+    def _unpacked_element(self, call: ast.Call, index: int, arity: int, d: int) -> Value | None:
+        """``a, b = helper(...)`` where every ``return`` of the same-file helper is a tuple
+        of ``arity`` elements: the value of element ``index`` alone (a loss next to a
+        count read with ``.item()``); None when the helper's returns do not say."""
+        fn = self.model.resolve_call(call)
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        returns = [n.value for n in walk_local(fn) if isinstance(n, ast.Return)]
+        if not returns or not all(
+            isinstance(r, (ast.Tuple, ast.List))
+            and len(r.elts) == arity
+            and not any(isinstance(e, ast.Starred) for e in r.elts)
+            for r in returns
+        ):
+            return None
+        return self._helper(call, fn, d, [r.elts[index] for r in returns])  # type: ignore[union-attr]
 
     def terms(self, expr: ast.AST, depth: int = 0) -> list[ast.AST]:
         """Additive terms of a loss: ``a + w * b - c`` -> [a, b, c] (scaling by data
@@ -565,11 +620,15 @@ def grad_enabled_at(
 class _Marker(ast.AST):
     """Stands for a value defined by something other than an expression."""
 
-    def __init__(self, node: ast.AST, kind: str, name: str = "") -> None:
+    def __init__(
+        self, node: ast.AST, kind: str, name: str = "", index: int = -1, arity: int = 0
+    ) -> None:
         super().__init__()
         self.node = node
         self.kind = kind
         self.name = name
+        self.index = index  # for "unpack": the target's position, -1 when not known
+        self.arity = arity
 
 
 def _position(node: ast.AST) -> tuple[int, int]:

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from trainlint.analysis.model import FileModel, call_name, dotted, walk_tree
+
+if TYPE_CHECKING:
+    from trainlint.analysis.steps import Event
 
 
 def accumulation_divisor(test: ast.AST) -> ast.AST | None:
@@ -113,3 +118,28 @@ def _lr_divisors(model: FileModel) -> list[ast.AST]:
             if _LR_NAME.search(name) and isinstance(value, ast.BinOp) and isinstance(value.op, ast.Div):
                 out.append(value.right)
     return out
+
+
+def cleared_before_backward(
+    paths: Sequence[Sequence[Event]], backward: Event, divisors: list[ast.AST]
+) -> bool:
+    """A zero-grad waiting for the same count as the step comes *before* ``backward`` in
+    its iteration (``if (i + 1) % n == 0: opt.zero_grad()`` then ``loss.backward()``
+    then the guarded step): the earlier micro-batches' gradients are wiped right before
+    the step's own backward, so each update uses one micro-batch and nothing is summed.
+    ``paths`` are a step loop's iteration paths (lists of step events)."""
+    from trainlint.analysis.steps import Kind
+
+    dumps = {ast.dump(d) for d in divisors}
+    for path in paths:
+        for event in path:
+            if event is backward:
+                break
+            if event.kind is Kind.ZERO and any(
+                branch
+                and (d := accumulation_divisor(g.test)) is not None
+                and ast.dump(d) in dumps
+                for g, branch in event.guards
+            ):
+                return True
+    return False

@@ -37,6 +37,37 @@ def under_grad_wrapper(model: FileModel, node: ast.AST) -> bool:
                 and (_GRAD_WRAPPER.search(name.rsplit(".", 1)[-1]))
             ):
                 return True
+            if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)) and _wraps_in_no_grad(
+                model, target
+            ):
+                return True
+    return False
+
+
+_NO_GRAD_CONTEXTS = ("torch.no_grad", "torch.inference_mode")
+
+
+def _wraps_in_no_grad(model: FileModel, decorator: ast.AST) -> bool:
+    """``decorator`` names a module-level function of this file that runs what it wraps
+    inside ``torch.no_grad()``/``inference_mode()`` (``def nograd(f): def g(*a): with
+    torch.no_grad(): return f(*a)``), whatever it is called."""
+    if not isinstance(decorator, ast.Name) or model.qualname(decorator) is not None:
+        return False
+    for fn in model.functions:
+        if (
+            fn.name != decorator.id
+            or model.function_of(fn) is not None
+            or model.class_of(fn) is not None
+        ):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    expr = item.context_expr
+                    head = expr.func if isinstance(expr, ast.Call) else expr
+                    qual = model.qualname(head) or ""
+                    if qual in _NO_GRAD_CONTEXTS:
+                        return True
     return False
 
 

@@ -268,3 +268,41 @@ def _over_batch(model: FileModel, name: ast.Name, batch: set[str]) -> bool:
         if isinstance(anc, ast.stmt):
             return False
     return False
+
+
+def over_fixed_input(model: FileModel, loop: ast.AST) -> bool:
+    """``for c in range(len(seq))`` where ``seq`` is built in the same function from
+    literals only (``to_tensor("hello")``, ``torch.LongTensor([1, 2, 3])``): the loop
+    steps through one fixed example (a decode demo), not through a data set."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    it = loop.iter
+    if not (
+        isinstance(it, ast.Call)
+        and call_name(it) == "range"
+        and len(it.args) == 1
+        and isinstance(it.args[0], ast.Call)
+        and call_name(it.args[0]) == "len"
+        and len(it.args[0].args) == 1
+        and isinstance(it.args[0].args[0], ast.Name)
+    ):
+        return False
+    seq = it.args[0].args[0]
+    found = model.flow.definition(seq.id, seq)
+    if found is None or not isinstance(found[1], ast.Call):
+        return False
+    if model.function_of(found[0]) is not model.function_of(loop):
+        return False
+    return _literal_only(found[1])
+
+
+def _literal_only(node: ast.AST) -> bool:
+    """A call whose arguments are literals, or calls of literals, all the way down."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return all(_literal_only(e) for e in node.elts)
+    if isinstance(node, ast.Call):
+        args = [*node.args, *(k.value for k in node.keywords)]
+        return bool(args) and all(_literal_only(a) for a in args)
+    return False

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainlint._record import Record
+from trainlint.analysis import checkpoints
+from trainlint.analysis.checkpoints import WORDS as CHECKPOINT_WORDS
 from trainlint.analysis.model import walk_tree
 from trainlint.analysis.roles import Binding, Role
 
@@ -53,6 +55,7 @@ EFFECT_WORDS = (
     b".grad",
     b".append(",
     b"+=",
+    *CHECKPOINT_WORDS,  # saves and loads are summarised from the model (analysis.checkpoints)
 )
 #: Star imports pass on these libraries' names (``from common import *`` where
 #: ``common`` does ``import torch``).
@@ -362,6 +365,9 @@ def summarize(
     uses = _uses(model, imports, module) if model is not None else []
     if uses:
         out["uses"] = uses
+    ck = checkpoints.summary(model) if model is not None else None
+    if ck:
+        out["ckpt"] = ck
     if keep is not None:
         out["lean"] = sorted(keep)
     return out
@@ -891,6 +897,10 @@ class ProjectIndex:
         # view reads its own module's, without going through every module's
         self._called: dict[tuple[str, str], set[str]] = {}
         self._effect_memo: dict[str, tuple[list[list[Any]], bool]] = {}
+        # project directory -> the summaries there that save checkpoints or define savers,
+        # and the saves of objects they make (analysis.checkpoints), joined on first ask
+        self._ckpt_summaries: dict[str, list[dict]] = {}
+        self._saves: dict[str, list[list[Any]]] = {}
         #: the summaries with lean entries (see ``summarize``) whose left-out facts were
         #: asked for: the views given are not the whole project's until those files are
         #: summarised in full (``runner.run`` lints them again)
@@ -901,6 +911,7 @@ class ProjectIndex:
         for s in self.modules.values():
             for callee, args in s["calls"]:
                 self._call_or_wait(s, callee, args)
+            self._note_checkpoints(s)
 
     def add(self, summary: dict) -> None:
         """Take one more file's summary, after those it imports: its calls are resolved
@@ -918,6 +929,16 @@ class ProjectIndex:
             if not entry[3]:
                 entry[3] = self._add_call(*entry[:3])
         self._effect_memo.clear()
+        self._note_checkpoints(summary)
+
+    def _note_checkpoints(self, s: dict) -> None:
+        # only the files that save (or define a saver) take part in the join: it stays
+        # linear in the project's size, and a file without saves changes no join
+        ck = s.get("ckpt")
+        if ck and ("saves" in ck or "calls" in ck or "savers" in ck):
+            project = checkpoints.project_dir(s["root"])
+            self._ckpt_summaries.setdefault(project, []).append(s)
+            self._saves.pop(project, None)
 
     def _call_or_wait(self, s: dict, callee: str, args: list[list[Any]]) -> None:
         if self._add_call(s, callee, args) or self._pending is None:
@@ -1166,7 +1187,8 @@ class ProjectIndex:
                     params.setdefault(fn_name, {})[name] = merged
         calls = self._calls_of(root, s)
         instances, attrs = self._chains(root, module)
-        if not refs and not stars and not params and not calls and not instances:
+        saves = self._checkpoint_saves(root, module, s)
+        if not refs and not stars and not params and not calls and not instances and not saves:
             return None
         out: dict[str, Any] = {"refs": refs, "stars": stars, "params": params}
         if calls:
@@ -1174,7 +1196,20 @@ class ProjectIndex:
         if instances:  # `ctx.training.scheduler` (foreign_binding follows the chain)
             out["instances"] = instances
             out["attrs"] = attrs
+        if saves:  # the saves of other files this file's loads read (TL704)
+            out["checkpoints"] = saves
         return out
+
+    def _checkpoint_saves(self, root: str, module: str, s: dict) -> list[list[Any]]:
+        ck = s.get("ckpt")
+        if not ck or not ck.get("loads"):
+            return []
+        project = checkpoints.project_dir(root)
+        if project not in self._saves:  # once per project, not once per file
+            self._saves[project] = checkpoints.project_saves(
+                self._ckpt_summaries.get(project, []), self.resolve
+            )
+        return checkpoints.view_saves(self._saves[project], root, module, ck)
 
     # -- effects across files (analysis.effects) ------------------------------------------
     def _calls_of(self, root: str, s: dict) -> dict[str, dict]:

@@ -20,6 +20,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from trainlint._record import Record
+from trainlint.analysis.flow import Taint
 from trainlint.analysis.model import (
     LOOP_NODES,
     NESTED_SCOPES,
@@ -717,13 +718,19 @@ class StepModel:
         return chain[0]
 
     def per_step(
-        self, node: ast.AST, limits: Callable[[ast.If], bool] | None = None
+        self,
+        node: ast.AST,
+        limits: Callable[[ast.If], bool] | None = None,
+        *,
+        per_item: bool = False,
     ) -> tuple[StepLoop, ast.AST] | None:
         """If ``node`` runs on every iteration of a step loop, (that loop, report anchor).
 
         Every iteration means: in the loop body (nested plain loops included) or in
         same-file helpers called from it, not in an ``except`` handler, and not under an
         ``if`` for which ``limits`` says "this gates it" (default: rate-limit guards).
+        With ``per_item``, a loop over the step's own tensors (`for out in outputs`)
+        runs on every step too, many times.
         """
         limits = limits or (lambda g: is_counter_guard(g.test) or _is_logging_guard(g.test))
         for ctx in self.model.loop_contexts(node):
@@ -735,7 +742,9 @@ class StepModel:
                 if sl is not None:
                     step_loop = sl
                     break
-                if id(lp) in {id(e) for e in self.epoch_loops} or not _over_parameters(lp):
+                if id(lp) in {id(e) for e in self.epoch_loops} or not (
+                    _over_parameters(lp) or (per_item and self.over_step_tensors(lp))
+                ):
                     # per epoch, or many times per step in a loop of its own (an RL
                     # rollout, a beam search): not what "every training step" means
                     break
@@ -751,6 +760,23 @@ class StepModel:
             if sl is not None and not self._gated([node], fn, limits):
                 return sl, node
         return None
+
+    def over_step_tensors(self, loop: ast.AST) -> bool:
+        """Does ``loop`` walk the items of a tensor that carries this step's graph (`for
+        mask, out in zip(masks, outputs)` after `outputs = net(images)`): one iteration
+        per sample, box or image of the batch?"""
+        it = getattr(loop, "iter", None)
+        if isinstance(it, ast.Call) and call_name(it) in ("zip", "enumerate"):
+            parts: list[ast.expr] = list(it.args)
+        elif it is not None:
+            parts = [it]
+        else:
+            return False
+        flow = self.model.flow
+        return any(
+            isinstance(p, (ast.Name, ast.Attribute)) and flow.value(p).taint is Taint.GRAD
+            for p in parts
+        )
 
     def _gated(self, chain: list[ast.AST], loop: ast.AST, limits: Callable[[ast.If], bool]) -> bool:
         for item in chain:
@@ -1137,3 +1163,90 @@ def _functions_by_scope(model: FileModel) -> dict[tuple[str, int], FunctionNode]
     for fn in model.functions:
         out.setdefault((fn.name, id(model.scope_of(fn))), fn)
     return out
+
+
+def _constructed_module(model: FileModel, value: ast.AST) -> bool:
+    """`Net(cfg)`, `GPTModel(cfg).bfloat16().to(device)`: an instance of a class (by the
+    naming convention, when the class lives in another package) that is no torch object
+    of a known other role (`nn.CrossEntropyLoss()` is a criterion)."""
+    while (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and call_name(value) in ("to", "cuda", "bfloat16", "half", "float", "train", "eval")
+    ):
+        value = value.func.value
+    if not (isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute))):
+        return False
+    found = model.roles.classify(value)
+    if found and found[0] is not None:
+        return found[0].role is Role.MODEL
+    name = call_name(value) or ""
+    qual = model.qualname(value.func) or ""
+    return name[:1].isupper() and not qual.startswith("torch.")
+
+
+def rebuilds_model(model: FileModel, loop: ast.AST) -> bool:
+    """Does each iteration of ``loop`` build the model it runs (`net = Net(cfg)` inside
+    the loop, then `net(x)`)? Then an iteration is a trial of its own (a batch-size
+    probe, a benchmark sweep, one run of a search), not a step of one training run."""
+    built: set[str] = set()
+    for node in walk_local(loop):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name) and _constructed_module(model, node.value):
+                built.add(target.id)
+    if not built:
+        return False
+    return any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in built
+        for node in walk_local(loop)
+    )
+
+
+def _branch_facts(model: FileModel, node: ast.AST, stop: ast.AST) -> dict[str, tuple[str, bool]]:
+    """The `name == constant` tests that hold where ``node`` runs, up to ``stop``: name ->
+    (constant as written, whether it equals). `if phase == "train": ... else: X` gives
+    X {"phase": ('"train"', False)}."""
+    facts: dict[str, tuple[str, bool]] = {}
+    cur: ast.AST = node
+    for anc in model.ancestors(node):
+        if anc is stop or isinstance(anc, NESTED_SCOPES):
+            break
+        if isinstance(anc, ast.If):
+            test = anc.test
+            if (
+                isinstance(test, ast.Compare)
+                and len(test.ops) == 1
+                and isinstance(test.ops[0], (ast.Eq, ast.NotEq, ast.Is, ast.IsNot))
+                and isinstance(test.comparators[0], (ast.Constant, ast.Attribute))
+                and (name := dotted(test.left)) is not None
+            ):
+                equal = isinstance(test.ops[0], (ast.Eq, ast.Is))
+                in_body = any(cur is s for s in anc.body)
+                facts.setdefault(name, (ast.unparse(test.comparators[0]), equal == in_body))
+        cur = anc
+    return facts
+
+
+def _excludes(a: dict[str, tuple[str, bool]], b: dict[str, tuple[str, bool]]) -> bool:
+    for name, (value, equal) in a.items():
+        other = b.get(name)
+        if other is None:
+            continue
+        if equal and other[1] and value != other[0]:
+            return True  # phase == "valid" against phase == "train"
+        if value == other[0] and equal != other[1]:
+            return True  # phase == "train" against its else
+    return False
+
+
+def off_training_branch(model: FileModel, node: ast.AST, loop: ast.AST) -> bool:
+    """Does ``node`` run only on iterations of ``loop`` that do not train: it sits under
+    `phase == "valid"` while every backward of the loop sits under `phase == "train"`
+    (or under the other arm of the same test)? One loop that serves both phases
+    validates in those branches."""
+    here = _branch_facts(model, node, loop)
+    if not here:
+        return False
+    backs = [c for c in backward_calls(model) if any(a is loop for a in model.ancestors(c))]
+    return bool(backs) and all(_excludes(here, _branch_facts(model, c, loop)) for c in backs)

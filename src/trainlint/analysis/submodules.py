@@ -91,3 +91,43 @@ def module_elements(model: FileModel, value: ast.AST) -> str | None:
     if isinstance(value, ast.DictComp):
         return "dict" if is_module_construction(model, value.value) else None
     return None
+
+
+def is_plain_container(model: FileModel, value: ast.AST) -> bool:
+    """``value`` builds a plain Python container: a display, a comprehension, or a call
+    of builtin ``list``/``tuple``/``dict``. Modules inside it are not registered."""
+    if isinstance(value, (ast.List, ast.Tuple, ast.Dict, ast.ListComp, ast.DictComp)):
+        return True
+    return (
+        isinstance(value, ast.Call)
+        and call_name(value) in ("list", "tuple", "dict")
+        and (model.qualname(value.func) or "").startswith("builtins.")
+    )
+
+
+def rebound_to_registered(model: FileModel, method: ast.AST, stmt: ast.stmt, attr: str) -> bool:
+    """The plain container that ``stmt`` stores in ``self.<attr>`` is only a builder:
+    a later assignment of the same method rebinds ``self.<attr>`` to something that is
+    not a plain container (``nn.ModuleList(self.<attr>)``, ``nn.Sequential(*...)``), so
+    the modules end up registered after all."""
+    seen = False
+    for other in model.assignments_in(method):
+        if other is stmt:
+            seen = True
+            continue
+        if not seen or not isinstance(other, (ast.Assign, ast.AnnAssign)):
+            continue
+        targets = other.targets if isinstance(other, ast.Assign) else [other.target]
+        if other.value is None:
+            continue
+        for target in targets:
+            if (
+                isinstance(target, ast.Attribute)
+                and target.attr == attr
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+            ):
+                if isinstance(other.value, ast.BinOp) or is_plain_container(model, other.value):
+                    break  # still a plain container (`self.x = self.x + [...]`)
+                return True  # a wrapper call, or a value we cannot see: not a plain list
+    return False

@@ -6,9 +6,16 @@ import ast
 from collections.abc import Callable, Iterator
 
 from trainlint._record import Record
+from trainlint.analysis.devices import device_in_sight
 from trainlint.analysis.flow import Taint
 from trainlint.analysis.model import FileModel, call_name, dotted, keyword, walk_local
-from trainlint.analysis.steps import StepLoop, after_limiting_exit, backward_calls, backward_value
+from trainlint.analysis.steps import (
+    StepLoop,
+    after_limiting_exit,
+    backward_calls,
+    backward_value,
+    off_training_branch,
+)
 
 _SYNC_METHODS = {"item", "cpu", "numpy", "tolist"}
 _TO_HOST = {"item", "tolist", "numpy"}  # their result is no longer a tensor
@@ -46,6 +53,14 @@ _FACTORIES = {
     "full_like",
     "empty_like",
     "arange",
+    # the legacy constructors build on the host
+    "Tensor",
+    "FloatTensor",
+    "DoubleTensor",
+    "LongTensor",
+    "IntTensor",
+    "BoolTensor",
+    "ByteTensor",
 }
 _DTYPE_WORDS = {
     "dtype",
@@ -99,7 +114,8 @@ def _from_batch(model: FileModel, expr: ast.AST) -> bool:
                 it = found[0].iter
                 if isinstance(it, ast.Call) and call_name(it) == "range":
                     return False
-                return True
+                # the items of a model output, zipped with the batch moved beside it
+                return not model.steps.over_step_tensors(found[0])
     return False
 
 
@@ -207,9 +223,12 @@ def _built_on_cpu(model: FileModel, expr: ast.AST) -> bool:
     return isinstance(cur, ast.Call) and keyword(cur, "device") is None
 
 
-def _one_number(model: FileModel, expr: ast.AST) -> bool:
+def _one_number(
+    model: FileModel, expr: ast.AST, losses: set[str] | frozenset[str] = frozenset()
+) -> bool:
     """Is the copied value one number: a reduction without a dim (`x.mean()`,
-    `torch.mean(x)`), or a detached loss (`loss.detach().cpu()`)?"""
+    `torch.mean(x)`), or a detached loss (`loss.detach().cpu()`, or `l.detach().cpu()`
+    of the `l` that this file backpropagates: backward needs a scalar)?"""
     cur = expr
     detached = False
     while (
@@ -226,7 +245,7 @@ def _one_number(model: FileModel, expr: ast.AST) -> bool:
         module = (model.qualname(cur.func) or "").split(".")[0] in ("torch", "numpy")
         return len(cur.args) == 1 if module else not cur.args
     name = (dotted(cur) or "").rsplit(".", 1)[-1].lower()
-    return detached and "loss" in name
+    return detached and ("loss" in name or dotted(cur) in losses)
 
 
 def _device_factory(model: FileModel, node: ast.AST) -> bool:
@@ -352,8 +371,8 @@ def _feeds_env(model: FileModel, node: ast.AST) -> bool:
     for sub in walk_local(model.function_of(stmt) or model.tree):
         if (
             _is_env_step(sub)
-            and (sub.lineno, sub.col_offset) > after
-            and any(  # type: ignore[attr-defined]
+            and (sub.lineno, sub.col_offset) > after  # type: ignore[attr-defined]
+            and any(
                 isinstance(a, ast.Name) and a.id in names
                 for a in (*sub.args, *(k.value for k in sub.keywords))  # type: ignore[attr-defined]
             )
@@ -366,9 +385,9 @@ def host_syncs(model: FileModel, where: Callable[[ast.AST], bool] | None = None)
     """Every host read of a device tensor in the file, in source order; with ``where``,
     only the reads at nodes it accepts (asked before the costly flow questions)."""
     losses = {
-        dotted(v)
+        name
         for c in backward_calls(model)
-        if (v := backward_value(model, c)) is not None and dotted(v)
+        if (v := backward_value(model, c)) is not None and (name := dotted(v))
     }
     found: list[HostSync] = []
     for name in _SYNC_METHODS:
@@ -395,7 +414,7 @@ def host_syncs(model: FileModel, where: Callable[[ast.AST], bool] | None = None)
                 continue
             scalar = (
                 name == "item"
-                or _one_number(model, recv)
+                or _one_number(model, recv, losses)
                 or (dotted(recv) in losses and name == "tolist")
             )
             if isinstance(recv, ast.Call) and call_name(recv) == "cpu" and name == "item":
@@ -414,7 +433,10 @@ def host_syncs(model: FileModel, where: Callable[[ast.AST], bool] | None = None)
         if where is not None and not where(call):
             continue
         if any(_tensor_arg(model, a) for a in call.args):
-            if fname == "print":
+            number = _formatted_number(model, call.args) if fname == "print" else None
+            if number is not None:
+                found.append(_number_format(model, call, number))
+            elif fname == "print":
                 found.append(HostSync(call, "`print()` of a tensor", "format", ""))
             elif call.args:
                 arg = call.args[0]
@@ -439,9 +461,41 @@ def host_syncs(model: FileModel, where: Callable[[ast.AST], bool] | None = None)
         if any(
             isinstance(v, ast.FormattedValue) and _tensor_arg(model, v.value) for v in node.values
         ):
-            found.append(HostSync(node, "an f-string of a tensor", "format", ""))
+            number = _formatted_number(model, [node])
+            if number is not None:
+                found.append(_number_format(model, node, number))
+            else:
+                found.append(HostSync(node, "an f-string of a tensor", "format", ""))
     found.sort(key=lambda s: (getattr(s.node, "lineno", 0), getattr(s.node, "col_offset", 0)))
     return found
+
+
+def _formatted_number(model: FileModel, args: list[ast.expr]) -> ast.expr | None:
+    """The tensor that ``args`` (a print's arguments, or one f-string) format, when every
+    tensor among them is formatted with a spec (`f"{loss:.4f}"`): `Tensor.__format__`
+    with a spec works only on a 0-dim tensor and reads it like `.item()`, one number."""
+    first: ast.expr | None = None
+    for arg in args:
+        if not _tensor_arg(model, arg):
+            continue
+        if not isinstance(arg, ast.JoinedStr):
+            return None  # `print(t)`: the whole tensor
+        for v in arg.values:
+            if isinstance(v, ast.FormattedValue) and _tensor_arg(model, v.value):
+                if v.format_spec is None:
+                    return None
+                first = first or v.value
+    return first
+
+
+def _number_format(model: FileModel, node: ast.AST, value: ast.expr) -> HostSync:
+    return HostSync(
+        node,
+        f"formatting `{ast.unparse(value)}` as a number",
+        "scalar",
+        ast.unparse(value),
+        _named_value(model, value),
+    )
 
 
 def _tensor_arg(model: FileModel, expr: ast.AST) -> bool:
@@ -476,7 +530,7 @@ def per_step_syncs(model: FileModel) -> Iterator[tuple[HostSync, StepLoop, ast.A
     per_step: dict[int, tuple[StepLoop, ast.AST] | None] = {}
 
     def in_step(node: ast.AST) -> bool:
-        found = per_step[id(node)] = model.steps.per_step(node)
+        found = per_step[id(node)] = model.steps.per_step(node, per_item=True)
         return found is not None
 
     for sync in host_syncs(model, in_step):
@@ -484,10 +538,142 @@ def per_step_syncs(model: FileModel) -> Iterator[tuple[HostSync, StepLoop, ast.A
         if found is None:
             continue
         loop, anchor = found
-        if after_limiting_exit(model, sync.node, loop.node) or _on_way_out(
-            model, sync.node, loop.node
+        if (
+            cpu_only(model, loop.node)
+            or after_limiting_exit(model, sync.node, loop.node)
+            or _on_way_out(model, sync.node, loop.node)
+            or off_training_branch(model, sync.node, loop.node)
         ):
             continue
         if sync.kind == "copy" and _feeds_env(model, sync.node):
             continue
         yield sync, loop, anchor
+
+
+def cpu_only(model: FileModel, loop: ast.AST) -> bool:
+    """Does the step loop ``loop`` train on the CPU: a script (the loop at module level,
+    or in a function this file calls) that never names a device nor uses a framework
+    that would place the model? A step function that other files call gets its tensors
+    from them (a library's `train_step`): there the file cannot tell, so not CPU-only."""
+    if device_in_sight(model):
+        return False
+    fn = (
+        loop
+        if isinstance(loop, (ast.FunctionDef, ast.AsyncFunctionDef))
+        else model.function_of(loop)
+    )
+    return fn is None or bool(model.call_sites.get(id(fn)))
+
+
+def per_item(model: FileModel, node: ast.AST, loop: ast.AST) -> bool:
+    """Is ``node`` in a loop over the step's own tensors, inside step loop ``loop``: a
+    read per sample, box or image, many syncs per step?"""
+    for anc in model.ancestors(node):
+        if anc is loop or isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        if isinstance(anc, (ast.For, ast.AsyncFor)) and model.steps.over_step_tensors(anc):
+            return True
+    return False
+
+
+#: Clock reads: a synchronize right before one makes the measurement honest.
+_CLOCKS = {
+    "time.time",
+    "time.perf_counter",
+    "time.monotonic",
+    "time.process_time",
+    "time.time_ns",
+    "time.perf_counter_ns",
+    "time.monotonic_ns",
+    "timeit.default_timer",
+}
+#: Timer objects' start/stop marks (`fw_timer.tic()`, `timer.toc()`), and CUDA events'
+#: `elapsed_time`, which needs the end event completed.
+_TIMER_METHODS = {"tic", "toc", "elapsed_time"}
+
+
+def _is_cuda_event(model: FileModel, expr: ast.AST) -> bool:
+    name = dotted(expr)
+    found = model.flow.definition(name, expr) if name else None
+    return (
+        found is not None
+        and isinstance(found[1], ast.Call)
+        and model.qualname(found[1].func) in ("torch.cuda.Event", "torch.Event", "torch.xpu.Event")
+    )
+
+
+def reads_clock(model: FileModel, stmt: ast.AST) -> bool:
+    """Does ``stmt`` read or mark a clock: `time.perf_counter()`, a timer's `tic()`/`toc()`,
+    CUDA events' `start.record()` or `start.elapsed_time(end)`? A synchronize right before
+    it is deliberate timing, not a leftover."""
+    for c in ast.walk(stmt):
+        if not isinstance(c, ast.Call):
+            continue
+        if model.qualname(c.func) in _CLOCKS or call_name(c) in _TIMER_METHODS:
+            return True
+        if (
+            call_name(c) == "record"
+            and isinstance(c.func, ast.Attribute)
+            and _is_cuda_event(model, c.func.value)
+        ):
+            return True
+    return False
+
+
+#: torch calls that queue no device work.
+_HOST_ONLY_TORCH = ("torch.cuda.is_available", "torch.distributed.get_", "torch.cuda.device_count")
+
+
+def _reads_to_host(stmt: ast.AST) -> bool:
+    return any(
+        isinstance(c, ast.Call)
+        and call_name(c) in ("item", "tolist", "cpu", "synchronize")
+        and isinstance(c.func, ast.Attribute)
+        for c in ast.walk(stmt)
+    )
+
+
+def _queues_device_work(model: FileModel, stmt: ast.AST) -> bool:
+    """Might ``stmt`` queue kernels: a torch call, a training event, a call whose value
+    carries autograd history? Unknown calls on plain Python values (a meter's
+    `update(loss_value, n)`) do not."""
+    for c in ast.walk(stmt):
+        if not isinstance(c, ast.Call):
+            continue
+        qual = model.qualname(c.func) or ""
+        if qual.startswith("torch.") and not qual.startswith(_HOST_ONLY_TORCH):
+            return True
+        if model.steps.classify(c) is not None:
+            return True
+        if model.flow.value(c).taint is Taint.GRAD:
+            return True
+    return False
+
+
+def queue_drained_before(model: FileModel, node: ast.AST) -> bool:
+    """Has the host already waited for the GPU right before ``node``: an earlier statement
+    of the same step read a tensor to the host (`loss.item()`) and nothing since queued
+    device work? Then another sync at ``node`` waits for nothing."""
+    cur: ast.AST = model.statement_of(node)
+    for anc in model.ancestors(cur):
+        for field_name in ("body", "orelse", "finalbody"):
+            block = getattr(anc, field_name, None)
+            if not (isinstance(block, list) and any(s is cur for s in block)):
+                continue
+            for stmt in reversed(block[: [id(s) for s in block].index(id(cur))]):
+                # A simple statement's read comes after the work it queues itself
+                # (`loss = model(x).mean().item()`); a block's order is not that plain.
+                simple = not hasattr(stmt, "body")
+                if simple and _reads_to_host(stmt):
+                    return True
+                if _queues_device_work(model, stmt):
+                    return False
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return False
+        if isinstance(anc, (ast.For, ast.AsyncFor, ast.While)):
+            return False  # the previous iteration's reads came before this step's work
+        if isinstance(anc, ast.stmt):
+            if isinstance(anc, ast.If) and _queues_device_work(model, anc.test):
+                return False
+            cur = anc
+    return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from trainlint.analysis.context import demonstrates_error
 from trainlint.analysis.flow import grad_enabled_at
 from trainlint.analysis.model import FileModel, call_name, dotted
 from trainlint.analysis.roles import Role
@@ -83,6 +84,17 @@ class BackwardUnderNoGrad(Rule):
     triggers = ("no_grad", "inference_mode", "set_grad_enabled")
     confirm_with = "assert_grads_nonzero"
     valid = [
+        # a tutorial showing that backward fails on a result computed without grad
+        """
+import torch
+net = torch.nn.Linear(3, 1)
+with torch.no_grad():
+    y = net(torch.ones(2, 3)).sum()
+try:
+    y.backward()
+except RuntimeError as err:
+    print("no graph to go back through:", err)
+""",
         """
 import torch
 for x, y in loader:
@@ -214,7 +226,9 @@ for batch in loader:
             # the clip that follows is not recorded): what matters is where the loss
             # was computed, right here in the block or in a no-grad assignment.
             here = not grad_enabled_at(model, call)[0] and _computes_output(model, value)
-            if here or self._computed_without_grad(model, value, call):
+            if (here or self._computed_without_grad(model, value, call)) and not (
+                demonstrates_error(model, call)
+            ):
                 yield self.report(call)
 
     @staticmethod

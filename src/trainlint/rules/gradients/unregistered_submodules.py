@@ -7,7 +7,11 @@ from collections.abc import Iterator
 
 from trainlint.analysis.model import FileModel, call_name, walk_local, walk_tree
 from trainlint.analysis.roles import is_module_class, nn_prefix
-from trainlint.analysis.submodules import is_module_construction, module_elements
+from trainlint.analysis.submodules import (
+    is_module_construction,
+    module_elements,
+    rebound_to_registered,
+)
 from trainlint.rules.base import Invalid, Report, Rule
 
 
@@ -74,6 +78,19 @@ class Net(nn.Module):
         layers = [nn.Linear(4, 4), nn.ReLU()]
         self.layers = [nn.Linear(4, 4), nn.ReLU()]
         self.net = nn.Sequential(*self.layers)
+""",
+        # a plain list used only as a builder, then rebound to a registering wrapper
+        """
+from torch import nn
+class Pyramid(nn.Module):
+    def __init__(self, scales):
+        super().__init__()
+        self.branches = []
+        for s in scales:
+            self.branches.append(nn.Sequential(nn.AdaptiveAvgPool2d(s), nn.Conv2d(8, 2, 1)))
+        self.branches = nn.ModuleList(self.branches)
+        self.heads = [nn.Linear(4, 4), nn.Linear(4, 2)]
+        self.heads = nn.Sequential(*self.heads)
 """,
         # plain data in a list
         """
@@ -189,6 +206,28 @@ class Tower(Block):
             self.stages.append(Block())
 """,
         ),
+        # rebound, but only to another plain container: still unregistered
+        Invalid(
+            """
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = [nn.Linear(4, 4)]
+        self.blocks = self.blocks + [nn.Linear(4, 2)]
+""",
+            line=6,
+            fixed="""
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(4, 4)])
+        self.blocks = self.blocks + [nn.Linear(4, 2)]
+""",
+        ),
         # a wrapper with a transform *and* a layer still has parameters
         Invalid(
             """
@@ -251,7 +290,9 @@ class Net(torch.nn.Module):
                         continue
                     kind = module_elements(model, stmt.value)
                     empty = isinstance(stmt.value, ast.List) and not stmt.value.elts
-                    if kind is not None or empty:
+                    if (kind is not None or empty) and not rebound_to_registered(
+                        model, node, stmt, target.attr
+                    ):
                         candidates.append((stmt, target.attr, kind))
             if not candidates:
                 continue

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from trainlint.analysis.grad_accumulation import (
     accumulation_divisor,
+    cleared_before_backward,
     lr_divided_by_count,
     names_accumulation_count,
     rescales_grads,
@@ -81,6 +82,13 @@ class UnscaledAccumulatedLoss(Rule):
             optimizer.zero_grad()
     ```
 
+    ## Why is this off by default?
+    The learning rate is multiplied only for optimizers whose update scales with the
+    gradient (SGD and its momentum forms). Adam, AdamW, RMSprop and Adagrad divide the
+    gradient by its own running magnitude, so a constant factor mostly cancels; on
+    research training code 5 of 6 findings were such loops, with the optimizer built
+    in another file. Select it where SGD-family optimizers accumulate gradients.
+
     ## References
     - [Gradient accumulation (Hugging Face)](https://huggingface.co/docs/accelerate/usage_guides/gradient_accumulation)
     """
@@ -91,7 +99,19 @@ class UnscaledAccumulatedLoss(Rule):
     severity = "warning"
     confirm_with = "assert_loss_decreases"
     triggers = ("%",)
+    default_enabled = False
     valid = [
+        # the guarded zero_grad runs before the backward: each update uses one batch
+        """
+import torch
+for j, (x, y) in enumerate(loader):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    if (j + 1) % accum == 0:
+        optimizer.zero_grad()
+    loss.backward()
+    if (j + 1) % accum == 0:
+        optimizer.step()
+""",
         """
 import torch
 for i, (x, y) in enumerate(loader):
@@ -266,6 +286,8 @@ for i, real in enumerate(loader):
                     continue  # backward inside the step branch: no accumulation here
                 if _consumed_each_iteration(loop, bw, guards, guarded, single):
                     continue
+                if cleared_before_backward(loop.paths, bw, [d for d in divisors if d is not None]):
+                    continue  # the guarded zero_grad wipes the sum before the step's backward
                 if self._scaled(model, bw.node, divisors):
                     continue
                 node = model.steps.anchor(bw)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from trainlint.analysis.escapes import params_of
 from trainlint.analysis.model import FileModel, call_name, dotted, walk_local
 from trainlint.analysis.paths import Reported
+from trainlint.analysis.steps import rebuilds_model
 from trainlint.rules.base import Invalid, Report, Rule
 
 _AVAILABILITY = {
@@ -93,6 +94,9 @@ class AllocatorCallInLoop(Rule):
     from it before the loop, `if use_cuda:`) is true on every step and limits nothing. Steps
     that also generate (RL fine-tuning: a KV-cache generation phase, then training) are
     left alone: emptying the cache between the phases is a deliberate trade-off there.
+    So are loops that build a fresh model on each iteration (a batch-size probe, a
+    benchmark sweep): each iteration is a trial of its own, and freeing its memory
+    before the next one is the point.
 
     ## Why is this bad?
     `empty_cache()` synchronises and returns cached blocks to the driver, so the next
@@ -185,6 +189,22 @@ for prompts in prompt_loader:
         opt.zero_grad()
         rl_loss(policy, prompts, completions).backward()
         opt.step()
+""",
+        # a batch-size probe: each try builds its own model, so freeing it is the point
+        """
+import torch
+from gpt import GPTModel
+while low <= high:
+    size = (low + high) // 2
+    try:
+        net = GPTModel(cfg).bfloat16().to("cuda")
+        out = net(torch.randint(0, 100, (size, 64), device="cuda"))
+        out.sum().backward()
+        low = size + 1
+        del net, out
+        torch.cuda.empty_cache()
+    except torch.cuda.OutOfMemoryError:
+        high = size - 1
 """,
     ]
     invalid = [
@@ -283,6 +303,9 @@ for epoch in range(3):
                 call, limits=lambda g: not _availability_check(model, g.test)
             )
             if found is None or _generates(model, found[0].node):
+                continue
+            if rebuilds_model(model, found[0].node):
+                # a probe or a sweep: freeing one trial's memory before the next is the point
                 continue
             _, anchor = found
             if seen.first(anchor):

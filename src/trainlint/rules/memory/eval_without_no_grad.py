@@ -13,7 +13,7 @@ from trainlint.analysis.grad_mode import (
     grad_disabled_earlier,
     under_grad_wrapper,
 )
-from trainlint.analysis.loaders import goes_over_data
+from trainlint.analysis.loaders import goes_over_data, over_fixed_input
 from trainlint.analysis.model import FileModel, call_name, dotted, walk_local
 from trainlint.analysis.paths import Reported
 from trainlint.analysis.steps import Kind
@@ -89,6 +89,12 @@ class EvalWithoutNoGrad(Rule):
     differentiates them (rare in evaluation, but possible) would fail. It is left
     undone when no import of `torch` can spell `no_grad` there.
 
+    ## Why is this off by default?
+    On research training code, read in context, 6 of 14 findings were worth a change;
+    the rest were right but cost nothing anyone would notice: a toy model's test pass,
+    a one-off evaluation after training (each batch's graph is freed on the next).
+    Cost is not visible in the code, so select it where evaluation memory matters.
+
     ## References
     - [torch.no_grad](https://pytorch.org/docs/stable/generated/torch.no_grad.html)
     """
@@ -98,6 +104,7 @@ class EvalWithoutNoGrad(Rule):
     message = "model called during evaluation without `torch.no_grad()`: activations are kept for a backward that never comes; wrap the evaluation in `with torch.no_grad():`"
     triggers = ("eval", "valid", "test")
     fix_safety = "unsafe"
+    default_enabled = False
     confirm_with = "assert_no_graph_in_eval"
     valid = [
         """
@@ -256,11 +263,14 @@ def validate(model, val_loader):
         seen = Reported()
 
         def over_data(call: ast.Call) -> bool:
-            return any(goes_over_data(lp) for lp in model.enclosing_loops(call))
+            return any(
+                goes_over_data(lp) and not over_fixed_input(model, lp)
+                for lp in model.enclosing_loops(call)
+            )
 
         for call in self._model_calls(model, over_data):
             loops = model.enclosing_loops(call)
-            if not any(goes_over_data(lp) for lp in loops):
+            if not over_data(call):
                 continue  # warm-up/benchmark repeats, decode steps, env rollouts: no dataset
             fn = model.function_of(call)
             if not (

@@ -6,7 +6,9 @@ import ast
 import re
 from collections.abc import Iterator
 
-from trainlint.analysis.model import FileModel, keyword
+from trainlint.analysis.flow import grad_enabled_at
+from trainlint.analysis.grad_mode import grad_disabled_earlier, under_grad_wrapper
+from trainlint.analysis.model import FileModel, call_name, keyword
 from trainlint.analysis.paths import Reported
 from trainlint.analysis.roles import Role
 from trainlint.analysis.softmax import softmax_sources
@@ -17,6 +19,27 @@ _CE_FUNCS = {
     "torch.nn.functional.nll_loss": "nll_loss",
 }
 _CE_CLASSES = {"torch.nn.CrossEntropyLoss": "CrossEntropyLoss", "torch.nn.NLLLoss": "NLLLoss"}
+
+def _without_autograd(model: FileModel, node: ast.AST, logged: ast.AST) -> bool:
+    """Grad mode is off where the softmax runs and its log feeds no loss (decoding,
+    scoring, metrics): underflow gives -inf scores there, but no gradient to turn into
+    NaN. A loss computed under no_grad (a custom autograd Function's forward) still
+    counts. ``logged``: the expression whose log is taken."""
+    fn = model.function_of(node)
+    grad_off = (
+        not grad_enabled_at(model, node)[0]
+        or under_grad_wrapper(model, node)
+        or (isinstance(node, ast.Call) and grad_disabled_earlier(model, node, fn))
+    )
+    if not grad_off:
+        return False
+    for anc in model.ancestors(logged):
+        if isinstance(anc, ast.stmt):
+            break
+        if isinstance(anc, ast.Call) and "loss" in (call_name(anc) or "").lower():
+            return False  # the log feeds a loss (`nll_loss(p.log(), y)`)
+    return True
+
 
 _TARGET_WORDS = re.compile(r"target|label|teacher", re.IGNORECASE)
 
@@ -80,6 +103,20 @@ class SoftmaxIntoCrossEntropy(Rule):
     triggers = ("softmax", "Softmax")
     confirm_with = "assert_loss_decreases"
     valid = [
+        # scoring beams without autograd: a log of a softmax has no gradient to turn NaN
+        """
+import torch
+import torch.nn.functional as F
+
+@torch.no_grad()
+def next_token_scores(model, tokens):
+    logits = model(tokens)[:, -1]
+    return torch.log(F.softmax(logits, dim=-1))
+
+def rank(model, tokens):
+    with torch.inference_mode():
+        return F.softmax(model(tokens), -1).log().topk(5)
+""",
         # logits into the loss, softmax for metrics
         """
 import torch.nn.functional as F
@@ -149,6 +186,22 @@ def loss_of(logits, y):
 """,
     ]
     invalid = [
+        # a loss computed by hand under no_grad (its gradient written in backward): the
+        # log still underflows into the loss
+        Invalid(
+            """
+import torch
+import torch.nn.functional as F
+
+class ChunkedLoss(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, labels):
+        with torch.no_grad():
+            probs = F.softmax(hidden @ weight.t(), dim=-1)
+            return F.nll_loss(probs.log(), labels)
+""",
+            line=8,
+        ),
         Invalid(
             """
 import torch.nn.functional as F
@@ -225,7 +278,7 @@ for i in range(num_chunks):
         seen = Reported()
         for label, expr in self._sinks(model):
             for node in softmax_sources(model, expr):
-                if label == "log" and _over_targets(node):
+                if label == "log" and (_over_targets(node) or _without_autograd(model, node, expr)):
                     continue
                 if seen.first(node):
                     yield self.report(node, self._message(label))

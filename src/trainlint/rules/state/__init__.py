@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from trainlint.rules import family_rule
 
-__all__ = ["EvalModeNotRestored", "UnsafeTorchLoad"]
+__all__ = ["CheckpointNeedsPickle", "EvalModeNotRestored", "UnsafeTorchLoad"]
 
 
 def __getattr__(name: str) -> type:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from trainlint.analysis import checkpoints
+from trainlint.analysis.checkpoints import Save
 from trainlint.analysis.model import (
     FileModel,
     call_name,
@@ -57,31 +59,6 @@ def _written_here(model: FileModel, load: ast.Call, saves: list[ast.Call]) -> bo
     return False
 
 
-def _catches_type_error(handler: ast.ExceptHandler) -> bool:
-    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-    return any(isinstance(k, ast.Name) and k.id == "TypeError" for k in kinds)
-
-
-def _old_torch_fallback(model: FileModel, load: ast.Call) -> bool:
-    """The load is the `except TypeError:` fallback of a `try` that passes `weights_only`
-    (by name or in `**kwargs`): it runs only on a torch too old to accept the argument."""
-    for anc in model.ancestors(load):
-        if not isinstance(anc, ast.ExceptHandler) or not _catches_type_error(anc):
-            continue
-        try_node = model.parent_of(anc)
-        if not isinstance(try_node, ast.Try):
-            continue
-        for stmt in try_node.body:
-            for node in ast.walk(stmt):
-                if (
-                    isinstance(node, ast.Call)
-                    and (keyword(node, "weights_only") is not None or has_star_kwargs(node))
-                    and model.call_qualname(node) == TORCH_LOAD
-                ):
-                    return True
-    return False
-
-
 def _state_dict_argument(model: FileModel, node: ast.AST) -> bool:
     """``node`` is the state dict passed to some ``.load_state_dict(...)``."""
     parent = model.parent_of(node)
@@ -117,12 +94,30 @@ def _goes_to_load_state_dict(model: FileModel, load: ast.Call) -> bool:
     return stores == 1 and bool(uses) and all(_state_dict_argument(model, u) for u in uses)
 
 
+def _objects_message(why: str, save: Save) -> str:
+    item = save.items[0]
+    where = f"line {save.line}" if not save.where else f"`{save.where}` line {save.line}"
+    held = f"holds `{item.text}`, {item.kind}" if save.read else f"saved at {where} holds"
+    if not save.read:
+        held += f" `{item.text}` ({item.kind})"
+    return (
+        f"`torch.load` without `weights_only` unpickles arbitrary code before torch 2.6 "
+        f"({why}); the checkpoint {held}, so "
+        f"`weights_only=True` cannot load it: store plain data (state dicts, `vars(args)`) "
+        f"before restricting the load"
+    )
+
+
 class UnsafeTorchLoad(Rule):
     """## What it does
     Flags `torch.load(..., weights_only=False)` on a path this file did not itself save
     with `torch.save`, and `torch.load` without `weights_only` when the project supports
     a torch older than 2.6 (see `target-torch` below). Test files are not checked: they
     load what they just saved.
+
+    Off by default: this is security hygiene, not a training bug (select it with
+    `--select TL702` or `extend-select`). A bare load of a checkpoint that pickles objects
+    breaks on torch 2.6 and later; that training bug is TL704, on by default.
 
     ## Why is this bad?
     This is a security rule. `torch.load` unpickles: with `weights_only=False` a
@@ -133,9 +128,11 @@ class UnsafeTorchLoad(Rule):
     whole pickled model on another.
 
     Which torch counts is the project's *target torch*: `target-torch = "2.6"` in
-    `[tool.trainlint]`, else the lower bound of the torch requirement in the nearest
-    `pyproject.toml`'s `[project] dependencies` (`torch>=2.6` is 2.6), else 2.1, the
-    oldest torch trainlint considers. From 2.6 on, a missing `weights_only` is the safe
+    `[tool.trainlint]`, else the lower bound of the project's torch requirement
+    (`torch>=2.6` is 2.6), read from `pyproject.toml` (`[project]` dependencies and
+    optional groups, poetry), `setup.py`/`setup.cfg` `install_requires`,
+    `requirements*.txt` (with `-r` includes) or `environment.yml`, else 2.1, the oldest
+    torch trainlint considers. The message says which pin it used. From 2.6 on, a missing `weights_only` is the safe
     default and is not reported. An explicit `weights_only=False` is a deliberate choice
     in most real code (a checkpoint format that pickles objects): it is reported by
     default only where the loaded value provably is a state dict handed to
@@ -143,7 +140,9 @@ class UnsafeTorchLoad(Rule):
     `report-explicit-false` reports every one. Not reported either: a load whose path this file saves to itself (a literal
     file name, or earlier in the same function: a round trip through a temporary file
     or an in-memory buffer), and the `except TypeError:` fallback of a `try` that passes
-    `weights_only`, which runs only on a torch too old to accept it.
+    `weights_only`, which runs only on a torch too old to accept it. Where the project
+    saves the loaded checkpoint with objects (an `argparse.Namespace`, a whole model: see
+    TL704), the message says that `weights_only=True` cannot load it, and offers no fix.
 
     ## Example
     ```python
@@ -184,6 +183,7 @@ class UnsafeTorchLoad(Rule):
 
     code = "TL702"
     name = "unsafe-torch-load"
+    default_enabled = False  # security hygiene, not a training bug: opt in with --select
     message = "`torch.load(weights_only=False)` unpickles arbitrary code from this file"
     triggers = ("load",)
     fix_safety = "unsafe"
@@ -259,13 +259,11 @@ class UnsafeTorchLoad(Rule):
             line=3,
             fixed="from torch import load as tload\n\nsd = tload(path, weights_only=True)\n",
         ),
+        # `ckpt['args'].epoch`: the checkpoint holds an object, so no `weights_only=True` fix
         Invalid(
             "import torch\nckpt = torch.load(args.resume, map_location='cpu')\n"
             "model.load_state_dict(ckpt['model'])\nstart = ckpt['args'].epoch\n",
             line=2,
-            fixed="import torch\nckpt = torch.load(args.resume, map_location='cpu', "
-            "weights_only=True)\nmodel.load_state_dict(ckpt['model'])\n"
-            "start = ckpt['args'].epoch\n",
             options={TARGET_TORCH: "2.5"},
         ),
         # straight into load_state_dict: safe fix
@@ -283,6 +281,13 @@ class UnsafeTorchLoad(Rule):
             fixed="import torch\n\ndef restore(model, path):\n"
             "    sd = torch.load(path, weights_only=True)\n"
             "    model.load_state_dict(sd, strict=False)\n",
+        ),
+        # the project saves objects into this checkpoint: no `weights_only=True` advice
+        Invalid(
+            "import argparse\nimport torch\nargs = argparse.ArgumentParser().parse_args()\n"
+            "torch.save({'args': args, 'epoch': 1}, args.out)\n"
+            "ckpt = torch.load(args.resume)\nstart = ckpt['epoch'] + ckpt['args'].warmup\n",
+            line=5,
         ),
         # torch 1.12 has no `weights_only`: reported, but no fix
         Invalid("import torch\nsd = torch.load(path)\n", line=2, options={TARGET_TORCH: "1.12"}),
@@ -309,24 +314,32 @@ class UnsafeTorchLoad(Rule):
         explicit = self.opts.get(TARGET_TORCH)
         if explicit:
             return torch_version(explicit), f"`{TARGET_TORCH}` {explicit}"
-        if model.torch_pin is not None:
-            major, minor = model.torch_pin
-            return model.torch_pin, f"the project requires torch>={major}.{minor}"
+        pin = model.torch_pin
+        if pin is not None:
+            major, minor = pin
+            source = getattr(pin, "source", "the project")
+            return pin, f"{source} requires torch>={major}.{minor}"
         return torch_version(OLDEST_TORCH), f"no torch pin found, assuming {OLDEST_TORCH}"
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        loads = model.calls_to(TORCH_LOAD)
+        loads = model.calls_to(TORCH_LOAD)  # (every load: explicit `False` included)
         if not loads:
             return
         target, why = self._target(model)
         report_missing = self.opts["require-explicit"] and target < SAFE_DEFAULT
         saves = model.calls_to(TORCH_SAVE)
+        pickled = checkpoints.pickled_loads(model)
         for call in loads:
             weights_only = keyword(call, "weights_only")
             if weights_only is None:
                 if not report_missing or has_star_kwargs(call):
                     continue  # safe by default, or **kwargs may carry weights_only
-                if _written_here(model, call, saves) or _old_torch_fallback(model, call):
+                if _written_here(model, call, saves) or checkpoints.old_torch_fallback(model, call):
+                    continue
+                held = pickled.get(call)
+                if held is not None:
+                    # `weights_only=True` is no advice for a checkpoint of objects (TL704)
+                    yield self.report(call, _objects_message(why, held))
                     continue
                 yield self.report(
                     call,

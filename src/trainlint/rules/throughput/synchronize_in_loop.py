@@ -8,29 +8,10 @@ from collections.abc import Iterator
 from trainlint.analysis.model import FUNCTION_NODES, FileModel, call_name
 from trainlint.analysis.paths import Reported
 from trainlint.analysis.steps import after_limiting_exit
+from trainlint.analysis.syncs import queue_drained_before, reads_clock
 from trainlint.rules.base import Invalid, Report, Rule
 
 _COST = "the host waits for the GPU each batch; remove it or run it only when timing"
-_TIMERS = {
-    "time.time",
-    "time.perf_counter",
-    "time.monotonic",
-    "time.process_time",
-    "time.time_ns",
-    "time.perf_counter_ns",
-    "time.monotonic_ns",
-    "timeit.default_timer",
-}
-
-
-def _reads_timer(model: FileModel, stmt: ast.AST) -> bool:
-    """A clock read: `time.perf_counter()`, or CUDA events' `start.elapsed_time(end)`,
-    which needs the end event completed."""
-    return any(
-        isinstance(c, ast.Call)
-        and (model.qualname(c.func) in _TIMERS or call_name(c) == "elapsed_time")
-        for c in ast.walk(stmt)
-    )
 
 
 def _times_next(model: FileModel, call: ast.Call) -> bool:
@@ -46,7 +27,7 @@ def _times_next(model: FileModel, call: ast.Call) -> bool:
             ids = [id(s) for s in block]
             i = ids.index(id(cur))
             if i + 1 < len(block):
-                return _reads_timer(model, block[i + 1])
+                return reads_clock(model, block[i + 1])
         if isinstance(anc, (*FUNCTION_NODES, ast.ClassDef, ast.For, ast.AsyncFor, ast.While)):
             return False
         cur = anc
@@ -59,8 +40,10 @@ class SynchronizeInLoop(Rule):
     `torch.xpu.synchronize()` on every step of a training loop. A synchronize right
     before a clock read (`torch.cuda.synchronize(); t0 = time.perf_counter()`, or a
     `time_sync()` helper that synchronizes and returns `time.time()`, or CUDA events'
-    `start.elapsed_time(end)`) is deliberate timing and is not reported; neither is one
-    under a rate-limiting `if`.
+    `start.elapsed_time(end)`, a CUDA event's `start.record()`, a timer's `tic()`/`toc()`)
+    is deliberate timing and is not reported; neither is one under a rate-limiting `if`,
+    nor one right after a host read of a tensor (`loss.item()`) with no device work
+    queued since: the host already waited there, so it waits for nothing more.
 
     ## Why is this bad?
     An explicit synchronize blocks the host until every queued kernel has finished, so
@@ -171,6 +154,43 @@ for x in inputs:
     opt.step()
     elapsed.append(time_sync() - t0)
 """,
+        # a benchmark: the synchronize makes the timer's toc() measure the GPU's work
+        """
+import torch
+for it in range(num_iters):
+    fw_timer.tic()
+    loss = loss_fn(model(inputs), labels)
+    torch.cuda.synchronize()
+    fw_timer.toc()
+    bw_timer.tic()
+    loss.backward()
+    torch.cuda.synchronize()
+    bw_timer.toc()
+""",
+        # an event pair started right after the synchronize times the step
+        """
+import torch
+for batch in loader:
+    begin = torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    begin.record()
+    opt.zero_grad()
+    model(batch).mean().backward()
+    opt.step()
+""",
+        # the `.item()` reads already drained the queue: nothing is left to wait for
+        """
+import torch
+for step, (x, y) in enumerate(loader):
+    opt.zero_grad()
+    loss = crit(model(x.cuda()), y.cuda())
+    loss.backward()
+    opt.step()
+    loss_value = loss.item()
+    meter.update(loss_value, x.size(0))
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+""",
     ]
     invalid = [
         Invalid(
@@ -198,6 +218,20 @@ for x in loader:
     step_times.append(time.perf_counter() - t0)
 """,
             line=7,
+        ),
+        # work queued after the read: the synchronize waits for it again
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    opt.zero_grad()
+    loss = crit(model(x.cuda()), y.cuda())
+    meter.update(loss.item())
+    loss.backward()
+    opt.step()
+    torch.cuda.synchronize()
+""",
+            line=8,
         ),
         Invalid(
             """
@@ -237,7 +271,7 @@ class Trainer:
         seen = Reported()
         for call in calls:
             found = model.steps.per_step(call)
-            if found is None or _times_next(model, call):
+            if found is None or _times_next(model, call) or queue_drained_before(model, call):
                 continue
             loop, anchor = found
             if after_limiting_exit(model, call, loop.node) or not seen.first(anchor):
