@@ -397,6 +397,24 @@ def test_ini_options_turn_it_on(pytester):
     assert not report.exists()
 
 
+def test_under_xdist_the_previous_report_is_not_left_in_place(pytester):
+    pytest.importorskip("xdist")
+    stub_project(pytester)
+    report = pytester.path / "out.json"
+    result = pytester.runpytest_subprocess("--trainlint", "--trainlint-report=out.json")
+    result.assert_outcomes(passed=2, failed=1)
+    assert json.loads(report.read_text("utf-8")) == STUB_REPORT
+    # The workers cannot hand their lines to the controller: no report, and not the old one.
+    result = pytester.runpytest_subprocess("-n", "2", "--trainlint", "--trainlint-report=out.json")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*--trainlint does not support pytest-xdist*"])
+    assert SECTION not in result.stdout.str()
+    assert not report.exists()
+    # Back without xdist, the report is written afresh.
+    result = pytester.runpytest_subprocess("-n", "0", "--trainlint", "--trainlint-report=out.json")
+    assert json.loads(report.read_text("utf-8")) == STUB_REPORT
+
+
 def test_without_the_option_nothing_is_traced_or_imported(pytester):
     pytester.makepyfile(
         test_quiet="""

@@ -246,6 +246,31 @@ def append_to_block(model: FileModel, stmt: ast.stmt, code: str) -> Edit | None:
     return insert_at(end_line, len(body) + 1, f"{nl}{indent}{code}")
 
 
+def insert_before(model: FileModel, stmt: ast.stmt, code: str) -> Edit | None:
+    """A text edit adding the one-line statement ``code`` on its own line just before
+    ``stmt``, at its indentation. None when ``stmt`` does not start its line (``a(); b()``)."""
+    line = model.source.lines[stmt.lineno - 1]
+    indent = line[: stmt.col_offset]
+    if indent.strip():
+        return None
+    newline = line[len(line.rstrip("\r\n")) :] or "\n"
+    return insert_at(stmt.lineno, 1, f"{indent}{code}{newline}")
+
+
+def runs_after(model: FileModel, stmt: ast.stmt, earlier: ast.stmt) -> bool:
+    """Whether ``earlier`` precedes ``stmt`` in its block or in one around it reached
+    through ``if``/``with`` only: whenever ``stmt`` runs, ``earlier`` ran before it (barring
+    a jump between them)."""
+    cur: ast.AST | None = stmt
+    while isinstance(cur, ast.stmt):
+        if any(s is earlier for s in siblings(model, cur) or []):
+            return earlier.lineno < cur.lineno
+        cur = model.parent_of(cur)
+        if not isinstance(cur, (ast.If, ast.With)):
+            return False
+    return False
+
+
 def _import_spellings(model: FileModel, qualname: str) -> list[tuple[str, str]]:
     """Every way the file's imports can spell ``qualname``, shortest first (one walk of
     the tree per file and name, however many findings ask)."""

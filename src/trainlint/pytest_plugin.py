@@ -73,6 +73,12 @@ def assert_memory_stable() -> Callable[..., Any]:
 
 
 @pytest.fixture
+def assert_no_graph_in_eval() -> Callable[..., Any]:
+    """:func:`trainlint.testing.assert_no_graph_in_eval`."""
+    return _check("assert_no_graph_in_eval")
+
+
+@pytest.fixture
 def assert_step_time_stable() -> Callable[..., Any]:
     """:func:`trainlint.testing.assert_step_time_stable`."""
     return _check("assert_step_time_stable")

@@ -355,6 +355,20 @@ def test_clip_effective_confirms_only_its_rules(planted):
     _assert_planted(info.value, planted)
 
 
+def test_no_graph_in_eval_confirms_only_its_rules():
+    model = mlp()
+    x, _ = batch()
+
+    def evaluate():
+        model.eval()
+        return model(x).argmax(1)  # TL303: no torch.no_grad()
+
+    with pytest.raises(CheckFailed) as info:
+        trainlint.testing.assert_no_graph_in_eval(model, evaluate)
+    _assert_confirms_only_its_own(info.value, "assert_no_graph_in_eval", "graph-in-eval")
+    _assert_planted(info.value, "TL303")
+
+
 def test_every_check_has_a_planted_bug_test():
     tested = {
         name.removeprefix("test_").removesuffix("_confirms_only_its_rules")

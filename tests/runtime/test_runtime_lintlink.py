@@ -187,3 +187,95 @@ def test_findings_of_the_rules_the_failure_names_come_first(monkeypatch):
     # without rules named: by place, as before
     block = findings_section([leaky_training]).splitlines()
     assert [line.split(": ")[1].split()[0] for line in block[1:]] == ["TL401", "TL110", "TL302"]
+
+
+# Issue 32: the factory lives in a helper module that a fixture hands the test (or that
+# conftest imports); the lint block must lint that module's lines, not only the test's.
+SCHEDULES = """
+import torch
+
+
+def make_scheduler(optimizer, warmup_steps=5):
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: step / warmup_steps)
+"""
+
+MODELS = """
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        # a hidden activation: the memory check tags the graph through what it saves
+        self.layer = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+        self.total = 0.0
+
+    def forward(self, x):
+        out = self.layer(x)
+        self.total = self.total + out.sum()  # chains every step's graph to the next
+        return out
+"""
+
+FIXTURE_CONFTEST = """
+import pytest
+import torch
+
+import models
+import schedules
+
+
+@pytest.fixture
+def sched_module():
+    return schedules
+
+
+@pytest.fixture
+def factory():
+    return lambda opt: schedules.make_scheduler(opt)
+
+
+@pytest.fixture
+def model_step():
+    model = models.Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+
+    def step():
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+"""
+
+FIXTURE_TESTS = """
+def test_module_from_a_fixture(sched_module, assert_lr_schedule):
+    assert_lr_schedule(lambda opt: sched_module.make_scheduler(opt), steps=10)
+
+
+def test_factory_from_a_fixture(factory, assert_lr_schedule):
+    assert_lr_schedule(factory, steps=10)
+
+
+def test_model_class_from_a_fixture(model_step, assert_memory_stable):
+    assert_memory_stable(model_step, steps=12)
+"""
+
+
+def test_a_factory_reached_through_a_fixture_provided_module_is_linted(pytester):
+    pytester.makepyfile(schedules=SCHEDULES, models=MODELS, conftest=FIXTURE_CONFTEST)
+    pytester.makepyfile(test_through_fixtures=FIXTURE_TESTS)
+    tl203 = trainlint.lint_paths([pytester.path / "schedules.py"])
+    assert [f.code for f in tl203] == ["TL203"]
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=3)
+    out = result.stdout.str()
+    blocks = out.split("on the step's lines")[1:]
+    assert len(blocks) == 3, out
+    for block in blocks[:2]:
+        assert f"schedules.py:{tl203[0].line}:{tl203[0].column}: TL203" in block
+    # the model's class, reached through the object the step closes over: its forward
+    assert "models.py:" in blocks[2].splitlines()[0]

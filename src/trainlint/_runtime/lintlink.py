@@ -2,7 +2,8 @@
 
 A runtime failure says *what* went wrong; the linter can often say *where*. We lint the
 files that define the step (and the project functions it calls directly, which is where the
-training logic usually lives when the step is a lambda in a test), plus every project
+training logic usually lives when the step is a lambda in a test; also through a module
+a fixture handed the test, and the project classes the step builds or runs), plus every project
 function the step actually ran the first time a check called it (a call profiler around
 that one call: `mod.train(...)` through a module, methods reached through objects), and keep
 the findings that fall on those functions' lines. Any problem here (no source, a linter mid-refactor, a syntax
@@ -26,6 +27,9 @@ _MAX_SPANS = 24
 _TRAINLINT_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _MAX_FINDINGS = 20
 _MAX_RAN = 64
+# Modules searched for the names a function uses (a module a fixture handed it, its
+# submodules): bounded so a package-wide `import *` cannot make a failure slow.
+_MAX_MODULES = 8
 
 # Project functions the current check's step ran (set by `record_ran`, one check at a time).
 _ran: list[tuple[str, int, int]] = []
@@ -149,6 +153,15 @@ def source_spans(sources: Sequence[Callable[..., Any]]) -> list[tuple[str, int, 
     queue: list[tuple[Any, int]] = [(s, 0) for s in sources]
     while queue and len(spans) < _MAX_SPANS:
         obj, depth = queue.pop(0)
+        if isinstance(obj, type):
+            # A model or scheduler class the check received or the step builds: its whole
+            # body, where a project module defines it (a helper a fixture imported).
+            if id(obj) not in seen:
+                seen.add(id(obj))
+                span = _span(obj)
+                if span is not None and span not in spans:
+                    spans.append(span)
+            continue
         func = _function_of(obj)
         if func is None or id(func) in seen:
             continue
@@ -156,7 +169,8 @@ def source_spans(sources: Sequence[Callable[..., Any]]) -> list[tuple[str, int, 
         span = _span(func)
         if span is None:
             continue
-        spans.append(span)
+        if span not in spans:
+            spans.append(span)
         if depth < 2:
             queue += [(callee, depth + 1) for callee in _callees(func)]
     return spans
@@ -181,7 +195,7 @@ def _function_of(obj: Any) -> types.FunctionType | None:
     return None
 
 
-def _span(func: types.FunctionType) -> tuple[str, int, int] | None:
+def _span(func: types.FunctionType | type) -> tuple[str, int, int] | None:
     try:
         path = inspect.getsourcefile(func)
         if path is None or not os.path.isfile(path) or not _is_project_file(path):
@@ -209,17 +223,44 @@ def _callees(func: types.FunctionType) -> list[Any]:
             objects.append(cell.cell_contents)
         except ValueError:  # an empty cell
             continue
+    # `helpers.make_scheduler(opt)` where `helpers` is a module a fixture returned (a
+    # closure value) or conftest imported (a global): the function is an attribute of the
+    # module, named in co_names. Submodules (`pkg.sched.make`) are followed the same way.
+    modules = [obj for obj in objects if isinstance(obj, types.ModuleType)]
+    seen_modules: set[int] = set()
+    while modules and len(seen_modules) < _MAX_MODULES:
+        module = modules.pop(0)
+        if id(module) in seen_modules:
+            continue
+        seen_modules.add(id(module))
+        for name in sorted(names):
+            attr = getattr(module, name, None)
+            if isinstance(attr, types.ModuleType):
+                modules.append(attr)
+            elif attr is not None:
+                objects.append(attr)
     for obj in objects:
         if isinstance(obj, (types.FunctionType, functools.partial, types.MethodType)):
             found.append(obj)
-        elif not isinstance(obj, (type, types.ModuleType)):
+        elif isinstance(obj, type):
+            if _is_project_class(obj):
+                found.append(obj)
+        elif not isinstance(obj, types.ModuleType):
             # `trainer.train_step(batch)`: the method is named in co_names, the object is
-            # a closure value or a global.
-            for name in names:
-                attr = getattr(type(obj), name, None)
+            # a closure value or a global. `model(x)` runs the class's forward unnamed.
+            cls = type(obj)
+            for name in [*names, "forward"]:
+                attr = getattr(cls, name, None)
                 if isinstance(attr, types.FunctionType):
                     found.append(attr)
     return found
+
+
+def _is_project_class(cls: type) -> bool:
+    """Whether ``cls`` is defined in a project file (not torch's, not the stdlib's)."""
+    module = sys.modules.get(getattr(cls, "__module__", "") or "")
+    path = getattr(module, "__file__", None)
+    return isinstance(path, str) and os.path.isfile(path) and _is_project_file(path)
 
 
 def _is_project_file(path: str) -> bool:

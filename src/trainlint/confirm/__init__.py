@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from trainlint.confirm.manager import ConfirmationManager, contexts_supported
+from trainlint.confirm.manager import ConfirmationManager, contexts_supported, report_path
 from trainlint.confirm.report import (
     STATUSES,
     CheckFailure,
@@ -57,13 +57,14 @@ def register(config: pytest.Config) -> None:
     """Validate the options and register the :class:`ConfirmationManager` for this session."""
     if hasattr(config, "workerinput"):
         return  # an xdist worker: the controller has said why there is no report
+    _remove_stale_report(config)
     if _distributed(config):
         # Each xdist worker would trace and report on its share only; a merged report needs
         # the controller to gather contexts, which we do not do (yet). Say so, do not guess.
         config.issue_config_time_warning(
             pytest.PytestWarning(
-                "--trainlint does not support pytest-xdist; run with -p no:xdist or -n 0 "
-                "for the confirmation report"
+                "--trainlint does not support pytest-xdist; no confirmation report is "
+                "shown or written. Run with -p no:xdist or -n 0 for it"
             ),
             stacklevel=2,
         )
@@ -80,6 +81,14 @@ def register(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--trainlint-paths: {path}: no such file or directory")
     _check_lint_config(config.rootpath)
     config.pluginmanager.register(ConfirmationManager(config, paths=paths), PLUGIN_NAME)
+
+
+def _remove_stale_report(config: pytest.Config) -> None:
+    # A run that writes no report (under xdist, or when linting fails) must not leave the
+    # previous run's file behind to be read as this run's.
+    path = report_path(config)
+    if path is not None:
+        path.unlink(missing_ok=True)
 
 
 def _distributed(config: pytest.Config) -> bool:

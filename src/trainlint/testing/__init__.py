@@ -27,6 +27,7 @@ from __future__ import annotations
 from trainlint.testing._common import CheckFailed
 from trainlint.testing.clip import ClipResult, GradRead, assert_clip_effective
 from trainlint.testing.ddp import DDPSyncResult, assert_ddp_in_sync
+from trainlint.testing.eval_graph import EvalGraphResult, assert_no_graph_in_eval
 from trainlint.testing.finite import FiniteGradsResult, assert_finite_grads
 from trainlint.testing.grads import GradsResult, assert_grads_nonzero
 from trainlint.testing.loss import LossResult, assert_loss_decreases
@@ -40,6 +41,7 @@ __all__ = [
     "CheckFailed",
     "ClipResult",
     "DDPSyncResult",
+    "EvalGraphResult",
     "FiniteGradsResult",
     "GradRead",
     "GradsResult",
@@ -56,6 +58,7 @@ __all__ = [
     "assert_loss_decreases",
     "assert_lr_schedule",
     "assert_memory_stable",
+    "assert_no_graph_in_eval",
     "assert_step_time_stable",
     "assert_thread_safe",
     "assert_weights_updated",

@@ -105,7 +105,7 @@ class EvalWithoutNoGrad(Rule):
     triggers = ("eval", "valid", "test")
     fix_safety = "unsafe"
     default_enabled = False
-    confirm_with = "assert_memory_stable"
+    confirm_with = "assert_no_graph_in_eval"
     valid = [
         """
 import torch

@@ -6,9 +6,12 @@ import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.amp import Scalers, contains_in_order, off_amp_branch
-from trainlint.analysis.model import FileModel
+from trainlint.analysis.model import FileModel, dotted
 from trainlint.analysis.paths import Reported, precise_step_loops
-from trainlint.analysis.steps import Event, Kind, StepLoop
+from trainlint.analysis.reordering import jumps
+from trainlint.analysis.steps import Event, Kind, StepLoop, backward_value
+from trainlint.edits import insert_before, runs_after, siblings
+from trainlint.findings import Fix
 from trainlint.rules.base import Invalid, Report, Rule
 
 _NORM_FUNCS = {
@@ -87,6 +90,12 @@ class ClipBeforeUnscale(Rule):
     scaler.update()
     ```
 
+    ## Fix safety
+    The fix inserts `scaler.unscale_(optimizer)`, with the step's own names, on its own line
+    before the clip, only where the clip always runs before `scaler.step` of the one
+    optimizer and after the scaled backward (a second `unscale_` before `update()` raises).
+    It is unsafe: the clip then bounds the real gradients, changing every update's size.
+
     ## References
     - [Working with unscaled gradients (AMP examples)](https://pytorch.org/docs/stable/notes/amp_examples.html#working-with-unscaled-gradients)
     """
@@ -96,6 +105,7 @@ class ClipBeforeUnscale(Rule):
     message = "gradients clipped before `scaler.unscale_(optimizer)`: the threshold applies to scaled gradients; call `scaler.unscale_(optimizer)` first"
     triggers = ("scale(",)
     confirm_with = "assert_loss_decreases"
+    fix_safety = "unsafe"
     valid = [
         # the AMP recipe
         """
@@ -214,6 +224,19 @@ for x, y in loader:
 """,
             line=8,
             column=5,
+            fixed="""
+import torch
+scaler = torch.cuda.amp.GradScaler()
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.autocast("cuda"):
+        loss = criterion(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+""",
         ),
         # aliased imports, scaled loss through a name, a clipping helper called per step
         Invalid(
@@ -235,6 +258,24 @@ for epoch in range(10):
         grad_scaler.update()
 """,
             line=13,
+            fixed="""
+import torch.amp as amp
+from torch.nn.utils import clip_grad_value_ as clip
+
+def clip_all(model):
+    clip(model.parameters(), 0.5)
+
+grad_scaler = amp.GradScaler("cuda")
+for epoch in range(10):
+    for x, y in loader:
+        opt.zero_grad()
+        scaled = grad_scaler.scale(crit(net(x), y))
+        scaled.backward()
+        grad_scaler.unscale_(opt)
+        clip_all(net)
+        grad_scaler.step(opt)
+        grad_scaler.update()
+""",
         ),
         # the clip runs on the AMP path of a script that supports both
         Invalid(
@@ -297,7 +338,44 @@ for step, (x, y) in enumerate(loader):
                             continue
                         node = model.steps.anchor(e)
                         if seen.first(node):
-                            yield self.report(node, None if e.kind is Kind.CLIP else _READ_MSG)
+                            if e.kind is not Kind.CLIP:
+                                yield self.report(node, _READ_MSG)
+                                continue
+                            fix = self._unscale_first(model, scalers, loop, scaled, node)
+                            yield self.report(node, fix=fix)
+
+    def _unscale_first(
+        self, model: FileModel, scalers: Scalers, loop: StepLoop, backward: Event, clip: ast.AST
+    ) -> Fix | None:
+        """``scaler.unscale_(optimizer)`` before the clip; None where the scaler or its one
+        optimizer is unknown, or the call could run twice before ``update()`` (it raises):
+        the clip runs without the step (accumulation, a ``continue``) or the backward."""
+        if loop.of(Kind.UNSCALE) or not isinstance(backward.node, ast.Call):
+            return None
+        scale = scalers.scale_call(backward_value(model, backward.node))
+        steps = [e for e in loop.of(Kind.STEP) if e.scaled]
+        optimizers = {e.target for e in steps}
+        scaler = dotted(scale.func) if scale else None  # `scaler.scale`: drop `.scale`
+        if scaler is None or len(optimizers) != 1 or "<expr>" in optimizers:
+            return None
+        scaler = scaler.rpartition(".")[0]
+        # stepped by this very scaler
+        if any(_receiver(e.node) != scaler for e in steps):
+            return None
+        stmt = model.statement_of(clip)
+        block = siblings(model, stmt) or []
+        if not block or not isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign)):
+            return None
+        after = block[[id(s) for s in block].index(id(stmt)) + 1 :]
+        step_at = {id(model.statement_of(model.steps.anchor(e))) for e in steps}
+        until = next((i for i, s in enumerate(after) if id(s) in step_at), None)
+        if until is None or any(jumps(s) for s in after[:until]):
+            return None
+        if not runs_after(model, stmt, model.statement_of(model.steps.anchor(backward))):
+            return None
+        code = f"{scaler}.unscale_({optimizers.pop()})"
+        edit = insert_before(model, stmt, code)
+        return self.fix(edit, message=f"insert `{code}`") if edit else None
 
     @staticmethod
     def _unscaled_elsewhere(loop: StepLoop, backward: Event, clip: Event) -> bool:
@@ -309,3 +387,8 @@ for step, (x, y) in enumerate(loader):
             for u in loop.of(Kind.UNSCALE)
             for p in loop.paths
         )
+
+
+def _receiver(node: ast.AST) -> str | None:
+    func = node.func if isinstance(node, ast.Call) else None
+    return dotted(func.value) if isinstance(func, ast.Attribute) else None
