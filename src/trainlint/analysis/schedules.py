@@ -98,11 +98,80 @@ def lambda_body(model: FileModel, node: ast.AST | None) -> tuple[ast.AST, set[st
     return None
 
 
+def lambda_closure(
+    model: FileModel, node: ast.AST | None
+) -> tuple[ast.AST, set[str], dict[str, ast.AST]] | None:
+    """:func:`lambda_body`, also through a same-file factory call (``LambdaLR(opt,
+    warmup_fn(500))``, ``self.make_lambda(cfg.warmup)``): the lambda or nested def the
+    factory returns, and the factory's parameters bound to the call's argument
+    expressions (what the multiplier's free names stand for at this construction)."""
+    found = lambda_body(model, node)
+    if found is not None:
+        return found[0], found[1], {}
+    if not isinstance(node, ast.Call):
+        return None
+    fn = model.resolve_call(node)
+    if fn is None:
+        return None
+    returns = [r for r in model.returns_in(fn) if r.value is not None]
+    if len(returns) != 1:
+        return None
+    value = returns[0].value
+    inner: tuple[ast.AST, set[str]] | None = None
+    if isinstance(value, ast.Lambda):
+        inner = value.body, {a.arg for a in value.args.args}
+    elif isinstance(value, ast.Name):
+        for stmt in fn.body:
+            if isinstance(stmt, ast.FunctionDef) and stmt.name == value.id:
+                inner = stmt, {a.arg for a in stmt.args.args}
+    if inner is None:
+        return None
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if params and params[0] in ("self", "cls") and isinstance(node.func, ast.Attribute):
+        params = params[1:]
+    bound: dict[str, ast.AST] = dict(zip(params, node.args, strict=False))
+    bound.update((k.arg, k.value) for k in node.keywords if k.arg)
+    return inner[0], inner[1], bound
+
+
+#: Schedulers made of other schedulers: their unit is their children's.
+COMPOSITE_CLASSES = {"SequentialLR", "ChainedScheduler"}
+
+
+def _composite_unit(model: FileModel, call: ast.Call, depth: int) -> str | None:
+    """The unit all the child schedules of a `SequentialLR`/`ChainedScheduler` agree on
+    (built inline or bound to names), with `SequentialLR`'s milestones; None when they
+    disagree or none can be told."""
+    children = keyword(call, "schedulers")
+    if children is None:
+        children = next((a for a in call.args if isinstance(a, (ast.List, ast.Tuple))), None)
+    if not isinstance(children, (ast.List, ast.Tuple)) or depth > 3:
+        return None
+    units: set[str] = set()
+    for child in children.elts:
+        binding: Binding | None = None
+        if isinstance(child, ast.Call):
+            binding = Binding(Role.SCHEDULER, model.qualname(child.func), child, child)
+        elif isinstance(child, (ast.Name, ast.Attribute)):
+            binding = model.roles.lookup(child)
+        if binding is None or binding.call is None:
+            continue
+        sched = schedule_of(model, binding, depth + 1)
+        if sched is not None and sched.unit is not None:
+            units.add(sched.unit)
+    milestones = keyword(call, "milestones")
+    if milestones is not None:
+        unit = unit_of_length(model, [milestones])
+        if unit is not None:
+            units.add(unit)
+    return units.pop() if len(units) == 1 else None
+
+
 def lambda_arg(call: ast.Call) -> ast.AST | None:
     return keyword(call, "lr_lambda") or (call.args[1] if len(call.args) > 1 else None)
 
 
-def schedule_of(model: FileModel, binding: Binding) -> Schedule | None:
+def schedule_of(model: FileModel, binding: Binding, depth: int = 0) -> Schedule | None:
     call = binding.call
     qual = binding.qualname or ""
     if call is None:
@@ -117,17 +186,24 @@ def schedule_of(model: FileModel, binding: Binding) -> Schedule | None:
             return Schedule(binding, cls, "iteration" if unit == "iteration" else "epoch")
         if cls in LENGTH_CLASSES:
             if cls in ("LambdaLR", "MultiplicativeLR"):
-                body = lambda_body(model, lambda_arg(call))
+                body = lambda_closure(model, lambda_arg(call))
                 if body is None:
                     return Schedule(binding, cls, None)
-                node, params = body
-                names = [n for n in names_in(node, params)]
-                fake = [ast.Name(id=n) for n in names]
-                return Schedule(binding, cls, unit_of_length(model, fake))
+                node, params, bound = body
+                names = [n for n in names_in(node, params) if n not in bound]
+                fake: list[ast.AST] = [ast.Name(id=n) for n in names]
+                return Schedule(binding, cls, unit_of_length(model, [*fake, *bound.values()]))
             return Schedule(binding, cls, unit_of_length(model, args))
+        if cls in COMPOSITE_CLASSES:
+            return Schedule(binding, cls, _composite_unit(model, call, depth))
         return Schedule(binding, cls, None)
     if qual.startswith("transformers") and (re.match(r"get_\w*schedule", cls)):
-        return Schedule(binding, cls, "iteration")
+        # sized by its training-step count: in epochs when that count is an epoch count
+        total = keyword(call, "num_training_steps") or (
+            call.args[2] if len(call.args) > 2 else None
+        )
+        unit = unit_of_length(model, [total]) if total is not None else None
+        return Schedule(binding, cls, "epoch" if unit == "epoch" else "iteration")
     return None
 
 

@@ -10,19 +10,24 @@ from collections.abc import Iterator
 from trainlint.analysis.constants import ConstantEvaluator, is_number, is_positive
 from trainlint.analysis.model import FileModel, keyword
 from trainlint.analysis.objects import Fate, objects
-from trainlint.analysis.schedules import lambda_arg, lambda_body, scheduler_calls
+from trainlint.analysis.schedules import lambda_arg, lambda_closure, scheduler_calls
 from trainlint.rules.base import Invalid, Report, Rule, Valid
 
 
 def _multiplier_at_zero(model: FileModel, node: ast.AST | None) -> object:
-    body = lambda_body(model, node)
+    body = lambda_closure(model, node)
     if body is None:
         return None
-    expr, params = body
+    expr, params, bound = body
     if not params:
         return None
-    env: dict[str, object] = {p: 0 for p in params}
     ev = ConstantEvaluator(model)
+    env: dict[str, object] = {}
+    for name, arg in bound.items():  # a factory's parameters, as its call site fills them
+        value = ev.expr(arg, {})
+        if value is not None:
+            env[name] = value
+    env.update((p, 0) for p in params)
     if isinstance(expr, ast.FunctionDef):
         if len(expr.args.args) != 1:
             return None
