@@ -203,6 +203,89 @@ class _Rows:
         return out
 
 
+class StepStart:
+    """The parameters as they were when a step began, kept for the first step that went
+    wrong, so that a check can rerun that step after the others ran (a non-finite gradient
+    is found once the steps are over: stopping at it would take a host read per backward).
+
+    One flat buffer per device and dtype holds the copy made at the start of each step
+    (one foreach copy); with more steps to come, a second keeps the copy of the first step
+    whose ``bad`` flag was set, chosen on the device (one ``where`` per buffer), so that
+    nothing is read on the host while the steps run. CPU buffers are kept for the next
+    check (a parameter-sized malloc and free per check slows the step's own allocations:
+    see :meth:`Snapshot._copy_off_heap`); others are the caching allocator's to reuse.
+    """
+
+    def __init__(self, params: Sequence[torch.Tensor], steps: int) -> None:
+        groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+        for p in params:  # dense tensors only: a sparse parameter is rerun as it is now
+            if p.layout is torch.strided:
+                groups.setdefault((p.device, p.dtype), []).append(p)
+        self.params = [p for members in groups.values() for p in members]
+        # per group: (pool key, the buffers: this step's copy, and the kept one or None)
+        self._groups: list[tuple[Any, tuple[torch.Tensor, torch.Tensor | None]]] = []
+        self.views: list[torch.Tensor] = []
+        self._kept_views: list[torch.Tensor] = []
+        for (device, dtype), members in groups.items():
+            key = (device, dtype, tuple(p.shape for p in members), steps > 1)
+            buffers = _free_starts.take(key)
+            if buffers is None:
+                total = sum(p.numel() for p in members)
+                buffers = (
+                    torch.empty(total, dtype=dtype, device=device),
+                    torch.empty(total, dtype=dtype, device=device) if steps > 1 else None,
+                )
+            self._groups.append((key, buffers))
+            offset = 0
+            for p in members:
+                n = p.numel()
+                self.views.append(buffers[0][offset : offset + n].view(p.shape))
+                if buffers[1] is not None:
+                    self._kept_views.append(buffers[1][offset : offset + n].view(p.shape))
+                offset += n
+        self._seen: torch.Tensor | None = None  # any step so far bad (on the device)
+
+    def take(self) -> None:
+        """Copy the parameters (at the start of a step)."""
+        if not self.params:
+            return
+        enabled = _grad_enabled()
+        _set_grad_enabled(False)  # no_grad
+        try:
+            torch._foreach_copy_(self.views, self.params)
+        finally:
+            _set_grad_enabled(enabled)
+
+    def end_step(self, bad: torch.Tensor | None) -> None:
+        """Keep this step's copy when ``bad`` (a 0-d bool) is set and no earlier step's was."""
+        if bad is None:
+            return
+        first = bad if self._seen is None else bad & ~self._seen
+        self._seen = bad if self._seen is None else self._seen | bad
+        for _, (current, kept) in self._groups:
+            if kept is not None:
+                torch.where(first.to(current.device), current, kept, out=kept)
+
+    def restore(self, *, kept: bool) -> None:
+        """Put a copy back into the parameters: the kept one (an earlier step's) or the
+        last step's."""
+        views = self._kept_views if kept else self.views
+        if self.params and len(views) == len(self.params):
+            with torch.no_grad():
+                torch._foreach_copy_(self.params, views)
+
+    def release(self) -> None:
+        """Give the CPU buffers back for the next check."""
+        groups, self._groups = self._groups, []
+        self.views, self._kept_views = [], []
+        for key, buffers in groups:
+            current = buffers[0]
+            if current.is_cpu and current.numel() * current.element_size() <= _SPARE_MAX:
+                _free_starts.give(key, buffers)
+
+
+_free_starts: KeptPool[tuple[torch.Tensor, torch.Tensor | None]] = KeptPool(4)
+
 _NOT_ROWS: set[tuple[torch.Size, ...]] = set()  # shapes too large for rows
 _ROWS_MAX = _OFF_HEAP  # bytes of a rows buffer, at most: larger models copy as before
 _ROW_SHAPES = 16  # lists of shapes kept, at most

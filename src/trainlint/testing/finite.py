@@ -58,12 +58,15 @@ def assert_finite_grads(
     """No NaN or Inf in any gradient, nor in the loss when the step returns it.
 
     On failure names the first parameter (in backward order: the one nearest the loss) and
-    the step where a non-finite gradient appeared. With ``locate=True`` the step is stopped
-    inside ``backward()`` at the first non-finite gradient, before the optimizer spreads it
-    to the weights, and rerun with the same batch and random state under
-    ``torch.autograd.detect_anomaly()`` to name the backward op that produced it (e.g.
-    ``LogBackward0``) and the forward line that created that op. That costs a host sync per
-    gradient on CUDA; ``locate=False`` only records.
+    the step where a non-finite gradient appeared. With ``locate=True`` the first step whose
+    backward made one is rerun from the parameters it began with, with the same batch and
+    random state, under ``torch.autograd.detect_anomaly()``, stopping inside ``backward()``
+    once it names the backward op that produced it (e.g. ``LogBackward0``) and the forward
+    line that created that op. Nothing is read on the host while the steps run (on a GPU
+    that would be a sync): the gradients are recorded on the device and read after the
+    last step, so the steps after a failing one run too, and the parameters are left as
+    that step began. Locating keeps a copy of the parameters (two with ``steps > 1``);
+    ``locate=False`` only records.
     """
     __tracebackhide__ = True
     run = model_step_runner(CHECK, model, step, steps, batches)
@@ -85,6 +88,7 @@ class _Measured:
     stopped_at: int | None
     rng: Any
     device: torch.device | None  # None: not located
+    rewind: Any = None  # puts the stopped step's start back: returns what reruns it
 
     @property
     def bad_losses(self) -> list[tuple[int, float]]:
@@ -101,48 +105,154 @@ def _measure(
     steps: int,
     device: torch.device | None,
 ) -> _Measured:
-    """Run the steps until a gradient or the loss is non-finite (stopping inside backward
-    when locating, i.e. given the model's ``device``), recording each gradient's largest
-    magnitude and each loss."""
+    """Run the steps, recording each gradient's largest magnitude and each loss on the
+    device, read once after the last step; then cut the record at the first step with a
+    non-finite loss or (when locating, i.e. given the model's ``device``) gradient, as if
+    the check had stopped there: inside that step's backward for a gradient."""
     __tracebackhide__ = True
+    from trainlint._runtime.snapshot import StepStart
+
     rt = runtime()
-    torch, NonFiniteGradient = rt.torch, rt.NonFiniteGradient
-    # the device's random state is kept to rerun a failing step (locate): only then
-    recorder = rt.GradRecorder([p for _, p in named], stop_on_nonfinite=device is not None)
-    losses: list[float | None] = []
+    torch = rt.torch
+    recorder = rt.GradRecorder([p for _, p in named])
+    losses: list[Any] = []  # what each step returned, as a 0-d tensor or a number
+    # locating: the random state, batch and parameters each step began with, to rerun the
+    # first failing one
+    rngs: list[Any] = []
+    batches: list[Any] = []
+    starts = StepStart([p for _, p in named], steps) if device is not None else None
     stopped_at: int | None = None
-    rng: Any = None
-    with recorder:
-        for i in range(steps):
-            if device is not None:
-                rng = _rng_state(torch, device)
-            recorder.begin_step(i)
-            try:
-                out = run()
-            except NonFiniteGradient:
-                stopped_at = i
-                break
-            except RuntimeError as error:
-                # The user's own anomaly detection stopped backward at a NaN first.
-                if not re.search(r"Function '\w+' returned nan values", str(error)):
-                    raise
-                stopped_at = i
-                break
-            recorder.end_step()
-            losses.append(loss_value(out))
-            loss = losses[-1]
-            del out
-            if loss is not None and not math.isfinite(loss):
-                break
-    ran = len(losses) + (stopped_at is not None)
+    raised: tuple[int, Exception] | None = None
+    try:
+        with recorder:
+            for i in range(steps):
+                if starts is not None:
+                    rngs.append(_rng_state(torch, device))
+                    starts.take()
+                recorder.begin_step(i)
+                try:
+                    out = run()
+                except Exception as error:
+                    # The user's own anomaly detection stopped backward at a NaN first.
+                    if isinstance(error, RuntimeError) and re.search(
+                        r"Function '\w+' returned nan values", str(error)
+                    ):
+                        stopped_at = i
+                    else:  # a NaN of an earlier step may be why: known once read
+                        raised = (i, error)
+                    break
+                finally:
+                    batches.append(run.last_batch)
+                recorder.end_step()
+                losses.append(_loss_later(torch, out))
+                del out
+                if starts is not None and i < steps - 1:
+                    starts.end_step(recorder.nonfinite_since_mark())
+        numbers = _read_losses(torch, losses)
+        ran, stopped_at = _cut(recorder, numbers, stopped_at, raised, device is not None)
+        if stopped_at is None and starts is not None:
+            starts.release()
+            starts = None
+    except BaseException:
+        if starts is not None:
+            starts.release()
+        raise
+    recorder.truncate(ran)
     per_step = recorder.table(ran)
     per_param = zip(*per_step, strict=True) if ran else (() for _ in named)
     result = FiniteGradsResult(
         steps=ran,
         max_abs={n: tuple(values) for (n, _), values in zip(named, per_param, strict=True)},
-        losses=tuple(losses),
+        losses=tuple(numbers[: ran - (stopped_at is not None)]),
     )
-    return _Measured(result, recorder, stopped_at, rng, device)
+    rewind = None
+    if stopped_at is not None and starts is not None:
+        rewind = _Rewind(run, starts, stopped_at, len(batches) - 1, batches[stopped_at])
+    rng = rngs[stopped_at] if stopped_at is not None and rngs else None
+    return _Measured(result, recorder, stopped_at, rng, device, rewind)
+
+
+def _cut(
+    recorder: GradRecorder,
+    losses: list[float | None],
+    stopped_at: int | None,
+    raised: tuple[int, Exception] | None,
+    locating: bool,
+) -> tuple[int, int | None]:
+    """(steps the check counts as run, the step stopped inside backward or None): the
+    first of a non-finite gradient from backward (locating), a step stopped by its own
+    anomaly detection, a non-finite loss; a step that raised before any of them raises."""
+    __tracebackhide__ = True
+    isfinite = math.isfinite
+    first_grad = None
+    if locating:
+        assigned = recorder.assigned
+        first_grad = next(
+            (
+                step
+                for step, i, v in recorder.events
+                if v is not None and not isfinite(v) and (step, i) not in assigned
+            ),
+            None,
+        )
+    first_loss = next(
+        (i for i, v in enumerate(losses) if v is not None and not isfinite(v)), None
+    )
+    stop = min((s for s in (first_grad, stopped_at) if s is not None), default=None)
+    if stop is not None and (first_loss is None or stop <= first_loss):
+        return stop + 1, stop
+    if first_loss is not None and (raised is None or first_loss < raised[0]):
+        return first_loss + 1, None
+    if raised is not None:
+        raise raised[1]
+    return len(losses), None
+
+
+class _Rewind:
+    """Puts back what a stopped step began with (its parameters; its batch), and gives
+    what reruns it."""
+
+    def __init__(self, run: StepRunner, starts: Any, step: int, last: int, batch: Any) -> None:
+        self.run, self.starts, self.step, self.last, self.batch = run, starts, step, last, batch
+
+    def __call__(self) -> _Rewind:
+        # this step's copy is the last one taken, or the one kept for an earlier step
+        self.starts.restore(kept=self.step < self.last)
+        self.starts.release()
+        return self
+
+    def again(self) -> Any:
+        return self.run.again_with(self.batch)
+
+
+def _loss_later(torch: Any, out: Any) -> Any:
+    """What :func:`loss_value` reads from a step's return, without reading it: a 0-d
+    tensor (a copy: the step may reuse its tensor), a float, or None."""
+    if isinstance(out, (tuple, list)) and out:
+        out = out[0]
+    elif isinstance(out, dict) and "loss" in out:
+        out = out["loss"]
+    if not isinstance(out, torch.Tensor) or out.is_complex():
+        return loss_value(out)  # a number, None, or loss_value's own error
+    n = out.numel()
+    if n == 0:
+        return None
+    detached = out.detach()
+    return detached.reshape(()).clone() if n == 1 else detached.float().mean()
+
+
+def _read_losses(torch: Any, losses: list[Any]) -> list[float | None]:
+    """The losses as floats: the tensors in one host read per device and dtype."""
+    groups: dict[tuple[Any, Any], list[int]] = {}
+    for i, v in enumerate(losses):
+        if isinstance(v, torch.Tensor):
+            groups.setdefault((v.device, v.dtype), []).append(i)
+    out = list(losses)
+    for indices in groups.values():
+        read = torch.stack([losses[i] for i in indices]).tolist()
+        for i, number in zip(indices, read, strict=True):
+            out[i] = float(number)
+    return out
 
 
 def _diagnose(measured: _Measured, named: list[tuple[str, torch.Tensor]]) -> tuple[int, str] | None:
@@ -200,7 +310,8 @@ def _report(
         )
     if locate and measured.stopped_at is not None:
         assert measured.device is not None
-        sections.append(_locate_nonfinite(torch, run, measured.rng, measured.device))
+        rerun = measured.rewind() if measured.rewind is not None else run
+        sections.append(_locate_nonfinite(torch, rerun, measured.rng, measured.device))
     elif locate:
         sections.append(
             "Not located: the step was not stopped inside backward() (the gradient was "
