@@ -139,7 +139,7 @@ def test_the_clip_read_norm_is_the_one_computed_by_hand(norm_type, monkeypatch):
     def step() -> None:
         optimizer.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
-        expected.append(_total_norm([p.grad.clone() for p in model.parameters()]))
+        expected.append(float(_total_norm([p.grad.clone() for p in model.parameters()])))
         nn.utils.clip_grad_norm_(model.parameters(), 1e-3, norm_type=norm_type)
         optimizer.step()
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
-from trainlint._runtime.report import fail, fmt, table
+from trainlint._runtime.report import fail, table
+from trainlint.testing._clip_reads import PendingRead, read_all
 from trainlint.testing._common import Step, model_step_runner, plural, runtime, trainable
 
 if TYPE_CHECKING:
@@ -110,8 +111,8 @@ class _Tracker:
         self.index = {id(p): i for i, p in enumerate(params)}
         self.last: list[str | None] = [None] * len(params)
         self.norm: list[Any] = [None] * len(params)
-        self.order: list[str] = []
-        self.reads: list[GradRead] = []
+        self.order: list[Any] = []  # this step's events: texts, and reads (_Read)
+        self.pending: list[PendingRead] = []
         self.step = 0
         self.local = threading.local()
         torch = _torch()
@@ -150,7 +151,11 @@ class _Tracker:
 
     def read(self, function: str, indices: list[int], total: Any = None) -> None:
         """Note a read of the parameters ``indices``; ``total``: the total norm the read
-        computed itself, where it is :func:`_total_norm`'s to the bit (see _same_norm)."""
+        computed itself, where it is :func:`_total_norm`'s to the bit (see _same_norm).
+
+        Nothing is read on the host here (on a GPU that would be a sync inside the step):
+        the norms stay 0-d tensors, and what the read means is decided in :meth:`reads`,
+        after the last step."""
         indices = sorted(set(indices))
         if not indices:
             return
@@ -158,26 +163,19 @@ class _Tracker:
             grads = [g for g in (self.params[i].grad for i in indices) if g is not None]
             seen = _total_norm(grads)
         else:
-            seen = float(total)
+            seen = total.detach() if isinstance(total, _torch().Tensor) else total
         states = [self.last[i] for i in indices]
         norms = [self.norm[i] for i in indices if self.norm[i] is not None]
-        backward = _stacked_norm(_torch(), norms) if norms else None
-        after: str | None
-        if "zero_grad" in states:
-            after = "zero_grad"
-        elif seen == 0 and backward:
-            # cleared unseen: a module's zero_grad() (unpatched: changing Module's class
-            # attributes costs every subclass its caches), `p.grad = None`, `.zero_()`
-            after = "zero_grad"
-            self.event("zero_grad() or another clear (the gradients read 0)")
-        elif "step" in states:
-            after = "step"
-        elif None in states:
-            after = None
-        else:
-            after = "backward"
-        self.event(f"{function}  (saw {fmt(seen)})")
-        self.reads.append(GradRead(self.step, function, seen, backward, after, tuple(self.order)))
+        backward = _stacked_norm(norms) if norms else None
+        read = PendingRead(self.step, function, seen, backward, states, self.order)
+        self.order.append(read)
+        read.at = len(self.order)
+        self.pending.append(read)
+
+    def reads(self) -> list[GradRead]:
+        """Every read, its norms read on the host in one pass."""
+        pending, self.pending = self.pending, []
+        return [GradRead(*fields) for fields in read_all(pending)]
 
 
 def _torch() -> Any:  # (bound once per process: see _common.runtime)
@@ -185,37 +183,21 @@ def _torch() -> Any:  # (bound once per process: see _common.runtime)
 
 
 def _norm(tensor: torch.Tensor) -> torch.Tensor:
-    """The 2-norm as a 0-d tensor (one op, no host sync); fp16/bf16 square in float32."""
-    torch = _torch()
-    if tensor.is_sparse:
-        tensor = tensor.coalesce().values()
-    if tensor.dtype in (torch.float16, torch.bfloat16):
-        return torch.linalg.vector_norm(tensor, dtype=torch.float32)
-    return torch.linalg.vector_norm(tensor)
+    from trainlint._runtime.norms import norm
+
+    return norm(tensor)
 
 
-def _stacked_norm(torch: Any, norms: list[torch.Tensor]) -> float:
-    if not all(n.is_cpu for n in norms) and len({n.device for n in norms}) > 1:
-        norms = [n.cpu() for n in norms]
-    return float(torch.linalg.vector_norm(torch.stack(norms)))
+def _stacked_norm(norms: list[torch.Tensor]) -> torch.Tensor:
+    from trainlint._runtime.norms import stacked_norm
+
+    return stacked_norm(norms)
 
 
-def _total_norm(grads: list[torch.Tensor]) -> float:
-    """The 2-norm of all of ``grads`` together: one foreach reduction, one host read."""
-    torch = _torch()
-    if not grads:
-        return 0.0
-    detached = [g.detach() if g.requires_grad else g for g in grads]  # create_graph=True
-    norms: list[Any] | None = None
-    floats = (torch.float32, torch.float16, torch.bfloat16)
-    if all(g.layout is torch.strided and g.dtype in floats for g in detached):
-        try:  # float32 accumulation; torch < 2.3 has no dtype= here
-            norms = list(torch._foreach_norm(detached, 2, dtype=torch.float32))
-        except (RuntimeError, TypeError):
-            norms = None
-    if norms is None:
-        norms = [_norm(g) for g in detached]
-    return _stacked_norm(torch, norms)
+def _total_norm(grads: list[torch.Tensor]) -> Any:
+    from trainlint._runtime.norms import total_norm
+
+    return total_norm(grads)
 
 
 def _util_targets() -> list[tuple[Any, str]]:
@@ -327,7 +309,7 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
         for handle in handles:
             handle.remove()
         hooks.remove()
-    return ClipResult(steps=steps, reads=tuple(tracker.reads))
+    return ClipResult(steps=steps, reads=tuple(tracker.reads()))
 
 
 def _same_norm(

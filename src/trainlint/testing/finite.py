@@ -126,7 +126,7 @@ def _measure(
     try:
         with recorder:
             for i in range(steps):
-                if starts is not None:
+                if starts is not None and device is not None:
                     rngs.append(_rng_state(torch, device))
                     starts.take()
                 recorder.begin_step(i)
@@ -195,9 +195,7 @@ def _cut(
             ),
             None,
         )
-    first_loss = next(
-        (i for i, v in enumerate(losses) if v is not None and not isfinite(v)), None
-    )
+    first_loss = next((i for i, v in enumerate(losses) if v is not None and not isfinite(v)), None)
     stop = min((s for s in (first_grad, stopped_at) if s is not None), default=None)
     if stop is not None and (first_loss is None or stop <= first_loss):
         return stop + 1, stop
