@@ -32,7 +32,8 @@ from typing import Any
 
 import torch
 
-from trainlint._runtime.magnitudes import as_numbers, max_abs, small_dense
+from trainlint._runtime.magnitudes import max_abs, small_dense
+from trainlint._runtime.norms import read_floats
 from trainlint._runtime.pool import KeptPool
 
 _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
@@ -308,7 +309,7 @@ class GradRecorder:
             used = [c[0] for c in self._chunks]
             flat = used[0] if len(used) == 1 else torch.cat(used)
             pairs = flat[: len(slotted)].tolist()
-        numbers = iter(as_numbers([v for _, _, _, v in later if v is not None]))
+        numbers = iter(read_floats([v for _, _, _, v in later if v is not None]))
         out: list[tuple[int, int, float | None]] = []
         starts = self._starts
         nan = math.nan
