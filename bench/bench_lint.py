@@ -73,8 +73,10 @@ def cache_dirs(cache: Path, names: tuple[str, ...]) -> list[Path]:
     dirs = [cache / "src" / name for name in names]
     missing = [str(d) for d in dirs if not d.is_dir()]
     if missing:
-        sys.exit(f"not unpacked: {', '.join(missing)}; run bench/ecosystem.py first "
-                 "(or pass --cache-dir)")
+        sys.exit(
+            f"not unpacked: {', '.join(missing)}; run bench/ecosystem.py first "
+            "(or pass --cache-dir)"
+        )
     return dirs
 
 
@@ -143,16 +145,18 @@ def own_floor_ratios(lint: Callable[[], object], runs: int) -> list[float]:
 
 def child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """Run ``cmd``; its (CPU seconds, peak resident MiB), from the kernel's accounting."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}
+    )
     _, _, usage = os.wait4(proc.pid, 0)
     return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def child_peak(cmd: list[str], env: dict[str, str] | None = None) -> float:
     """Run a Python ``cmd`` that prints its own peak resident MiB last; return that."""
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True,
-                         env={**os.environ, **(env or {})}).stdout
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, check=True, env={**os.environ, **(env or {})}
+    ).stdout
     return float(out.split()[-1])
 
 
@@ -175,7 +179,8 @@ def _peak() -> None:
 _peak()
 """
 
-_CHILD_LINT = """
+_CHILD_LINT = (
+    """
 import sys
 from pathlib import Path
 from trainlint.config import Settings, select_rules
@@ -185,9 +190,12 @@ files = [Path(p) for p in Path(sys.argv[1]).read_text().splitlines()]
 settings = Settings()
 selection = select_rules(builtin_rules(), settings, cli_select=["ALL"])
 run(files * int(sys.argv[2]), selection, settings, jobs=1)
-""" + _PEAK
+"""
+    + _PEAK
+)
 
-_CHILD_PARSE = """
+_CHILD_PARSE = (
+    """
 import ast, sys, warnings
 from pathlib import Path
 warnings.simplefilter("ignore")
@@ -197,7 +205,9 @@ for _ in range(int(sys.argv[2])):
             ast.parse(Path(p).read_bytes())
         except (SyntaxError, ValueError):
             pass
-""" + _PEAK
+"""
+    + _PEAK
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,15 +215,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dirs", nargs="*", type=Path)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--copies", type=int, default=3,
-                        help="peak memory: lint the tree this many times over in one process")
-    parser.add_argument("--others", action="store_true",
-                        help="also time torchfix/fixit on the same files when installed")
-    parser.add_argument("--training", action="store_true",
-                        help="the training-heavy tree: cleanrl + litgpt from the ecosystem cache")
+    parser.add_argument(
+        "--copies",
+        type=int,
+        default=3,
+        help="peak memory: lint the tree this many times over in one process",
+    )
+    parser.add_argument(
+        "--others",
+        action="store_true",
+        help="also time torchfix/fixit on the same files when installed",
+    )
+    parser.add_argument(
+        "--training",
+        action="store_true",
+        help="the training-heavy tree: cleanrl + litgpt from the ecosystem cache",
+    )
     parser.add_argument("--timm", action="store_true", help="timm from the ecosystem cache")
-    parser.add_argument("--cache-dir", type=Path, default=ECOSYSTEM_CACHE,
-                        help="bench/ecosystem.py's cache (default: bench/.ecosystem-cache)")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=ECOSYSTEM_CACHE,
+        help="bench/ecosystem.py's cache (default: bench/.ecosystem-cache)",
+    )
     args = parser.parse_args(argv)
     dirs = list(args.dirs)
     if args.training:
@@ -225,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     sources = [p.read_bytes() for p in files]
     size = sum(len(s) for s in sources)
     lines = sum(s.count(b"\n") for s in sources)
-    print(f"{len(files)} files, {lines} lines, {size / 1e6:.1f} MB from {', '.join(map(str, dirs))}")
+    print(
+        f"{len(files)} files, {lines} lines, {size / 1e6:.1f} MB from {', '.join(map(str, dirs))}"
+    )
 
     from trainlint.cache import Cache
     from trainlint.config import Settings, select_rules
@@ -265,7 +291,9 @@ def main(argv: list[str] | None = None) -> int:
             colds.append(cpu_time(cold, 1))
             floors.append(cpu_time(floor, 1))
         floor_t, cold_t = min(floors), min(colds)
-        paired = sorted(c * 2 / (a + b) for c, a, b in zip(colds, floors[:-1], floors[1:], strict=True))
+        paired = sorted(
+            c * 2 / (a + b) for c, a, b in zip(colds, floors[:-1], floors[1:], strict=True)
+        )
         rows: list[tuple[str, float]] = [
             ("ast.parse floor (read + parse)", floor_t),
             ("trainlint cold, 1 process, all rules", cold_t),
@@ -281,7 +309,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(("libcst.parse_module (SPEC 12 baseline)", cpu_time(parse_libcst, 1)))
         start = time.perf_counter()
         parallel()
-        rows.append((f"trainlint cold, --jobs {args.jobs} (wall clock)", time.perf_counter() - start))
+        rows.append(
+            (f"trainlint cold, --jobs {args.jobs} (wall clock)", time.perf_counter() - start)
+        )
         warm_t = cpu_time(warm, args.runs)
         rows.append(("trainlint warm (cache)", warm_t))
 
@@ -298,8 +328,20 @@ def main(argv: list[str] | None = None) -> int:
         env = {"PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
         if shutil.which("ruff"):
             ruff_t, _ = child_min(
-                ["ruff", "check", "--no-cache", "--select", "ALL", "--exit-zero", "--quiet",
-                 "--isolated", *listing], args.runs, {"RAYON_NUM_THREADS": "1"})
+                [
+                    "ruff",
+                    "check",
+                    "--no-cache",
+                    "--select",
+                    "ALL",
+                    "--exit-zero",
+                    "--quiet",
+                    "--isolated",
+                    *listing,
+                ],
+                args.runs,
+                {"RAYON_NUM_THREADS": "1"},
+            )
             rows.append(("ruff --select ALL, one thread (whole process)", ruff_t))
         if args.others:
             rows.extend(_others(listing, args.runs))
@@ -308,38 +350,59 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{'':{width}}  {'CPU s':>7}  {'x floor':>7}")
         for name, secs in rows:
             print(f"{name:{width}}  {secs:7.3f}  {secs / floor_t:7.2f}")
-        print(f"cold / floor, paired (each cold run over the mean of the floor runs before and "
-              f"after it): median {statistics.median(paired):.2f}, range "
-              f"{paired[0]:.2f}-{paired[-1]:.2f} over {len(paired)} runs")
+        print(
+            f"cold / floor, paired (each cold run over the mean of the floor runs before and "
+            f"after it): median {statistics.median(paired):.2f}, range "
+            f"{paired[0]:.2f}-{paired[-1]:.2f} over {len(paired)} runs"
+        )
         own = own_floor_ratios(cold, args.runs)
-        print(f"cold / its own reads and parses (timed in place, file by file): median "
-              f"{statistics.median(own):.2f}, range {own[0]:.2f}-{own[-1]:.2f} over {len(own)} runs")
+        print(
+            f"cold / its own reads and parses (timed in place, file by file): median "
+            f"{statistics.median(own):.2f}, range {own[0]:.2f}-{own[-1]:.2f} over {len(own)} runs"
+        )
         print(f"warm / cold = {warm_t / cold_t:.3f}")
         print(f"fix / cold = {fix_t / cold_t:.2f} (SPEC: <= 2 on fixtures/)")
         if shutil.which("ruff"):
             print(f"cold / ruff = {cold_t / ruff_t:.2f} (trainlint in-process, ruff whole process)")
 
         lint_mem = child_peak(
-            [sys.executable, "-c", _CHILD_LINT, str(list_file), str(args.copies)], env)
+            [sys.executable, "-c", _CHILD_LINT, str(list_file), str(args.copies)], env
+        )
         parse_mem = child_peak(
-            [sys.executable, "-c", _CHILD_PARSE, str(list_file), str(args.copies)], env)
-        print(f"\npeak memory, the tree {args.copies}x in one process: lint {lint_mem:.0f} MiB "
-              f"(parse only: {parse_mem:.0f} MiB)")
+            [sys.executable, "-c", _CHILD_PARSE, str(list_file), str(args.copies)], env
+        )
+        print(
+            f"\npeak memory, the tree {args.copies}x in one process: lint {lint_mem:.0f} MiB "
+            f"(parse only: {parse_mem:.0f} MiB)"
+        )
 
         one = copy_root / "one_file.py"
         one.write_text("import torch\n\nx = torch.zeros(3)\n")
         # As installed: with bytecode. Where PYTHONDONTWRITEBYTECODE is set (and src/ has
         # no __pycache__), every start would compile all of trainlint's modules again,
         # over twice the time measured here; a primed private pycache stands in.
-        startup_env = {**env, "PYTHONPYCACHEPREFIX": str(work / "pycache"),
-                       "PYTHONDONTWRITEBYTECODE": ""}
-        check_cmd = [sys.executable, "-m", "trainlint", "check", "--no-cache", "-q",
-                     "--exit-zero", str(one)]
+        startup_env = {
+            **env,
+            "PYTHONPYCACHEPREFIX": str(work / "pycache"),
+            "PYTHONDONTWRITEBYTECODE": "",
+        }
+        check_cmd = [
+            sys.executable,
+            "-m",
+            "trainlint",
+            "check",
+            "--no-cache",
+            "-q",
+            "--exit-zero",
+            str(one),
+        ]
         child(check_cmd, startup_env)  # prime the bytecode cache
         bare, _ = child_min([sys.executable, "-c", "pass"], max(args.runs, 5), startup_env)
         check, _ = child_min(check_cmd, max(args.runs, 5), startup_env)
-        print(f"start-up: `trainlint check one_file.py` {check:.3f} s CPU, the interpreter "
-              f"alone {bare:.3f} s: {check - bare:.3f} s beyond it")
+        print(
+            f"start-up: `trainlint check one_file.py` {check:.3f} s CPU, the interpreter "
+            f"alone {bare:.3f} s: {check - bare:.3f} s beyond it"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

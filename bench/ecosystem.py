@@ -77,13 +77,34 @@ SIMPLE_INDEX = "https://pypi.org/simple"
 VERDICTS = ("true", "false", "noise", "unreviewed")
 PRECISION_GATE = 0.9
 #: Folders never linted: other projects' code copied in, and build leftovers.
-SKIP_DIRS = frozenset({
-    "__pycache__", ".git", ".hg", ".tox", ".venv", "node_modules",
-    "third_party", "thirdparty", "third-party", "vendor", "_vendor", "vendored",
-})
+SKIP_DIRS = frozenset(
+    {
+        "__pycache__",
+        ".git",
+        ".hg",
+        ".tox",
+        ".venv",
+        "node_modules",
+        "third_party",
+        "thirdparty",
+        "third-party",
+        "vendor",
+        "_vendor",
+        "vendored",
+    }
+)
 #: Fields of a ledger entry, in the order they are written.
-LEDGER_FIELDS = ("package", "version", "path", "line", "code", "text", "message",
-                 "verdict", "reason")
+LEDGER_FIELDS = (
+    "package",
+    "version",
+    "path",
+    "line",
+    "code",
+    "text",
+    "message",
+    "verdict",
+    "reason",
+)
 
 
 # --------------------------------------------------------------------------- packages
@@ -108,11 +129,17 @@ def load_packages(path: Path = PACKAGES_FILE) -> list[Package]:
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     out = []
     for entry in data.get("package", []):
-        out.append(Package(
-            name=entry["name"], version=entry["version"], artifact=entry["artifact"],
-            filename=entry["filename"], sha256=entry["sha256"],
-            exclude=tuple(entry.get("exclude", ())), note=entry.get("note", ""),
-        ))
+        out.append(
+            Package(
+                name=entry["name"],
+                version=entry["version"],
+                artifact=entry["artifact"],
+                filename=entry["filename"],
+                sha256=entry["sha256"],
+                exclude=tuple(entry.get("exclude", ())),
+                note=entry.get("note", ""),
+            )
+        )
     names = [p.name for p in out]
     dupes = sorted(n for n, c in Counter(names).items() if c > 1)
     if dupes:
@@ -124,8 +151,10 @@ def simple_index_files(name: str) -> list[dict[str, Any]]:
     """The files PyPI lists for a project (PEP 691 JSON), as pip sees them."""
     req = urllib.request.Request(
         f"{SIMPLE_INDEX}/{name}/",
-        headers={"Accept": "application/vnd.pypi.simple.v1+json",
-                 "User-Agent": "trainlint-ecosystem-check"},
+        headers={
+            "Accept": "application/vnd.pypi.simple.v1+json",
+            "User-Agent": "trainlint-ecosystem-check",
+        },
     )
     with urllib.request.urlopen(req, timeout=120) as resp:
         return list(json.load(resp)["files"])
@@ -142,11 +171,16 @@ def download(pkg: Package, dest: Path) -> Path:
         raise RuntimeError(f"{pkg.name}: {pkg.filename} is not on {SIMPLE_INDEX}")
     fd, tmp = tempfile.mkstemp(dir=dest, prefix=".part-")
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(files[0]["url"], timeout=600) as resp:
+        with (
+            os.fdopen(fd, "wb") as out,
+            urllib.request.urlopen(files[0]["url"], timeout=600) as resp,
+        ):
             shutil.copyfileobj(resp, out)
         digest = _sha256(Path(tmp))
         if digest != pkg.sha256:
-            raise RuntimeError(f"{pkg.filename}: sha256 {digest} does not match the pin {pkg.sha256}")
+            raise RuntimeError(
+                f"{pkg.filename}: sha256 {digest} does not match the pin {pkg.sha256}"
+            )
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
@@ -182,7 +216,11 @@ def ensure_unpacked(pkg: Package, cache: Path) -> Path:
         _extract(archive, tmp)
         entries = list(tmp.iterdir())
         # An sdist has exactly one top folder (name-version/): paths are relative to it.
-        top = entries[0] if len(entries) == 1 and entries[0].is_dir() and pkg.artifact == "sdist" else tmp
+        top = (
+            entries[0]
+            if len(entries) == 1 and entries[0].is_dir() and pkg.artifact == "sdist"
+            else tmp
+        )
         (top / ".ecosystem-complete").write_text(f"{pkg.filename} {pkg.sha256}\n", encoding="utf-8")
         if root.exists():
             shutil.rmtree(root)
@@ -237,8 +275,10 @@ def python_files(root: Path, exclude: Iterable[str] = ()) -> list[str]:
         rel_dir = Path(dirpath).relative_to(root).as_posix()
         rel_dir = "" if rel_dir == "." else rel_dir + "/"
         dirnames[:] = sorted(
-            d for d in dirnames
-            if d not in SKIP_DIRS and not d.endswith(".egg-info")
+            d
+            for d in dirnames
+            if d not in SKIP_DIRS
+            and not d.endswith(".egg-info")
             and not _excluded(rel_dir + d, patterns)
         )
         for fname in filenames:
@@ -249,8 +289,10 @@ def python_files(root: Path, exclude: Iterable[str] = ()) -> list[str]:
 
 
 def _excluded(rel: str, patterns: Sequence[str]) -> bool:
-    return any(fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(rel, p.rstrip("/") + "/*")
-               for p in patterns)
+    return any(
+        fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(rel, p.rstrip("/") + "/*")
+        for p in patterns
+    )
 
 
 # --------------------------------------------------------------------------- linting
@@ -273,13 +315,22 @@ def source_line(root: Path, rel: str, line: int, _cache: dict[str, list[str]] | 
     return lines[line - 1] if 0 < line <= len(lines) else ""
 
 
-def lint_package(root: Path, files: Sequence[str], *, select: str | None = None,
-                 jobs: int | None = None) -> list[dict[str, Any]]:
+def lint_package(
+    root: Path, files: Sequence[str], *, select: str | None = None, jobs: int | None = None
+) -> list[dict[str, Any]]:
     """Raw findings (trainlint's JSON objects) for ``files`` under ``root``."""
     if not files:
         return []
-    cmd = [sys.executable, "-m", "trainlint", "check", "--output-format", "json",
-           "--no-cache", "--exit-zero"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainlint",
+        "check",
+        "--output-format",
+        "json",
+        "--no-cache",
+        "--exit-zero",
+    ]
     if select:
         cmd += ["--select", select]
     if jobs:
@@ -287,24 +338,35 @@ def lint_package(root: Path, files: Sequence[str], *, select: str | None = None,
     cmd += ["--", *files]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise RuntimeError(f"trainlint failed in {root} (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise RuntimeError(
+            f"trainlint failed in {root} (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+        )
     return list(json.loads(proc.stdout or "[]"))
 
 
-def findings_to_records(pkg_name: str, version: str, root: Path,
-                        raw: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def findings_to_records(
+    pkg_name: str, version: str, root: Path, raw: Iterable[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """Ledger-shaped records (verdict not yet known) for the CLI's findings."""
     lines: dict[str, list[str]] = {}
     out = []
     for f in raw:
         path = Path(f["path"])
-        rel = (path.relative_to(root) if path.is_absolute() and path.is_relative_to(root) else path).as_posix()
+        rel = (
+            path.relative_to(root) if path.is_absolute() and path.is_relative_to(root) else path
+        ).as_posix()
         line = int(f.get("line") or 0)
-        out.append({
-            "package": pkg_name, "version": version, "path": rel, "line": line,
-            "code": f["code"], "text": normalise(source_line(root, rel, line, lines)),
-            "message": f.get("message", ""),
-        })
+        out.append(
+            {
+                "package": pkg_name,
+                "version": version,
+                "path": rel,
+                "line": line,
+                "code": f["code"],
+                "text": normalise(source_line(root, rel, line, lines)),
+                "message": f.get("message", ""),
+            }
+        )
     out.sort(key=lambda r: (r["path"], r["line"], r["code"], r["message"]))
     return out
 
@@ -337,7 +399,9 @@ def read_ledger(path: Path = LEDGER_FILE) -> list[dict[str, Any]]:
 
 
 def write_ledger(entries: Iterable[dict[str, Any]], path: Path = LEDGER_FILE) -> None:
-    ordered = sorted(entries, key=lambda e: (e["package"], e["path"], e.get("line", 0), e["code"], e["text"]))
+    ordered = sorted(
+        entries, key=lambda e: (e["package"], e["path"], e.get("line", 0), e["code"], e["text"])
+    )
     lines = []
     for e in ordered:
         row = {k: e.get(k, "") for k in LEDGER_FIELDS}
@@ -360,12 +424,18 @@ class Comparison:
 
     def verdict_of(self) -> list[tuple[dict[str, Any], str]]:
         """Every finding produced now with its verdict (NEW ones are unreviewed)."""
-        return ([(cur, entry["verdict"]) for cur, entry in self.matched]
-                + [(cur, "unreviewed") for cur in self.new])
+        return [(cur, entry["verdict"]) for cur, entry in self.matched] + [
+            (cur, "unreviewed") for cur in self.new
+        ]
 
 
-def compare(current: Sequence[dict[str, Any]], ledger: Sequence[dict[str, Any]], *,
-            packages: set[str], codes: set[str] | None) -> Comparison:
+def compare(
+    current: Sequence[dict[str, Any]],
+    ledger: Sequence[dict[str, Any]],
+    *,
+    packages: set[str],
+    codes: set[str] | None,
+) -> Comparison:
     """Pair findings with ledger entries on :func:`match_key`.
 
     Only ledger entries of ``packages`` whose code is in ``codes`` (None: any code)
@@ -391,7 +461,7 @@ def compare(current: Sequence[dict[str, Any]], ledger: Sequence[dict[str, Any]],
             result.gone.extend(extra)
         for rec, entry in zip(recs, entries, strict=False):  # surplus recs are NEW
             result.matched.append((rec, entry))
-        result.new.extend(recs[len(entries):])
+        result.new.extend(recs[len(entries) :])
     for entries in in_scope.values():
         result.gone.extend(entries)
     result.new.sort(key=lambda r: (r["package"], r["path"], r["line"], r["code"]))
@@ -399,8 +469,9 @@ def compare(current: Sequence[dict[str, Any]], ledger: Sequence[dict[str, Any]],
     return result
 
 
-def _nearest(entries: list[dict[str, Any]], recs: list[dict[str, Any]]
-             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _nearest(
+    entries: list[dict[str, Any]], recs: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     keep: list[dict[str, Any]] = []
     pool = list(entries)
     for rec in recs:
@@ -416,8 +487,9 @@ def updated_ledger(cmp: Comparison, *, prune: bool) -> list[dict[str, Any]]:
     NEW findings added as unreviewed, GONE entries dropped only with ``prune``."""
     out = list(cmp.untouched)
     for cur, entry in cmp.matched:
-        out.append({**entry, "version": cur["version"], "line": cur["line"],
-                    "message": cur["message"]})
+        out.append(
+            {**entry, "version": cur["version"], "line": cur["line"], "message": cur["message"]}
+        )
     for cur in cmp.new:
         out.append({**cur, "verdict": "unreviewed", "reason": ""})
     if not prune:
@@ -465,8 +537,13 @@ def rule_table() -> dict[str, dict[str, Any]]:
     """code -> {name, default} from the installed trainlint (default: enabled by default)."""
     from trainlint.api import all_rules
 
-    return {r.code: {"name": getattr(r, "name", ""), "default": bool(getattr(r, "default_enabled", True))}
-            for r in all_rules()}
+    return {
+        r.code: {
+            "name": getattr(r, "name", ""),
+            "default": bool(getattr(r, "default_enabled", True)),
+        }
+        for r in all_rules()
+    }
 
 
 def selected_codes(rules: dict[str, dict[str, Any]], select: str | None) -> set[str]:
@@ -487,10 +564,20 @@ def trainlint_provenance() -> str:
     version = f"trainlint {getattr(trainlint, '__version__', '?')}"
     where = f"{version} from {src}"
     try:
-        head = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=30, check=False)
-        dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--", "."],
-                               capture_output=True, text=True, timeout=30, check=False)
+        head = subprocess.run(
+            ["git", "-C", str(src), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(src), "status", "--porcelain", "--", "."],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return where
     if head.returncode != 0:
@@ -502,17 +589,27 @@ def _fmt_p(p: float | None) -> str:
     return "-" if p is None else f"{p:.2f}"
 
 
-def format_summary(cmp: Comparison, packages: Sequence[dict[str, Any]],
-                   rules: dict[str, dict[str, Any]], *, list_findings: bool = True,
-                   runtime: float | None = None, provenance: str = "") -> str:
+def format_summary(
+    cmp: Comparison,
+    packages: Sequence[dict[str, Any]],
+    rules: dict[str, dict[str, Any]],
+    *,
+    list_findings: bool = True,
+    runtime: float | None = None,
+    provenance: str = "",
+) -> str:
     pairs = cmp.verdict_of()
     out: list[str] = []
     if list_findings:
         for rec in cmp.new:
-            out.append(f"NEW  {rec['package']} {rec['path']}:{rec['line']}: {rec['code']} {rec['message']}")
+            out.append(
+                f"NEW  {rec['package']} {rec['path']}:{rec['line']}: {rec['code']} {rec['message']}"
+            )
         for e in cmp.gone:
-            out.append(f"GONE {e['package']} {e['path']}:{e.get('line', '?')}: {e['code']} "
-                       f"[{e['verdict']}] {e['text']}")
+            out.append(
+                f"GONE {e['package']} {e['path']}:{e.get('line', '?')}: {e['code']} "
+                f"[{e['verdict']}] {e['text']}"
+            )
         if out:
             out.append("")
     if provenance:
@@ -522,50 +619,101 @@ def format_summary(cmp: Comparison, packages: Sequence[dict[str, Any]],
     rows = []
     for code, c in sorted(tally(pairs, "code").items()):
         info = rules.get(code, {"name": "?", "default": False})
-        rows.append((code, info["name"], "on" if info["default"] else "off", c["findings"],
-                     *(c[v] for v in VERDICTS), _fmt_p(precision(c))))
+        rows.append(
+            (
+                code,
+                info["name"],
+                "on" if info["default"] else "off",
+                c["findings"],
+                *(c[v] for v in VERDICTS),
+                _fmt_p(precision(c)),
+            )
+        )
     tot = Counter(v for _, v in pairs)
     all_counts = {"findings": len(pairs), **{v: tot[v] for v in VERDICTS}}
-    rows.append(("total", "", "", len(pairs), *(tot[v] for v in VERDICTS), _fmt_p(precision(all_counts))))
+    rows.append(
+        ("total", "", "", len(pairs), *(tot[v] for v in VERDICTS), _fmt_p(precision(all_counts)))
+    )
     out.extend(_table(head, rows))
     out.append("")
-    head2 = ("package", "version", "artifact", "files", "seconds", "findings", *VERDICTS,
-             "precision")
+    head2 = (
+        "package",
+        "version",
+        "artifact",
+        "files",
+        "seconds",
+        "findings",
+        *VERDICTS,
+        "precision",
+    )
     per_pkg = tally(pairs, "package")
     rows2 = []
     for p in packages:
         c = per_pkg.get(p["name"], dict.fromkeys(("findings", *VERDICTS), 0))
-        rows2.append((p["name"], p["version"], p["artifact"], p["files"], f"{p['seconds']:.1f}",
-                      c["findings"],
-                      *(c[v] for v in VERDICTS), _fmt_p(precision(c))))
-    rows2.append(("total", "", "", sum(p["files"] for p in packages),
-                  f"{sum(p['seconds'] for p in packages):.1f}", len(pairs),
-                  *(tot[v] for v in VERDICTS), _fmt_p(precision(all_counts))))
+        rows2.append(
+            (
+                p["name"],
+                p["version"],
+                p["artifact"],
+                p["files"],
+                f"{p['seconds']:.1f}",
+                c["findings"],
+                *(c[v] for v in VERDICTS),
+                _fmt_p(precision(c)),
+            )
+        )
+    rows2.append(
+        (
+            "total",
+            "",
+            "",
+            sum(p["files"] for p in packages),
+            f"{sum(p['seconds'] for p in packages):.1f}",
+            len(pairs),
+            *(tot[v] for v in VERDICTS),
+            _fmt_p(precision(all_counts)),
+        )
+    )
     out.extend(_table(head2, rows2))
     out.append("")
-    out.append(f"{len(cmp.new)} new, {len(cmp.gone)} gone"
-               + (f"; linted in {runtime:.1f}s" if runtime is not None else ""))
+    out.append(
+        f"{len(cmp.new)} new, {len(cmp.gone)} gone"
+        + (f"; linted in {runtime:.1f}s" if runtime is not None else "")
+    )
     return "\n".join(out) + "\n"
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     cells = [[str(c) for c in head]] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
-    numeric = [i for i in range(len(head)) if all(r[i].replace(".", "").replace("-", "").isdigit()
-                                                   for r in cells[1:] if r[i])]
+    numeric = [
+        i
+        for i in range(len(head))
+        if all(r[i].replace(".", "").replace("-", "").isdigit() for r in cells[1:] if r[i])
+    ]
     lines = []
     for r in cells:
-        lines.append("  ".join(c.rjust(w) if i in numeric else c.ljust(w)
-                               for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip())
+        lines.append(
+            "  ".join(
+                c.rjust(w) if i in numeric else c.ljust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            ).rstrip()
+        )
     return lines
 
 
-def summary_json(cmp: Comparison, packages: Sequence[dict[str, Any]],
-                 rules: dict[str, dict[str, Any]], failures: list[str],
-                 runtime: float | None) -> dict[str, Any]:
+def summary_json(
+    cmp: Comparison,
+    packages: Sequence[dict[str, Any]],
+    rules: dict[str, dict[str, Any]],
+    failures: list[str],
+    runtime: float | None,
+) -> dict[str, Any]:
     pairs = cmp.verdict_of()
-    per_rule = {code: {**c, "precision": precision(c), "default": rules.get(code, {}).get("default")}
-                for code, c in sorted(tally(pairs, "code").items())}
+    per_rule = {
+        code: {**c, "precision": precision(c), "default": rules.get(code, {}).get("default")}
+        for code, c in sorted(tally(pairs, "code").items())
+    }
     per_pkg = tally(pairs, "package")
     return {
         "rules": per_rule,
@@ -581,8 +729,14 @@ def summary_json(cmp: Comparison, packages: Sequence[dict[str, Any]],
 # --------------------------------------------------------------------------- main
 
 
-def run(pkgs: Sequence[Package], *, cache: Path, select: str | None, jobs: int | None,
-        progress: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def run(
+    pkgs: Sequence[Package],
+    *,
+    cache: Path,
+    select: str | None,
+    jobs: int | None,
+    progress: bool = True,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Lint each package; (findings as records, per-package info)."""
     records: list[dict[str, Any]] = []
     info: list[dict[str, Any]] = []
@@ -594,11 +748,20 @@ def run(pkgs: Sequence[Package], *, cache: Path, select: str | None, jobs: int |
         recs = findings_to_records(pkg.name, pkg.version, root, raw)
         records.extend(recs)
         elapsed = time.perf_counter() - start
-        info.append({"name": pkg.name, "version": pkg.version, "artifact": pkg.artifact,
-                     "files": len(files), "seconds": round(elapsed, 2)})
+        info.append(
+            {
+                "name": pkg.name,
+                "version": pkg.version,
+                "artifact": pkg.artifact,
+                "files": len(files),
+                "seconds": round(elapsed, 2),
+            }
+        )
         if progress:
-            print(f"  {pkg.name:<28} {len(files):>4} files {len(recs):>4} findings {elapsed:5.1f}s",
-                  file=sys.stderr)
+            print(
+                f"  {pkg.name:<28} {len(files):>4} files {len(recs):>4} findings {elapsed:5.1f}s",
+                file=sys.stderr,
+            )
     return records, info
 
 
@@ -620,33 +783,56 @@ def pin(spec: str, artifact: str) -> str:
     if not matches:
         raise SystemExit(f"{name}: no {artifact} for version {version} on {SIMPLE_INDEX}")
     f = matches[0]
-    return (f'[[package]]\nname = "{name}"\nversion = "{version}"\nartifact = "{artifact}"\n'
-            f'filename = "{f["filename"]}"\nsha256 = "{f["hashes"]["sha256"]}"\n')
+    return (
+        f'[[package]]\nname = "{name}"\nversion = "{version}"\nartifact = "{artifact}"\n'
+        f'filename = "{f["filename"]}"\nsha256 = "{f["hashes"]["sha256"]}"\n'
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Lint pinned training packages and compare with the reviewed ledger.")
+        description="Lint pinned training packages and compare with the reviewed ledger."
+    )
     parser.add_argument("--packages", help="comma-separated package names (default: all pinned)")
-    parser.add_argument("--select", help="passed to `trainlint check --select` (default: the default rules)")
-    parser.add_argument("--update", action="store_true",
-                        help="write NEW findings to the ledger as unreviewed (keeps GONE ones)")
+    parser.add_argument(
+        "--select", help="passed to `trainlint check --select` (default: the default rules)"
+    )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="write NEW findings to the ledger as unreviewed (keeps GONE ones)",
+    )
     parser.add_argument("--prune", action="store_true", help="with --update: drop GONE entries")
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 when a default rule is below 0.9 precision, a finding is "
-                             "unreviewed, or a true finding is gone")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 when a default rule is below 0.9 precision, a finding is "
+        "unreviewed, or a true finding is gone",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-    parser.add_argument("--quiet", "-q", action="store_true",
-                        help="counts only: do not list NEW and GONE findings")
+    parser.add_argument(
+        "--quiet", "-q", action="store_true", help="counts only: do not list NEW and GONE findings"
+    )
     parser.add_argument("--jobs", type=int, help="passed to `trainlint check --jobs`")
-    parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR,
-                        help=f"downloads and unpacked sources (default {CACHE_DIR})")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=CACHE_DIR,
+        help=f"downloads and unpacked sources (default {CACHE_DIR})",
+    )
     parser.add_argument("--packages-file", type=Path, default=PACKAGES_FILE)
     parser.add_argument("--ledger", type=Path, default=LEDGER_FILE)
-    parser.add_argument("--pin", metavar="NAME==VERSION",
-                        help="print a packages.toml entry for this release and exit")
-    parser.add_argument("--artifact", choices=("sdist", "wheel"), default="sdist",
-                        help="with --pin: which artifact to pin (default sdist)")
+    parser.add_argument(
+        "--pin",
+        metavar="NAME==VERSION",
+        help="print a packages.toml entry for this release and exit",
+    )
+    parser.add_argument(
+        "--artifact",
+        choices=("sdist", "wheel"),
+        default="sdist",
+        help="with --pin: which artifact to pin (default sdist)",
+    )
     args = parser.parse_args(argv)
     if args.prune and not args.update:
         parser.error("--prune only works with --update")
@@ -665,8 +851,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rules = rule_table()
     codes = selected_codes(rules, args.select)
     start = time.perf_counter()
-    records, info = run(pkgs, cache=args.cache_dir, select=args.select, jobs=args.jobs,
-                        progress=not args.json)
+    records, info = run(
+        pkgs, cache=args.cache_dir, select=args.select, jobs=args.jobs, progress=not args.json
+    )
     runtime = time.perf_counter() - start
     codes |= {r["code"] for r in records}
     cmp = compare(records, read_ledger(args.ledger), packages={p.name for p in pkgs}, codes=codes)
@@ -675,13 +862,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(summary_json(cmp, info, rules, failures, runtime), indent=2))
     else:
-        print(format_summary(cmp, info, rules, list_findings=not args.quiet, runtime=runtime,
-                             provenance=trainlint_provenance()), end="")
+        print(
+            format_summary(
+                cmp,
+                info,
+                rules,
+                list_findings=not args.quiet,
+                runtime=runtime,
+                provenance=trainlint_provenance(),
+            ),
+            end="",
+        )
     if args.update:
         write_ledger(updated_ledger(cmp, prune=args.prune), args.ledger)
         if not args.json:
-            print(f"ledger updated: {len(cmp.new)} added"
-                  + (f", {len(cmp.gone)} pruned" if args.prune else ""))
+            print(
+                f"ledger updated: {len(cmp.new)} added"
+                + (f", {len(cmp.gone)} pruned" if args.prune else "")
+            )
     if args.check:
         for msg in failures:
             print(f"check failed: {msg}", file=sys.stderr)

@@ -15,7 +15,8 @@ backwards a step) takes another buffer. A gradient the slots cannot take (not fl
 sparse, with history, or from another thread) is measured in the hook into a 0-d tensor.
 Elsewhere (CUDA) the hook only notes the parameter, and a callback queued on the autograd
 engine, run when that backward has accumulated every gradient, takes max |grad| of all of
-them with foreach ops, one per dtype and device group, kept as 0-d tensors. Either way
+them with one foreach inf-norm (or foreach ops per dtype and device group, and an
+``aminmax`` per large gradient, where that kernel drops a NaN), kept as 0-d tensors. Either way
 before the rest of the step, so a ``zero_grad()`` or a clip later in the step changes
 nothing measured. Hooks are registered once per check.
 """
@@ -25,16 +26,15 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any
 
 import torch
 
+from trainlint._runtime.hooks import HookSet, Slots, give_back_slots, inf_norm_keeps_nan, take_slots
 from trainlint._runtime.magnitudes import max_abs, small_dense
 from trainlint._runtime.norms import read_floats
-from trainlint._runtime.pool import KeptPool
 
 _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 _aminmax = torch.aminmax
@@ -42,8 +42,6 @@ _grad_of = attrgetter("grad")
 _is_cpu = attrgetter("is_cpu")
 _ref = weakref.ref
 _get_ident = threading.get_ident
-
-Slots = tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]
 
 
 class NonFiniteGradient(BaseException):
@@ -92,6 +90,14 @@ class GradRecorder:
         self._on_cpu = measure and not device_path and all(map(_is_cpu, params))
         self._small: list[bool] = (
             [small_dense(p) for p in params] if measure and not self._on_cpu else []
+        )
+        # elsewhere: one foreach inf-norm for all the gradients of a backward (a launch or a
+        # few, no copy), where the device's kernel keeps a NaN; else max_abs (an aminmax
+        # per large gradient: three launches each)
+        self._inf_norm = (
+            measure
+            and not self._on_cpu
+            and all(map(inf_norm_keeps_nan, {p.device for p in params}))
         )
         # The CPU hooks' slots: buffers of (n, 2) float32 and their 0-d (min, max) views,
         # all the views in one list; the parameter of each slot written, in order, and the
@@ -229,8 +235,15 @@ class GradRecorder:
         params, small = self.params, self._small
         grads: list[torch.Tensor] = [params[i].grad for i in indices]  # type: ignore[misc]
         grads = [g.detach() if g.requires_grad else g for g in grads]  # create_graph=True
+        values: Sequence[torch.Tensor] | None = None
         with torch.no_grad():
-            values = max_abs(grads, small=all(small[i] for i in indices))
+            if self._inf_norm:
+                try:
+                    values = torch._foreach_norm(grads, math.inf)
+                except RuntimeError:  # a sparse gradient, or several devices
+                    values = None
+            if values is None:
+                values = max_abs(grads, small=all(small[i] for i in indices))
         at, step = len(self._slotted), self.step
         self._later += [(at, step, i, v) for i, v in zip(indices, values, strict=True)]
 
@@ -352,65 +365,6 @@ class GradRecorder:
 
     def fired(self) -> set[int]:
         return self._ever | {index for _, index, _ in self.events}
-
-
-# Slots for the CPU hooks, by parameter count: made once (two 0-d views per parameter
-# cost ~20k instructions each time), taken by a recorder for a check and given back
-# after, so two checks running at once never share one; a check of several steps or
-# backwards takes several.
-_free_slots: KeptPool[Slots] = KeptPool(16, per_key=8)  # parameter counts kept, at most
-
-
-def take_slots(n: int) -> Slots:
-    kept = _free_slots.take(n)
-    if kept is not None:
-        return kept
-    buffer = torch.empty(n, 2)  # float32: other dtypes are measured in the hook
-    low, high = buffer.unbind(1)
-    return buffer, list(zip(low.unbind(), high.unbind(), strict=True))
-
-
-def give_back_slots(slots: Slots) -> None:
-    _free_slots.give(len(slots[1]), slots)
-
-
-class HookSet:
-    """Post-accumulate-grad hooks put on parameters, taken off together.
-
-    For a plain leaf parameter the entry ``register_post_accumulate_grad_hook`` would make
-    goes in the same dict directly: the public call's checks and handle object were a third
-    of a small model's per-check hook cost. Subclasses and non-leaves take the public way.
-    """
-
-    __slots__ = ("_entries", "_handles")
-
-    def __init__(self) -> None:
-        self._entries: list[tuple[Any, object]] = []
-        self._handles: list[Any] = []
-
-    def add(self, param: torch.Tensor, hook: Callable[[torch.Tensor], None]) -> None:
-        self.add_all((param,), hook)
-
-    def add_all(self, params: Sequence[torch.Tensor], hook: Callable[[torch.Tensor], None]) -> None:
-        """:meth:`add` each, in one call, with one key: each parameter has its own dict."""
-        key, entries, plain = object(), self._entries, (torch.nn.Parameter, torch.Tensor)
-        for param in params:
-            if type(param) in plain and param.requires_grad and param.grad_fn is None:
-                hooks = param._post_accumulate_grad_hooks
-                if hooks is None:
-                    hooks = param._post_accumulate_grad_hooks = OrderedDict()  # C++ hooks it
-                hooks[key] = hook
-                entries.append((hooks, key))
-            else:  # subclasses: their way; a non-leaf: its error message
-                self._handles.append(param.register_post_accumulate_grad_hook(hook))
-
-    def remove(self) -> None:
-        for hooks, key in self._entries:
-            hooks.pop(key, None)
-        for handle in self._handles:
-            handle.remove()
-        self._entries.clear()
-        self._handles.clear()
 
 
 _NONE = type(None)  # called, gives None: what a dead weak reference gives

@@ -1,6 +1,7 @@
 """The gradient reads ``assert_clip_effective`` saw, kept with their norms on the device
 until the steps are over (on a GPU a host read inside a step is a sync), then read
-together and given their meaning and their place in the step's events."""
+together and given their meaning and their place in the step's events; and when the norm
+``clip_grad_norm_`` returns can stand for the one the read saw."""
 
 from __future__ import annotations
 
@@ -66,3 +67,29 @@ class PendingRead:
                 if not order or order[-1] != text:
                     order.append(text)
         return self.step, self.function, self.seen, self.backward, self.after(), tuple(order)
+
+
+def same_norm(
+    torch: Any, items: list[Any], indices: list[int], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> bool:
+    """Whether ``clip_grad_norm_(items, *args, **kwargs)`` computes the total norm exactly
+    as ``clip._total_norm`` does over the tracker's ``indices``: a 2-norm by foreach ops over
+    dense float32 CPU gradients, of the tracked parameters in the tracker's order (the
+    stacked norms are summed in that order)."""
+    norm_type = args[1] if len(args) > 1 else kwargs.get("norm_type", 2.0)
+    foreach = args[3] if len(args) > 3 else kwargs.get("foreach")
+    if foreach is False or len(indices) != len(items):
+        return False
+    if not isinstance(norm_type, (int, float)) or norm_type != 2:
+        return False
+    if indices != sorted(set(indices)):  # read() sums in the tracker's order
+        return False
+    float32, strided = torch.float32, torch.strided
+    for p in items:
+        g = p.grad
+        if g is None:
+            continue
+        # checked to the bit on the CPU only (is_cpu: no device object made per gradient)
+        if g.dtype is not float32 or g.layout is not strided or not g.is_cpu:
+            return False
+    return True

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, table
-from trainlint.testing._clip_reads import PendingRead, read_all
+from trainlint.testing._clip_reads import PendingRead, read_all, same_norm
 from trainlint.testing._common import Step, model_step_runner, plural, runtime, trainable
 
 if TYPE_CHECKING:
@@ -115,9 +115,11 @@ class _Tracker:
         self.pending: list[PendingRead] = []
         self.step = 0
         self.local = threading.local()
+        self.unmeasured: list[int] = []  # accumulated, norm not taken yet (see measure)
+        self.queued = False
         torch = _torch()
-        self._float32 = torch.float32
-        self._vector_norm = torch.linalg.vector_norm
+        self._floats = (torch.float32, torch.float16, torch.bfloat16)
+        self._queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 
     def event(self, text: str) -> None:
         if not self.order or self.order[-1] != text:
@@ -134,24 +136,49 @@ class _Tracker:
             self.event(label)
 
     def accumulated(self, param: torch.Tensor) -> None:
-        """A post-accumulate-grad hook (one for every parameter, found by identity)."""
+        """A post-accumulate-grad hook (one for every parameter, found by identity): notes
+        the parameter; the norms of what a backward accumulated are taken together when it
+        ends (:meth:`measure`, an engine callback)."""
         i = self.index[id(param)]
-        grad = param.grad
         self.last[i] = "backward"
-        # one op, no host sync: the norms are summed only when something reads them
-        if grad is None:
-            self.norm[i] = None
-        elif grad.dtype is self._float32 and not grad.is_sparse and not grad.requires_grad:
-            self.norm[i] = self._vector_norm(grad)  # what _norm does, without its tests
-        else:  # a backward with create_graph=True leaves gradients with history
-            self.norm[i] = _norm(grad.detach() if grad.requires_grad else grad)
+        self.unmeasured.append(i)
+        if not self.queued:
+            self.queued = True
+            self._queue_callback(self.measure)
         order = self.order
         if not order or order[-1] != "backward":
             order.append("backward")
 
+    def measure(self) -> None:
+        """The 2-norm of each gradient accumulated since the last call, as 0-d tensors (no
+        host read): one foreach norm for the dense floating ones."""
+        self.queued = False
+        indices, self.unmeasured = self.unmeasured, []
+        if not indices:
+            return
+        torch = _torch()
+        dense: list[int] = []
+        for i in dict.fromkeys(indices):  # a parameter twice: measured once, as it is now
+            grad = self.params[i].grad
+            if grad is None:
+                self.norm[i] = None
+            elif grad.layout is torch.strided and grad.dtype in self._floats:
+                dense.append(i)
+            else:  # sparse, or a backward with create_graph=True (history)
+                self.norm[i] = _norm(grad.detach() if grad.requires_grad else grad)
+        if dense:
+            grads = [self.params[i].grad.detach() for i in dense]  # type: ignore[union-attr]
+            try:
+                with torch.no_grad():  # float32 accumulation, as _total_norm's
+                    norms = torch._foreach_norm(grads, 2, dtype=torch.float32)
+            except (RuntimeError, TypeError):  # torch < 2.3, or several devices
+                norms = [_norm(g) for g in grads]
+            for i, value in zip(dense, norms, strict=True):
+                self.norm[i] = value
+
     def read(self, function: str, indices: list[int], total: Any = None) -> None:
         """Note a read of the parameters ``indices``; ``total``: the total norm the read
-        computed itself, where it is :func:`_total_norm`'s to the bit (see _same_norm).
+        computed itself, where it is :func:`_total_norm`'s to the bit (see same_norm).
 
         Nothing is read on the host here (on a GPU that would be a sync inside the step):
         the norms stay 0-d tensors, and what the read means is decided in :meth:`reads`,
@@ -159,6 +186,8 @@ class _Tracker:
         indices = sorted(set(indices))
         if not indices:
             return
+        if self.unmeasured:  # a backward outside the engine's callbacks (another thread)
+            self.measure()
         if total is None:
             grads = [g for g in (self.params[i].grad for i in indices) if g is not None]
             seen = _total_norm(grads)
@@ -250,7 +279,7 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
             returned_norm = (
                 function == "clip_grad_norm_"
                 and name == function
-                and _same_norm(torch, items, indices, args, kwargs)
+                and same_norm(torch, items, indices, args, kwargs)
             )
             if not returned_norm:
                 tracker.read(function, indices)
@@ -302,6 +331,7 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
         for i in range(steps):
             tracker.step = i
             tracker.order = []
+            tracker.queued = False
             run()
     finally:
         for owner, name, original in reversed(patches):
@@ -310,32 +340,6 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
             handle.remove()
         hooks.remove()
     return ClipResult(steps=steps, reads=tuple(tracker.reads()))
-
-
-def _same_norm(
-    torch: Any, items: list[Any], indices: list[int], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> bool:
-    """Whether ``clip_grad_norm_(items, *args, **kwargs)`` computes the total norm exactly
-    as :func:`_total_norm` does over the tracker's ``indices``: a 2-norm by foreach ops over
-    dense float32 CPU gradients, of the tracked parameters in the tracker's order (the
-    stacked norms are summed in that order)."""
-    norm_type = args[1] if len(args) > 1 else kwargs.get("norm_type", 2.0)
-    foreach = args[3] if len(args) > 3 else kwargs.get("foreach")
-    if foreach is False or len(indices) != len(items):
-        return False
-    if not isinstance(norm_type, (int, float)) or norm_type != 2:
-        return False
-    if indices != sorted(set(indices)):  # read() sums in the tracker's order
-        return False
-    float32, strided = torch.float32, torch.strided
-    for p in items:
-        g = p.grad
-        if g is None:
-            continue
-        # checked to the bit on the CPU only (is_cpu: no device object made per gradient)
-        if g.dtype is not float32 or g.layout is not strided or not g.is_cpu:
-            return False
-    return True
 
 
 def _diagnose(result: ClipResult) -> list[tuple[GradRead, str]]:
