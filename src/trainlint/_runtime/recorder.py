@@ -317,27 +317,33 @@ class GradRecorder:
         """Every measure as a float: the slots in one host read, the 0-d tensors in one read
         per device and dtype."""
         slotted, later = self._slotted, self._later
-        pairs: list[list[float]] = []
+        values: list[float] = []
         if slotted:
             used = [c[0] for c in self._chunks]
             flat = used[0] if len(used) == 1 else torch.cat(used)
-            pairs = flat[: len(slotted)].tolist()
-        numbers = iter(read_floats([v for _, _, _, v in later if v is not None]))
-        out: list[tuple[int, int, float | None]] = []
-        starts = self._starts
-        nan = math.nan
-        s, step = 0, starts[0][0] if starts else 0
-        j = 0
-        for k, (i, (lo, hi)) in enumerate(zip(slotted, pairs, strict=True)):
-            while j < len(later) and later[j][0] <= k:
-                _, st, index, value = later[j]
-                out.append((st, index, None if value is None else next(numbers)))
-                j += 1
-            while s + 1 < len(starts) and starts[s + 1][1] <= k:
-                s += 1
-                step = starts[s][0]
+            nan = math.nan
             # NaN wins; max |-0.0| is 0.0 (as magnitudes.cpu_max_abs)
-            out.append((step, i, nan if lo != lo or hi != hi else max(abs(hi), abs(lo))))
+            values = [
+                nan if lo != lo or hi != hi else max(abs(hi), abs(lo))
+                for lo, hi in flat[: len(slotted)].tolist()
+            ]
+        # each step's slots, with the measures taken aside in their places among them
+        starts = self._starts or [(0, 0)]
+        ends = [at for _, at in starts[1:]] + [len(slotted)]
+        if not later:
+            out: list[tuple[int, int, float | None]] = []
+            for (step, a), b in zip(starts, ends, strict=True):
+                out += zip([step] * (b - a), slotted[a:b], values[a:b], strict=True)
+            return out
+        numbers = iter(read_floats([v for _, _, _, v in later if v is not None]))
+        out, j = [], 0
+        for (step, a), b in zip(starts, ends, strict=True):
+            for k in range(a, b):
+                while j < len(later) and later[j][0] <= k:
+                    _, st, index, value = later[j]
+                    out.append((st, index, None if value is None else next(numbers)))
+                    j += 1
+                out.append((step, slotted[k], values[k]))
         for _, st, index, value in later[j:]:
             out.append((st, index, None if value is None else next(numbers)))
         return out

@@ -217,33 +217,18 @@ class StepStart:
     """
 
     def __init__(self, params: Sequence[torch.Tensor], steps: int) -> None:
-        groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
-        for p in params:  # dense tensors only: a sparse parameter is rerun as it is now
-            if p.layout is torch.strided:
-                groups.setdefault((p.device, p.dtype), []).append(p)
-        self.params = [p for members in groups.values() for p in members]
-        # per group: (pool key, the buffers: this step's copy, and the kept one or None)
-        self._groups: list[tuple[Any, tuple[torch.Tensor, torch.Tensor | None]]] = []
-        self.views: list[torch.Tensor] = []
-        self._kept_views: list[torch.Tensor] = []
-        for (device, dtype), members in groups.items():
-            key = (device, dtype, tuple(p.shape for p in members), steps > 1)
-            buffers = _free_starts.take(key)
-            if buffers is None:
-                total = sum(p.numel() for p in members)
-                buffers = (
-                    torch.empty(total, dtype=dtype, device=device),
-                    torch.empty(total, dtype=dtype, device=device) if steps > 1 else None,
-                )
-            self._groups.append((key, buffers))
-            offset = 0
-            for p in members:
-                n = p.numel()
-                self.views.append(buffers[0][offset : offset + n].view(p.shape))
-                if buffers[1] is not None:
-                    self._kept_views.append(buffers[1][offset : offset + n].view(p.shape))
-                offset += n
+        # dense tensors only: a sparse parameter is rerun as it is now
+        strided = torch.strided
+        self.params = [p for p in params if p.layout is strided]
+        key = (tuple((p.device, p.dtype, p.shape) for p in self.params), steps > 1)
+        self._key = key
         self._seen: torch.Tensor | None = None  # any step so far bad (on the device)
+        # per device and dtype: this step's copy and the kept one (None for one step);
+        # the views of each parameter in them, in the order of self.params
+        kept = _free_starts.take(key)
+        if kept is None:
+            kept = _layout(self.params, steps > 1)
+        self._groups, self.views, self._kept_views = kept
 
     def take(self) -> None:
         """Copy the parameters (at the start of a step)."""
@@ -262,7 +247,7 @@ class StepStart:
             return
         first = bad if self._seen is None else bad & ~self._seen
         self._seen = bad if self._seen is None else self._seen | bad
-        for _, (current, kept) in self._groups:
+        for current, kept in self._groups:
             if kept is not None:
                 torch.where(first.to(current.device), current, kept, out=kept)
 
@@ -277,14 +262,44 @@ class StepStart:
     def release(self) -> None:
         """Give the CPU buffers back for the next check."""
         groups, self._groups = self._groups, []
+        if groups and all(
+            c.is_cpu and c.numel() * c.element_size() <= _SPARE_MAX for c, _ in groups
+        ):
+            _free_starts.give(self._key, (groups, self.views, self._kept_views))
         self.views, self._kept_views = [], []
-        for key, buffers in groups:
-            current = buffers[0]
-            if current.is_cpu and current.numel() * current.element_size() <= _SPARE_MAX:
-                _free_starts.give(key, buffers)
 
 
-_free_starts: KeptPool[tuple[torch.Tensor, torch.Tensor | None]] = KeptPool(4)
+Layout = tuple[
+    list[tuple[torch.Tensor, "torch.Tensor | None"]], list[torch.Tensor], list[torch.Tensor]
+]
+
+
+def _layout(params: list[torch.Tensor], keep: bool) -> Layout:
+    """Buffers for :class:`StepStart`, one (two with ``keep``) per device and dtype, and
+    each parameter's views in them."""
+    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    for at, p in enumerate(params):
+        groups.setdefault((p.device, p.dtype), []).append(at)
+    buffers: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+    views: list[Any] = [None] * len(params)
+    kept_views: list[Any] = [None] * len(params) if keep else []
+    for (device, dtype), members in groups.items():
+        total = sum(params[at].numel() for at in members)
+        current = torch.empty(total, dtype=dtype, device=device)
+        kept = torch.empty(total, dtype=dtype, device=device) if keep else None
+        buffers.append((current, kept))
+        offset = 0
+        for at in members:
+            p = params[at]
+            n = p.numel()
+            views[at] = current[offset : offset + n].view(p.shape)
+            if kept is not None:
+                kept_views[at] = kept[offset : offset + n].view(p.shape)
+            offset += n
+    return buffers, views, kept_views
+
+
+_free_starts: KeptPool[Layout] = KeptPool(4)
 
 _NOT_ROWS: set[tuple[torch.Size, ...]] = set()  # shapes too large for rows
 _ROWS_MAX = _OFF_HEAP  # bytes of a rows buffer, at most: larger models copy as before

@@ -157,7 +157,8 @@ def _measure(
         if starts is not None:
             starts.release()
         raise
-    recorder.truncate(ran)
+    if ran < len(batches):  # stopped before the last step begun
+        recorder.truncate(ran)
     per_step = recorder.table(ran)
     per_param = zip(*per_step, strict=True) if ran else (() for _ in named)
     result = FiniteGradsResult(
