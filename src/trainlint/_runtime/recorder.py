@@ -280,8 +280,10 @@ class GradRecorder:
         self._grads_before = []
 
     def nonfinite_since_mark(self) -> torch.Tensor | None:
-        """A 0-d bool tensor, on the gradients' device: whether any value measured since the
-        last call is NaN or Inf; None when nothing was. No host read."""
+        """A 0-d bool tensor, on the gradients' device: whether any gradient backward made
+        since the last call is NaN or Inf (one assigned directly is not counted: no rerun
+        of backward names where it came from); None when none was measured. No host
+        read."""
         slots_at, later_at = self._marks
         self._marks = (len(self._slotted), len(self._later))
         flags: list[torch.Tensor] = []
@@ -290,7 +292,12 @@ class GradRecorder:
             a, b = max(slots_at - c * n, 0), min(self._marks[0] - c * n, n)
             if a < b:
                 flags.append(torch.isfinite(buffer[a:b]).all())
-        values = [v for _, _, _, v in self._later[later_at:] if v is not None]
+        assigned = self.assigned
+        values = [
+            v
+            for _, step, i, v in self._later[later_at:]
+            if v is not None and (step, i) not in assigned
+        ]
         by_device: dict[torch.device, list[torch.Tensor]] = {}
         for v in values:
             by_device.setdefault(v.device, []).append(v.float())
