@@ -171,12 +171,15 @@ def test_a_check_reads_nothing_on_the_host_while_the_steps_run(counted, name):
     assert len(many.after) == len(few.after) <= _END_READS, (few.after, many.after)
 
 
-@pytest.mark.parametrize("name", ["grads", "finite", "finite(locate=False)"])
+@pytest.mark.parametrize("name", ["grads", "finite", "finite(locate=False)", "clip"])
 def test_the_device_path_reads_nothing_either(counted, name, monkeypatch):
     """The way CUDA gradients are measured (an engine callback per backward, 0-d tensors)
     run on the CPU, so that CI without a GPU covers it."""
+    import trainlint.testing.clip as clip_module
+
     rt = runtime()
     monkeypatch.setattr(rt, "GradRecorder", functools.partial(rt.GradRecorder, device_path=True))
+    monkeypatch.setattr(clip_module, "_BATCHED_ON_CPU", True)
     few, many = _run(counted, name, 2), _run(counted, name, 5)
     assert few.during == [] and many.during == []
     assert len(many.after) == len(few.after) <= _END_READS, (few.after, many.after)
