@@ -19,7 +19,7 @@ Slots = tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]
 # cost ~20k instructions each time), taken by a recorder for a check and given back
 # after, so two checks running at once never share one; a check of several steps or
 # backwards takes several.
-_free_slots: KeptPool[Slots] = KeptPool(16, per_key=8)  # parameter counts kept, at most
+_free_slots: KeptPool[Slots] = KeptPool(16, per_key=16)  # parameter counts kept, at most
 
 
 def take_slots(n: int) -> Slots:

@@ -88,9 +88,6 @@ class GradRecorder:
         # CPU gradients are measured in their hooks (into the slots); small_dense is asked
         # only elsewhere, where it picks foreach ops
         self._on_cpu = measure and not device_path and all(map(_is_cpu, params))
-        self._small: list[bool] = (
-            [small_dense(p) for p in params] if measure and not self._on_cpu else []
-        )
         # elsewhere: one foreach inf-norm for all the gradients of a backward (a launch or a
         # few, no copy), where the device's kernel keeps a NaN; else max_abs (an aminmax
         # per large gradient: three launches each)
@@ -98,6 +95,11 @@ class GradRecorder:
             measure
             and not self._on_cpu
             and all(map(inf_norm_keeps_nan, {p.device for p in params}))
+        )
+        self._small: list[bool] = (
+            [small_dense(p) for p in params]
+            if measure and not self._on_cpu and not self._inf_norm
+            else []
         )
         # The CPU hooks' slots: buffers of (n, 2) float32 and their 0-d (min, max) views,
         # all the views in one list; the parameter of each slot written, in order, and the
@@ -242,8 +244,8 @@ class GradRecorder:
                     values = torch._foreach_norm(grads, math.inf)
                 except RuntimeError:  # a sparse gradient, or several devices
                     values = None
-            if values is None:
-                values = max_abs(grads, small=all(small[i] for i in indices))
+            if values is None:  # (small: empty where the inf-norm was to serve)
+                values = max_abs(grads, small=bool(small) and all(small[i] for i in indices))
         at, step = len(self._slotted), self.step
         self._later += [(at, step, i, v) for i, v in zip(indices, values, strict=True)]
 
