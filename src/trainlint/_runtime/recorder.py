@@ -45,17 +45,11 @@ _get_ident = threading.get_ident
 
 
 class NonFiniteGradient(BaseException):
-    """A non-finite gradient, by parameter index and value.
+    """Raised at the end of a CPU backward that made a NaN or Inf gradient, to stop the
+    step before the optimizer spreads it (``stop_on_nonfinite``); the record says which.
 
-    A BaseException so that a step's own ``except Exception`` does not swallow it. The
-    recorder no longer raises it inside a step (that took a host read per backward); it
-    stays importable for code that catches it.
+    A BaseException so that a step's own ``except Exception`` does not swallow it.
     """
-
-    def __init__(self, index: int, value: float) -> None:
-        super().__init__(index, value)
-        self.index = index
-        self.value = value
 
 
 class GradRecorder:
@@ -66,8 +60,11 @@ class GradRecorder:
     computed elsewhere and copied in) fires no hook; it is picked up at the end of the step
     when the grad object changed identity.
 
-    ``device_path``: measure CPU gradients the way CUDA ones are (an engine callback per
-    backward), so that the CPU tests cover that path too.
+    ``stop_on_nonfinite``: on the CPU, where a host read is no sync (nothing runs ahead of
+    it), stop the step at the end of a backward that made a non-finite gradient; elsewhere
+    nothing is read until the steps are over, and ``stops`` is False. ``device_path``:
+    measure CPU gradients the way CUDA ones are (an engine callback per backward), so that
+    the CPU tests cover that path too.
     """
 
     def __init__(
@@ -75,6 +72,7 @@ class GradRecorder:
         params: Sequence[torch.Tensor],
         *,
         measure: bool = True,
+        stop_on_nonfinite: bool = False,
         device_path: bool = False,
     ) -> None:
         self.params = params = list(params)
@@ -88,6 +86,7 @@ class GradRecorder:
         # CPU gradients are measured in their hooks (into the slots); small_dense is asked
         # only elsewhere, where it picks foreach ops
         self._on_cpu = measure and not device_path and all(map(_is_cpu, params))
+        self.stops = stop_on_nonfinite and self._on_cpu
         # elsewhere: one foreach inf-norm for all the gradients of a backward (a launch or a
         # few, no copy), where the device's kernel keeps a NaN; else max_abs (an aminmax
         # per large gradient: three launches each)
@@ -196,6 +195,7 @@ class GradRecorder:
         aminmax = _aminmax
         grow = self._grow
         aside = self._measure_aside
+        stops = self.stops
 
         def hook(param: torch.Tensor) -> None:
             i = index[id(param)]
@@ -206,6 +206,9 @@ class GradRecorder:
             if _get_ident() != owner:
                 aside(i, grad)
                 return
+            if stops and not self._queued:
+                self._queued = True
+                _queue_callback(self._end_of_backward)
             k = len(slotted)
             if k == len(views):
                 grow()
@@ -217,6 +220,16 @@ class GradRecorder:
                 slotted.append(i)
 
         return hook
+
+    def _end_of_backward(self) -> None:
+        """An engine callback (``stops``): stop the step if this backward made a NaN or Inf."""
+        self._queued = False
+        self._check_stop()
+
+    def _check_stop(self) -> None:
+        bad = self.nonfinite_since_mark()
+        if bad is not None and bool(bad):  # on the CPU: a read, not a sync
+            raise NonFiniteGradient
 
     def _measure_aside(self, i: int, grad: torch.Tensor) -> None:
         """A gradient the slots did not take: max |grad| as a 0-d tensor, read with the rest
@@ -263,6 +276,8 @@ class GradRecorder:
         if self._pending:  # a backward that raised, or ran outside the engine's callbacks
             self._flush()
         self._queued = False
+        if self.stops:  # what another thread's backward made, measured aside
+            self._check_stop()
         fired = self._fired
         if len(fired) == len(self.params):
             self._grads_before = []

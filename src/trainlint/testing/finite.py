@@ -58,15 +58,16 @@ def assert_finite_grads(
     """No NaN or Inf in any gradient, nor in the loss when the step returns it.
 
     On failure names the first parameter (in backward order: the one nearest the loss) and
-    the step where a non-finite gradient appeared. With ``locate=True`` the first step whose
-    backward made one is rerun from the parameters it began with, with the same batch and
-    random state, under ``torch.autograd.detect_anomaly()``, stopping inside ``backward()``
-    once it names the backward op that produced it (e.g. ``LogBackward0``) and the forward
-    line that created that op. Nothing is read on the host while the steps run (on a GPU
-    that would be a sync): the gradients are recorded on the device and read after the
-    last step, so the steps after a failing one run too, and the parameters are left as
-    that step began. Locating keeps a copy of the parameters (two with ``steps > 1``);
-    ``locate=False`` only records.
+    the step where a non-finite gradient appeared. With ``locate=True`` the step that made
+    it is rerun with the same batch and random state under
+    ``torch.autograd.detect_anomaly()`` to name the backward op that produced it (e.g.
+    ``LogBackward0``) and the forward line that created that op. On the CPU the step is
+    stopped inside ``backward()`` at the first non-finite gradient, before the optimizer
+    spreads it to the weights. Elsewhere (CUDA) nothing is read on the host while the steps
+    run, which would be a sync: the gradients are recorded on the device and read after
+    the last step, so the steps after a failing one run too; the first failing step is
+    rerun from a copy of the parameters it began with (one kept on the device, two with
+    ``steps > 1``), which are left as that step found them. ``locate=False`` only records.
     """
     __tracebackhide__ = True
     run = model_step_runner(CHECK, model, step, steps, batches)
@@ -113,25 +114,35 @@ def _measure(
     from trainlint._runtime.snapshot import StepStart
 
     rt = runtime()
-    torch = rt.torch
-    recorder = rt.GradRecorder([p for _, p in named])
+    torch, NonFiniteGradient = rt.torch, rt.NonFiniteGradient
+    # locating on the CPU the step stops inside backward (a read there is no sync, and a
+    # copy of the parameters each step cost 2-4 ms a step on a 4M-parameter model);
+    # elsewhere the steps run on, and the first failing one is rerun from a copy
+    recorder = rt.GradRecorder([p for _, p in named], stop_on_nonfinite=device is not None)
     losses: list[Any] = []  # what each step returned, as a 0-d tensor or a number
     # locating: the random state, batch and parameters each step began with, to rerun the
     # first failing one
     rngs: list[Any] = []
     batches: list[Any] = []
-    starts = StepStart([p for _, p in named], steps) if device is not None else None
+    starts = None
+    if device is not None and not recorder.stops:
+        starts = StepStart([p for _, p in named], steps)
     stopped_at: int | None = None
     raised: tuple[int, Exception] | None = None
     try:
         with recorder:
             for i in range(steps):
-                if starts is not None and device is not None:
+                if device is not None:
                     rngs.append(_rng_state(torch, device))
+                if starts is not None:
                     starts.take()
                 recorder.begin_step(i)
                 try:
                     out = run()
+                    recorder.end_step()
+                except NonFiniteGradient:
+                    stopped_at = i
+                    break
                 except Exception as error:
                     # The user's own anomaly detection stopped backward at a NaN first.
                     if isinstance(error, RuntimeError) and re.search(
@@ -143,7 +154,6 @@ def _measure(
                     break
                 finally:
                     batches.append(run.last_batch)
-                recorder.end_step()
                 losses.append(_loss_later(torch, out))
                 del out
                 if starts is not None and i < steps - 1:
@@ -167,7 +177,7 @@ def _measure(
         losses=tuple(numbers[: ran - (stopped_at is not None)]),
     )
     rewind = None
-    if stopped_at is not None and starts is not None:
+    if stopped_at is not None and device is not None:
         rewind = _Rewind(run, starts, stopped_at, len(batches) - 1, batches[stopped_at])
     rng = rngs[stopped_at] if stopped_at is not None and rngs else None
     return _Measured(result, recorder, stopped_at, rng, device, rewind)
@@ -215,9 +225,11 @@ class _Rewind:
         self.run, self.starts, self.step, self.last, self.batch = run, starts, step, last, batch
 
     def __call__(self) -> _Rewind:
-        # this step's copy is the last one taken, or the one kept for an earlier step
-        self.starts.restore(kept=self.step < self.last)
-        self.starts.release()
+        # this step's copy is the last one taken, or the one kept for an earlier step; no
+        # copy: the step was stopped inside backward, its parameters untouched
+        if self.starts is not None:
+            self.starts.restore(kept=self.step < self.last)
+            self.starts.release()
         return self
 
     def again(self) -> Any:
