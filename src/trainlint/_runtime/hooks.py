@@ -1,5 +1,6 @@
 """What the gradient recorder puts on the parameters and where its CPU hooks write: the
-hook set, the kept slot buffers, and which devices' foreach inf-norm keeps a NaN."""
+hook set, the kept slot buffers, which devices' foreach inf-norm keeps a NaN, and the
+record read back from the slots after the steps."""
 
 from __future__ import annotations
 
@@ -91,3 +92,47 @@ def inf_norm_keeps_nan(device: torch.device) -> bool:
             known = False
         _KEEPS_NAN[device] = known
     return known
+
+
+def read_record(
+    used: list[torch.Tensor],
+    slotted: list[int],
+    starts: list[tuple[int, int]],
+    later: list[tuple[int, int, int, Any]],
+) -> list[tuple[int, int, float | None]]:
+    """The recorder's events, (step, parameter, max |grad| or None), each measure a float:
+    the slot buffers ``used`` in one host read (``slotted``: the parameter of each slot
+    written; ``starts``: (step, the slot it began at)), the measures taken aside
+    (``later``: (slots written before it, step, parameter, 0-d tensor or None)) in one
+    read per device and dtype."""
+    from trainlint._runtime.norms import read_floats
+
+    values: list[float] = []
+    if slotted:
+        flat = used[0] if len(used) == 1 else torch.cat(used)
+        nan = math.nan
+        # NaN wins; max |-0.0| is 0.0 (as magnitudes.cpu_max_abs)
+        values = [
+            nan if lo != lo or hi != hi else max(abs(hi), abs(lo))
+            for lo, hi in flat[: len(slotted)].tolist()
+        ]
+    # each step's slots, with the measures taken aside in their places among them
+    starts = starts or [(0, 0)]
+    ends = [at for _, at in starts[1:]] + [len(slotted)]
+    out: list[tuple[int, int, float | None]] = []
+    if not later:
+        for (step, a), b in zip(starts, ends, strict=True):
+            out += zip([step] * (b - a), slotted[a:b], values[a:b], strict=True)
+        return out
+    numbers = iter(read_floats([v for _, _, _, v in later if v is not None]))
+    j = 0
+    for (step, a), b in zip(starts, ends, strict=True):
+        for k in range(a, b):
+            while j < len(later) and later[j][0] <= k:
+                _, at_step, index, value = later[j]
+                out.append((at_step, index, None if value is None else next(numbers)))
+                j += 1
+            out.append((step, slotted[k], values[k]))
+    for _, at_step, index, value in later[j:]:
+        out.append((at_step, index, None if value is None else next(numbers)))
+    return out

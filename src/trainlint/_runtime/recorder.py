@@ -16,7 +16,8 @@ sparse, with history, or from another thread) is measured in the hook into a 0-d
 Elsewhere (CUDA) the hook only notes the parameter, and a callback queued on the autograd
 engine, run when that backward has accumulated every gradient, takes max |grad| of all of
 them with one foreach inf-norm (or foreach ops per dtype and device group, and an
-``aminmax`` per large gradient, where that kernel drops a NaN), kept as 0-d tensors. Either way
+``aminmax`` per large gradient, where that kernel drops a NaN), kept as 0-d tensors.
+Either way
 before the rest of the step, so a ``zero_grad()`` or a clip later in the step changes
 nothing measured. Hooks are registered once per check.
 """
@@ -32,9 +33,15 @@ from typing import Any
 
 import torch
 
-from trainlint._runtime.hooks import HookSet, Slots, give_back_slots, inf_norm_keeps_nan, take_slots
+from trainlint._runtime.hooks import (
+    HookSet,
+    Slots,
+    give_back_slots,
+    inf_norm_keeps_nan,
+    read_record,
+    take_slots,
+)
 from trainlint._runtime.magnitudes import max_abs, small_dense
-from trainlint._runtime.norms import read_floats
 
 _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 _aminmax = torch.aminmax
@@ -338,39 +345,9 @@ class GradRecorder:
         return self._events
 
     def _read(self) -> list[tuple[int, int, float | None]]:
-        """Every measure as a float: the slots in one host read, the 0-d tensors in one read
-        per device and dtype."""
-        slotted, later = self._slotted, self._later
-        values: list[float] = []
-        if slotted:
-            used = [c[0] for c in self._chunks]
-            flat = used[0] if len(used) == 1 else torch.cat(used)
-            nan = math.nan
-            # NaN wins; max |-0.0| is 0.0 (as magnitudes.cpu_max_abs)
-            values = [
-                nan if lo != lo or hi != hi else max(abs(hi), abs(lo))
-                for lo, hi in flat[: len(slotted)].tolist()
-            ]
-        # each step's slots, with the measures taken aside in their places among them
-        starts = self._starts or [(0, 0)]
-        ends = [at for _, at in starts[1:]] + [len(slotted)]
-        if not later:
-            out: list[tuple[int, int, float | None]] = []
-            for (step, a), b in zip(starts, ends, strict=True):
-                out += zip([step] * (b - a), slotted[a:b], values[a:b], strict=True)
-            return out
-        numbers = iter(read_floats([v for _, _, _, v in later if v is not None]))
-        out, j = [], 0
-        for (step, a), b in zip(starts, ends, strict=True):
-            for k in range(a, b):
-                while j < len(later) and later[j][0] <= k:
-                    _, st, index, value = later[j]
-                    out.append((st, index, None if value is None else next(numbers)))
-                    j += 1
-                out.append((step, slotted[k], values[k]))
-        for _, st, index, value in later[j:]:
-            out.append((st, index, None if value is None else next(numbers)))
-        return out
+        """Every measure as a float (:func:`read_record`), in one pass."""
+        chunks = [c[0] for c in self._chunks]
+        return read_record(chunks, self._slotted, self._starts, self._later)
 
     def numbers(self) -> list[float]:
         """max |grad| of each measured event, in the order of ``events``."""
