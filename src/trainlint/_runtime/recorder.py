@@ -234,8 +234,20 @@ class GradRecorder:
         self._check_stop()
 
     def _check_stop(self) -> None:
+        """Raise NonFiniteGradient if what was measured since the last call holds a NaN or
+        Inf (on the CPU: a read, not a sync)."""
+        at, n = self._marks[0], len(self.params)  # n: the slots of a buffer
+        end = len(self._slotted)
+        if len(self._later) == self._marks[1] and end - at <= n and at // n == (end - 1) // n:
+            # one buffer's rows, nothing aside: a sum is finite iff every value is (or it
+            # overflowed: then the exact test), two ops where that test takes four
+            rows = self._chunks[at // n][0][at % n : (end - 1) % n + 1]
+            self._marks = (end, self._marks[1])
+            if math.isfinite(rows.sum().item()) or bool(torch.isfinite(rows).all()):
+                return
+            raise NonFiniteGradient
         bad = self.nonfinite_since_mark()
-        if bad is not None and bool(bad):  # on the CPU: a read, not a sync
+        if bad is not None and bool(bad):
             raise NonFiniteGradient
 
     def _measure_aside(self, i: int, grad: torch.Tensor) -> None:

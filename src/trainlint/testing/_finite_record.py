@@ -80,7 +80,9 @@ def loss_later(torch: Any, out: Any) -> Any:
     if n == 0:
         return None
     detached = out.detach()
-    return detached.reshape(()).clone() if n == 1 else detached.float().mean()
+    if n > 1:
+        return detached.float().mean()
+    return detached.clone() if detached.dim() == 0 else detached.reshape(()).clone()
 
 
 def read_losses(torch: Any, losses: list[Any]) -> list[float | None]:
@@ -91,7 +93,8 @@ def read_losses(torch: Any, losses: list[Any]) -> list[float | None]:
             groups.setdefault((v.device, v.dtype), []).append(i)
     out = list(losses)
     for indices in groups.values():
-        read = torch.stack([losses[i] for i in indices]).tolist()
+        picked = [losses[i] for i in indices]
+        read = picked[0].reshape(1).tolist() if len(picked) == 1 else torch.stack(picked).tolist()
         for i, number in zip(indices, read, strict=True):
             out[i] = float(number)
     return out
