@@ -7,6 +7,7 @@ rules that explain the symptom; every clean step must pass, repeatedly.
 from __future__ import annotations
 
 import copy
+import functools
 import pickle
 from collections.abc import Callable
 
@@ -24,6 +25,7 @@ from trainlint.testing import (
     assert_grads_nonzero,
     assert_weights_updated,
 )
+from trainlint.testing._common import runtime
 
 # ----------------------------------------------------------------- assert_grads_nonzero
 
@@ -428,6 +430,102 @@ def test_finite_grads_stop_is_not_swallowed_by_the_step():
 
     with pytest.raises(CheckFailed, match="LogBackward0"):
         assert_finite_grads(model, step)
+
+
+def _nan_at(bad: int, steps: int = 4, after: Callable[[int], None] | None = None):
+    """An SGD step whose batch ``bad`` (of ``steps``) makes a NaN in backward, and the
+    batches; ``after(i)`` runs at the end of call ``i``."""
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = batch()
+    batches = [(x, y, i == bad) for i in range(steps)]
+    calls: list[int] = []
+
+    def step(b):
+        calls.append(1)
+        x, y, poisoned = b
+        opt.zero_grad()
+        out = model(x)
+        if poisoned:
+            out = torch.sqrt(out - out.detach())  # d sqrt(u)/du at u = 0: Inf, then NaN
+        loss = nn.functional.mse_loss(out, y)
+        loss.backward()
+        opt.step()
+        if after is not None:
+            after(len(calls) - 1)
+        return loss
+
+    return model, step, calls, batches
+
+
+@pytest.mark.parametrize("device_path", [False, True])
+@pytest.mark.parametrize("bad", [0, 1, 3])
+def test_finite_grads_reruns_the_first_failing_step_from_the_weights_it_began_with(
+    bad, device_path, monkeypatch
+):
+    """The first failing step is rerun to name the op, and the weights are left as that
+    step found them: on the CPU it was stopped inside backward; on the device path
+    (``device_path``: CPU gradients measured as CUDA ones are) the steps ran on and the
+    weights come back from the copy made when it began (the last step's copy, or the one
+    kept on the device for an earlier one)."""
+    if device_path:
+        rt = runtime()
+        recorder = functools.partial(rt.GradRecorder, device_path=True)
+        monkeypatch.setattr(rt, "GradRecorder", recorder)
+    before: dict[str, torch.Tensor] = {}
+
+    def keep(i: int) -> None:
+        if i == bad - 1:
+            before.update({n: p.detach().clone() for n, p in model.named_parameters()})
+
+    model, step, calls, batches = _nan_at(bad, after=keep)
+    if bad == 0:
+        before.update({n: p.detach().clone() for n, p in model.named_parameters()})
+    with pytest.raises(CheckFailed) as info:
+        assert_finite_grads(model, step, steps=4, batches=batches)
+    message = str(info.value)
+    assert f"at step {bad}" in message
+    assert "SqrtBackward0 turned finite gradients into" in message
+    assert info.value.result.steps == bad + 1
+    assert len(info.value.result.losses) == bad
+    # the CPU stops the failing step inside backward; the device path runs every step
+    assert len(calls) == (4 if device_path else bad + 1) + 1  # and the rerun
+    for name, param in model.named_parameters():
+        assert torch.equal(param.detach(), before[name]), name
+
+
+def test_finite_grads_reports_an_earlier_nan_rather_than_a_later_step_s_error():
+    def boom(i: int) -> None:
+        if i == 2:
+            raise ValueError("NaN weights broke the data pipeline")
+
+    model, step, _, batches = _nan_at(1, after=boom)
+    with pytest.raises(CheckFailed, match="at step 1"):
+        assert_finite_grads(model, step, steps=4, batches=batches)
+    clean = clean_setup()
+
+    def failing():
+        clean.step()
+        raise ValueError("a plain bug")
+
+    with pytest.raises(ValueError, match="a plain bug"):
+        assert_finite_grads(clean.model, failing, steps=2)
+
+
+def test_finite_grads_cuts_the_record_at_a_non_finite_loss():
+    s = clean_setup()
+    calls: list[int] = []
+
+    def step():
+        calls.append(1)
+        loss = s.step()
+        return loss + (float("inf") if len(calls) == 2 else 0.0)
+
+    with pytest.raises(CheckFailed, match="the loss is inf at step 1") as info:
+        assert_finite_grads(s.model, step, steps=4)
+    result = info.value.result
+    assert result.steps == 2 and len(result.losses) == 2
+    assert all(len(v) == 2 for v in result.max_abs.values())
 
 
 # ----------------------------------------------------------------- assert_weights_updated

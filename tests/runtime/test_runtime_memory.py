@@ -217,3 +217,16 @@ def test_memory_stable_measures_cuda_memory():
 
     with pytest.raises(CheckFailed, match=r"\(c\) CUDA memory allocated"):
         assert_memory_stable(step)
+
+
+def test_cuda_bytes_are_read_from_the_allocators_nested_counters(monkeypatch):
+    """The nested counters give what torch.cuda.memory_allocated gives, without the public
+    call's flattening of every counter; the public call is the fallback."""
+    from trainlint._runtime import memory
+
+    nested = {"allocated_bytes": {"all": {"current": 12345}}}
+    monkeypatch.setattr(torch._C, "_cuda_memoryStats", lambda device: nested, raising=False)
+    assert memory._allocated(0) == 12345
+    monkeypatch.setattr(torch._C, "_cuda_memoryStats", lambda device: {}, raising=False)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 777)
+    assert memory._allocated(0) == 777

@@ -115,4 +115,14 @@ def cuda_allocated() -> int | None:
     """
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return None
-    return sum(torch.cuda.memory_allocated(i) for i in range(torch.cuda.device_count()))
+    return sum(_allocated(i) for i in range(torch.cuda.device_count()))
+
+
+def _allocated(device: int) -> int:
+    """``torch.cuda.memory_allocated(device)``, read from the allocator's nested counters:
+    the public call flattens every counter (hundreds) into a new dict in Python, per device
+    and step. No host-device sync either way: the allocator keeps them on the host."""
+    try:
+        return int(torch._C._cuda_memoryStats(device)["allocated_bytes"]["all"]["current"])
+    except (AttributeError, KeyError, TypeError, RuntimeError):
+        return int(torch.cuda.memory_allocated(device))

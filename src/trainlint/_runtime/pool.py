@@ -11,10 +11,11 @@ T = TypeVar("T")
 class KeptPool(Generic[T]):
     """Free buffers by key (a parameter count, a list of shapes): taken by a check and given
     back after, so two checks running at once never share one. At most ``keys`` keys and
-    two buffers a key are kept; past that many keys the pool starts over."""
+    ``per_key`` buffers a key are kept; past that many keys the pool starts over."""
 
-    def __init__(self, keys: int) -> None:
+    def __init__(self, keys: int, per_key: int = 2) -> None:
         self.keys = keys
+        self.per_key = per_key
         self._free: dict[Hashable, list[T]] = {}
 
     def take(self, key: Hashable) -> T | None:
@@ -32,5 +33,5 @@ class KeptPool(Generic[T]):
             if len(self._free) >= self.keys:
                 self._free.clear()
             free = self._free.setdefault(key, [])
-        if len(free) < 2:
+        if len(free) < self.per_key:
             free.append(item)

@@ -1,18 +1,25 @@
-"""Seeing each parameter's gradient as autograd accumulates it, at a fixed cost per backward.
+"""Seeing each parameter's gradient as autograd accumulates it, with no host read until
+the steps are over.
 
-A check's step may be a fraction of a millisecond, so what runs inside it is kept small.
+A check's step may be a fraction of a millisecond, so what runs inside it is kept small;
+on a GPU a host read inside the steps is a sync, after which the CPU can no longer run
+ahead and every millisecond of bookkeeping shows on the GPU's timeline. So nothing is
+read until the check asks for the record (:meth:`GradRecorder.table`), once, after the
+last step.
+
 CPU gradients are measured in their post-accumulate-grad hook by one ``aminmax`` each,
-written into a slot of a small buffer (two 0-d views of it per slot, made once and kept
-for the next check with as many parameters): no tensor is allocated and no number read in
-the hook. The buffer is read in one ``tolist()`` at the end of the step, or at the end of
-each backward when a non-finite gradient must stop the step (an engine callback), or when
-its slots run out (several backwards in one step). A gradient the slots cannot take (not
-float32, sparse, with history) is measured in the hook and read there. Elsewhere (CUDA) the
-hook only notes the parameter, and a callback queued on the autograd engine, run when that
-backward has accumulated every gradient, takes max |grad| of all of them with foreach ops,
-one per dtype and device group, read on the host at the end (per backward only to stop at
-a non-finite one). Either way before the rest of the step, so a ``zero_grad()`` or a clip
-later in the step changes nothing measured. Hooks are registered once per check.
+written into the next free slot of a buffer kept for the whole check (two 0-d views of it
+per slot, made once and kept for the next check with as many parameters): no tensor is
+allocated and no number read in the hook; a check that runs out of slots (several
+backwards a step) takes another buffer. A gradient the slots cannot take (not float32,
+sparse, with history, or from another thread) is measured in the hook into a 0-d tensor.
+Elsewhere (CUDA) the hook only notes the parameter, and a callback queued on the autograd
+engine, run when that backward has accumulated every gradient, takes max |grad| of all of
+them with one foreach inf-norm (or foreach ops per dtype and device group, and an
+``aminmax`` per large gradient, where that kernel drops a NaN), kept as 0-d tensors.
+Either way
+before the rest of the step, so a ``zero_grad()`` or a clip later in the step changes
+nothing measured. Hooks are registered once per check.
 """
 
 from __future__ import annotations
@@ -20,15 +27,21 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any
 
 import torch
 
-from trainlint._runtime.magnitudes import as_numbers, cpu_max_abs, max_abs, small_dense
-from trainlint._runtime.pool import KeptPool
+from trainlint._runtime.hooks import (
+    HookSet,
+    Slots,
+    give_back_slots,
+    inf_norm_keeps_nan,
+    read_record,
+    take_slots,
+)
+from trainlint._runtime.magnitudes import max_abs, small_dense
 
 _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 _aminmax = torch.aminmax
@@ -39,15 +52,11 @@ _get_ident = threading.get_ident
 
 
 class NonFiniteGradient(BaseException):
-    """Raised at the end of a backward to stop a step before the optimizer spreads a NaN.
+    """Raised at the end of a CPU backward that made a NaN or Inf gradient, to stop the
+    step before the optimizer spreads it (``stop_on_nonfinite``); the record says which.
 
     A BaseException so that a step's own ``except Exception`` does not swallow it.
     """
-
-    def __init__(self, index: int, value: float) -> None:
-        super().__init__(index, value)
-        self.index = index
-        self.value = value
 
 
 class GradRecorder:
@@ -57,6 +66,12 @@ class GradRecorder:
     same step cannot hide what backward produced. A ``.grad`` assigned directly (gradients
     computed elsewhere and copied in) fires no hook; it is picked up at the end of the step
     when the grad object changed identity.
+
+    ``stop_on_nonfinite``: on the CPU, where a host read is no sync (nothing runs ahead of
+    it), stop the step at the end of a backward that made a non-finite gradient; elsewhere
+    nothing is read until the steps are over, and ``stops`` is False. ``device_path``:
+    measure CPU gradients the way CUDA ones are (an engine callback per backward), so that
+    the CPU tests cover that path too.
     """
 
     def __init__(
@@ -65,33 +80,45 @@ class GradRecorder:
         *,
         measure: bool = True,
         stop_on_nonfinite: bool = False,
+        device_path: bool = False,
     ) -> None:
         self.params = params = list(params)
         self.measure = measure
-        self.stop_on_nonfinite = stop_on_nonfinite
         self.step = 0
-        # (step, parameter index, max |grad| as a float (CPU) or a 0-d tensor, or None when
-        # not measured), in the order backward accumulated them
-        self.events: list[tuple[int, int, Any]] = []
         self.assigned: set[tuple[int, int]] = set()
         self._fired: set[int] = set()  # hooks that fired this step
         self._ever: set[int] = set()  # got a gradient, when not measured
         self._pending: list[int] = []  # accumulated in the running backward, not measured
         self._queued = False
-        self._numbers: list[float] | None = None
-        self._hooks = HookSet()
-        # CPU gradients are measured in their hooks (into _slots); small_dense is asked
+        # CPU gradients are measured in their hooks (into the slots); small_dense is asked
         # only elsewhere, where it picks foreach ops
-        self._on_cpu = measure and all(map(_is_cpu, params))
-        self._small: list[bool] = (
-            [small_dense(p) for p in params] if measure and not self._on_cpu else []
+        self._on_cpu = measure and not device_path and all(map(_is_cpu, params))
+        self.stops = stop_on_nonfinite and self._on_cpu
+        # elsewhere: one foreach inf-norm for all the gradients of a backward (a launch or a
+        # few, no copy), where the device's kernel keeps a NaN; else max_abs (an aminmax
+        # per large gradient: three launches each)
+        self._inf_norm = (
+            measure
+            and not self._on_cpu
+            and all(map(inf_norm_keeps_nan, {p.device for p in params}))
         )
-        self._floats = self._on_cpu  # every event's value a float (the CPU hooks')
-        # The CPU hooks' slots: a (n, 2) float32 buffer and its 0-d (min, max) views; the
-        # parameter of each slot written this step, in order (see _cpu_hook)
-        self._slots: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+        self._small: list[bool] = (
+            [small_dense(p) for p in params]
+            if measure and not self._on_cpu and not self._inf_norm
+            else []
+        )
+        # The CPU hooks' slots: buffers of (n, 2) float32 and their 0-d (min, max) views,
+        # all the views in one list; the parameter of each slot written, in order, and the
+        # slot each step began at (see _cpu_hook)
+        self._chunks: list[Slots] = []
+        self._views: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._slotted: list[int] = []
-        self._checked = 0  # events already tested for a non-finite value (stop_on_nonfinite)
+        self._starts: list[tuple[int, int]] = []
+        # measured outside the slots: (slots written before it, step, parameter, max |grad|
+        # as a 0-d tensor or None when not measured), in the order backward made them
+        self._later: list[tuple[int, int, int, Any]] = []
+        self._marks = (0, 0)  # (slots, _later) already covered by nonfinite_since_mark
+        self._events: list[tuple[int, int, float | None]] | None = None
         # weak: holding last step's grads would keep them alive while the step allocates
         # new ones, doubling gradient memory for the duration of the check
         self._grads_before: list[Any] = []
@@ -102,7 +129,8 @@ class GradRecorder:
         index = {id(p): i for i, p in enumerate(self.params)}
         try:
             if self._on_cpu:
-                self._slots = take_slots(len(self.params))
+                self._grow()
+            self._hooks = HookSet()
             self._hooks.add_all(self.params, self._make_hook(index))
         except BaseException:
             self.__exit__()
@@ -110,13 +138,25 @@ class GradRecorder:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._hooks.remove()
-        self._pending.clear()
-        if self._slotted:  # a step that raised mid-backward: what its hooks measured
-            self._flush_slots()
-        slots, self._slots = self._slots, None
-        if slots is not None:
-            give_back_slots(slots)
+        hooks = getattr(self, "_hooks", None)
+        if hooks is not None:
+            hooks.remove()
+        if self._pending:  # a backward that raised before its callback: what it made
+            self._flush()
+        try:
+            self.events  # noqa: B018 - the one host read, after the last step
+        finally:
+            chunks, self._chunks = self._chunks, []
+            self._views = []
+            for chunk in chunks:
+                give_back_slots(chunk)
+
+    def _grow(self) -> None:
+        """Another buffer of slots, one per parameter (views extended in place: the hook
+        holds the list)."""
+        chunk = take_slots(len(self.params))
+        self._chunks.append(chunk)
+        self._views += chunk[1]
 
     def _make_hook(self, index: dict[int, int]) -> Callable[[torch.Tensor], None]:
         fired = self._fired
@@ -149,24 +189,20 @@ class GradRecorder:
 
     def _cpu_hook(self, index: dict[int, int]) -> Callable[[torch.Tensor], None]:
         """CPU gradients: one ``aminmax`` into the next free slot (no allocation, no host
-        read; the slots are read together later), or, for a gradient it does not take,
-        measured and read at once (:func:`cpu_max_abs`). With ``stop_on_nonfinite`` the
-        first hook of each backward queues an engine callback that reads what that backward
-        made and stops the step at a non-finite gradient.
+        read; the slots are read together after the steps), or, for a gradient it does
+        not take, :meth:`_measure_aside`.
 
-        Only the thread that entered the recorder uses the slots and queues callbacks: a
-        step may run backward in several threads at once, and two hooks taking the same
-        free slot would leave another unwritten (read as whatever the buffer last held).
-        A hook in another thread measures and reads at once; a non-finite gradient it saw
-        stops the step at its end."""
+        Only the thread that entered the recorder uses the slots: a step may run backward
+        in several threads at once, and two hooks taking the same free slot would leave
+        another unwritten (read as whatever the buffer last held)."""
         fired = self._fired
         owner = _get_ident()
         slotted = self._slotted
-        assert self._slots is not None
-        slots = self._slots[1]
-        capacity = len(slots)
-        stop = self.stop_on_nonfinite
+        views = self._views
         aminmax = _aminmax
+        grow = self._grow
+        aside = self._measure_aside
+        stops = self.stops
 
         def hook(param: torch.Tensor) -> None:
             i = index[id(param)]
@@ -175,64 +211,51 @@ class GradRecorder:
             if grad is None:
                 return
             if _get_ident() != owner:
-                self._read_now(i, grad)
+                aside(i, grad)
                 return
-            if stop and not self._queued:
+            if stops and not self._queued:
                 self._queued = True
                 _queue_callback(self._end_of_backward)
             k = len(slotted)
-            if k < capacity:
-                try:
-                    aminmax(grad, out=slots[k])
-                except RuntimeError:  # not float32, sparse, or with history (create_graph)
-                    pass
-                else:
-                    slotted.append(i)
-                    return
-            self._measure_now(i, grad)
+            if k == len(views):
+                grow()
+            try:
+                aminmax(grad, out=views[k])
+            except RuntimeError:  # not float32, sparse, or with history (create_graph)
+                aside(i, grad)
+            else:
+                slotted.append(i)
 
         return hook
 
-    def _measure_now(self, i: int, grad: torch.Tensor) -> None:
-        """A gradient the slots did not take: measured and read now, after what the slots
-        hold (events stay in the order backward made them)."""
-        if self._slotted:
-            self._flush_slots()
-        self._read_now(i, grad)
-
-    def _read_now(self, i: int, grad: torch.Tensor) -> None:
-        """Measure a gradient and read it into events, touching no slot."""
-        if grad.requires_grad:  # a backward with create_graph=True
-            grad = grad.detach()
-        self.events.append((self.step, i, cpu_max_abs(grad)))
-
-    def _flush_slots(self) -> None:
-        """Read the slots written since the last read into events, in one host read."""
-        assert self._slots is not None
-        slotted, step = self._slotted, self.step
-        pairs = self._slots[0].tolist()
-        nan = math.nan
-        self.events += [
-            (step, i, nan if lo != lo or hi != hi else max(abs(hi), abs(lo)))  # as cpu_max_abs
-            for i, (lo, hi) in zip(slotted, pairs, strict=False)  # pairs: every slot
-        ]
-        slotted.clear()
-
     def _end_of_backward(self) -> None:
-        """An engine callback (stop_on_nonfinite, CPU): stop the step at the first
-        non-finite gradient this backward made, before the rest of the step runs."""
+        """An engine callback (``stops``): stop the step if this backward made a NaN or Inf."""
         self._queued = False
-        if self._slotted:
-            self._flush_slots()
-        self._raise_nonfinite()
+        self._check_stop()
 
-    def _raise_nonfinite(self) -> None:
-        events, start = self.events, self._checked
-        self._checked = len(events)
-        isfinite = math.isfinite
-        for _, i, number in events[start:]:
-            if not isfinite(number):
-                raise NonFiniteGradient(i, number)
+    def _check_stop(self) -> None:
+        """Raise NonFiniteGradient if what was measured since the last call holds a NaN or
+        Inf (on the CPU: a read, not a sync)."""
+        at, n = self._marks[0], len(self.params)  # n: the slots of a buffer
+        end = len(self._slotted)
+        if len(self._later) == self._marks[1] and end - at <= n and at // n == (end - 1) // n:
+            # one buffer's rows, nothing aside: a sum is finite iff every value is (or it
+            # overflowed: then the exact test), two ops where that test takes four
+            rows = self._chunks[at // n][0][at % n : (end - 1) % n + 1]
+            self._marks = (end, self._marks[1])
+            if math.isfinite(rows.sum().item()) or bool(torch.isfinite(rows).all()):
+                return
+            raise NonFiniteGradient
+        bad = self.nonfinite_since_mark()
+        if bad is not None and bool(bad):
+            raise NonFiniteGradient
+
+    def _measure_aside(self, i: int, grad: torch.Tensor) -> None:
+        """A gradient the slots did not take: max |grad| as a 0-d tensor, read with the rest
+        (kept after what the slots hold so far: the order backward made them)."""
+        with torch.no_grad():
+            value = max_abs([grad.detach() if grad.requires_grad else grad])[0]
+        self._later.append((len(self._slotted), self.step, i, value))
 
     def _flush(self) -> None:
         """Measure what the backward that just ended accumulated (an engine callback)."""
@@ -245,15 +268,18 @@ class GradRecorder:
             return
         params, small = self.params, self._small
         grads: list[torch.Tensor] = [params[i].grad for i in indices]  # type: ignore[misc]
-        with torch.no_grad():  # a backward with create_graph=True; the CPU's is _cpu_hook
-            values = max_abs(grads, small=all(small[i] for i in indices))
-        step = self.step
-        self._floats = False
-        self.events += [(step, i, v) for i, v in zip(indices, values, strict=True)]
-        if self.stop_on_nonfinite:
-            for i, number in zip(indices, as_numbers(values), strict=True):
-                if not math.isfinite(number):
-                    raise NonFiniteGradient(i, number)
+        grads = [g.detach() if g.requires_grad else g for g in grads]  # create_graph=True
+        values: Sequence[torch.Tensor] | None = None
+        with torch.no_grad():
+            if self._inf_norm:
+                try:
+                    values = torch._foreach_norm(grads, math.inf)
+                except RuntimeError:  # a sparse gradient, or several devices
+                    values = None
+            if values is None:  # (small: empty where the inf-norm was to serve)
+                values = max_abs(grads, small=bool(small) and all(small[i] for i in indices))
+        at, step = len(self._slotted), self.step
+        self._later += [(at, step, i, v) for i, v in zip(indices, values, strict=True)]
 
     # ------------------------------------------------------------------ steps
 
@@ -261,17 +287,16 @@ class GradRecorder:
         self.step = step
         self._fired.clear()
         self._queued = False
+        self._starts.append((step, len(self._slotted)))
         # one read of each .grad (a tensor attribute costs ~1k instructions)
         self._grads_before = [_NONE if g is None else _ref(g) for g in map(_grad_of, self.params)]
 
     def end_step(self) -> None:
         if self._pending:  # a backward that raised, or ran outside the engine's callbacks
             self._flush()
-        if self._slotted:
-            self._flush_slots()
-        if self.stop_on_nonfinite and self._on_cpu:
-            self._raise_nonfinite()
         self._queued = False
+        if self.stops:  # what another thread's backward made, measured aside
+            self._check_stop()
         fired = self._fired
         if len(fired) == len(self.params):
             self._grads_before = []
@@ -286,95 +311,79 @@ class GradRecorder:
                 value = None
                 if self.measure:
                     with torch.no_grad():
-                        value = max_abs([grad])[0]
-                    self._floats = False
-                self.events.append((self.step, index, value))
+                        value = max_abs([grad.detach()])[0]
+                self._later.append((len(self._slotted), self.step, index, value))
         self._grads_before = []
+
+    def nonfinite_since_mark(self) -> torch.Tensor | None:
+        """A 0-d bool tensor, on the gradients' device: whether any gradient backward made
+        since the last call is NaN or Inf (one assigned directly is not counted: no rerun
+        of backward names where it came from); None when none was measured. No host
+        read."""
+        slots_at, later_at = self._marks
+        self._marks = (len(self._slotted), len(self._later))
+        flags: list[torch.Tensor] = []
+        n = len(self.params)
+        for c, (buffer, _) in enumerate(self._chunks):
+            a, b = max(slots_at - c * n, 0), min(self._marks[0] - c * n, n)
+            if a < b:
+                flags.append(torch.isfinite(buffer[a:b]).all())
+        assigned = self.assigned
+        values = [
+            v
+            for _, step, i, v in self._later[later_at:]
+            if v is not None and (step, i) not in assigned
+        ]
+        by_device: dict[torch.device, list[torch.Tensor]] = {}
+        for v in values:
+            by_device.setdefault(v.device, []).append(v.float())
+        flags += [torch.isfinite(torch.stack(vs)).all() for vs in by_device.values()]
+        if not flags:
+            return None
+        device = flags[0].device
+        ok = flags[0]
+        for flag in flags[1:]:
+            ok = ok & flag.to(device, non_blocking=True)
+        return ~ok
+
+    # ------------------------------------------------------------------ the record
+
+    @property
+    def events(self) -> list[tuple[int, int, float | None]]:
+        """(step, parameter index, max |grad| or None when not measured), in the order
+        backward accumulated them; read on the first access, in one pass."""
+        if self._events is None:
+            self._events = self._read()
+        return self._events
+
+    def _read(self) -> list[tuple[int, int, float | None]]:
+        """Every measure as a float (:func:`read_record`), in one pass."""
+        chunks = [c[0] for c in self._chunks]
+        return read_record(chunks, self._slotted, self._starts, self._later)
 
     def numbers(self) -> list[float]:
         """max |grad| of each measured event, in the order of ``events``."""
-        if self._numbers is None:
-            # floats measured in the hooks (_cpu_hook), tensors read here in one pass
-            self._numbers = as_numbers([v for _, _, v in self.events if v is not None])
-        return self._numbers
+        return [v for _, _, v in self.events if v is not None]
 
     def table(self, steps: int) -> list[list[float | None]]:
         """``[step][param]``: the largest max |grad| recorded in that step, None if none."""
         out: list[list[float | None]] = [[None] * len(self.params) for _ in range(steps)]
-        # every event a float measured in its hook (_cpu_hook): no pass to read tensors
-        it = None if self._floats else iter(self.numbers())
         for step, index, value in self.events:
             if step >= steps:
                 continue
-            number = value if it is None else next(it) if value is not None else 0.0
+            number = 0.0 if value is None else value
             row = out[step]
             old = row[index]
             if old is None or _greater(number, old):
                 row[index] = number
         return out
 
+    def truncate(self, steps: int) -> None:
+        """Forget what was recorded from step ``steps`` on (a check that stops there)."""
+        self._events = [e for e in self.events if e[0] < steps]
+
     def fired(self) -> set[int]:
         return self._ever | {index for _, index, _ in self.events}
-
-
-# Slots for the CPU hooks, by parameter count: made once (two 0-d views per parameter
-# cost ~20k instructions each time), taken by a recorder for a check and given back
-# after, so two checks running at once never share one.
-_free_slots: KeptPool[tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]] = KeptPool(
-    16
-)  # parameter counts kept, at most
-
-
-def take_slots(n: int) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-    kept = _free_slots.take(n)
-    if kept is not None:
-        return kept
-    buffer = torch.empty(n, 2)  # float32: other dtypes are measured in the hook
-    low, high = buffer.unbind(1)
-    return buffer, list(zip(low.unbind(), high.unbind(), strict=True))
-
-
-def give_back_slots(slots: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]) -> None:
-    _free_slots.give(len(slots[1]), slots)
-
-
-class HookSet:
-    """Post-accumulate-grad hooks put on parameters, taken off together.
-
-    For a plain leaf parameter the entry ``register_post_accumulate_grad_hook`` would make
-    goes in the same dict directly: the public call's checks and handle object were a third
-    of a small model's per-check hook cost. Subclasses and non-leaves take the public way.
-    """
-
-    __slots__ = ("_entries", "_handles")
-
-    def __init__(self) -> None:
-        self._entries: list[tuple[Any, object]] = []
-        self._handles: list[Any] = []
-
-    def add(self, param: torch.Tensor, hook: Callable[[torch.Tensor], None]) -> None:
-        self.add_all((param,), hook)
-
-    def add_all(self, params: Sequence[torch.Tensor], hook: Callable[[torch.Tensor], None]) -> None:
-        """:meth:`add` each, in one call, with one key: each parameter has its own dict."""
-        key, entries, plain = object(), self._entries, (torch.nn.Parameter, torch.Tensor)
-        for param in params:
-            if type(param) in plain and param.requires_grad and param.grad_fn is None:
-                hooks = param._post_accumulate_grad_hooks
-                if hooks is None:
-                    hooks = param._post_accumulate_grad_hooks = OrderedDict()  # C++ hooks it
-                hooks[key] = hook
-                entries.append((hooks, key))
-            else:  # subclasses: their way; a non-leaf: its error message
-                self._handles.append(param.register_post_accumulate_grad_hook(hook))
-
-    def remove(self) -> None:
-        for hooks, key in self._entries:
-            hooks.pop(key, None)
-        for handle in self._handles:
-            handle.remove()
-        self._entries.clear()
-        self._handles.clear()
 
 
 _NONE = type(None)  # called, gives None: what a dead weak reference gives

@@ -203,6 +203,104 @@ class _Rows:
         return out
 
 
+class StepStart:
+    """The parameters as they were when a step began, kept for the first step that went
+    wrong, so that a check can rerun that step after the others ran (a non-finite gradient
+    is found once the steps are over: stopping at it would take a host read per backward).
+
+    One flat buffer per device and dtype holds the copy made at the start of each step
+    (one foreach copy); with more steps to come, a second keeps the copy of the first step
+    whose ``bad`` flag was set, chosen on the device (one ``where`` per buffer), so that
+    nothing is read on the host while the steps run. CPU buffers are kept for the next
+    check (a parameter-sized malloc and free per check slows the step's own allocations:
+    see :meth:`Snapshot._copy_off_heap`); others are the caching allocator's to reuse.
+    """
+
+    def __init__(self, params: Sequence[torch.Tensor], steps: int) -> None:
+        # dense tensors only: a sparse parameter is rerun as it is now
+        strided = torch.strided
+        self.params = [p for p in params if p.layout is strided]
+        key = (tuple((p.device, p.dtype, p.shape) for p in self.params), steps > 1)
+        self._key = key
+        self._seen: torch.Tensor | None = None  # any step so far bad (on the device)
+        # per device and dtype: this step's copy and the kept one (None for one step);
+        # the views of each parameter in them, in the order of self.params
+        kept = _free_starts.take(key)
+        if kept is None:
+            kept = _layout(self.params, steps > 1)
+        self._groups, self.views, self._kept_views = kept
+
+    def take(self) -> None:
+        """Copy the parameters (at the start of a step)."""
+        if not self.params:
+            return
+        enabled = _grad_enabled()
+        _set_grad_enabled(False)  # no_grad
+        try:
+            torch._foreach_copy_(self.views, self.params)
+        finally:
+            _set_grad_enabled(enabled)
+
+    def end_step(self, bad: torch.Tensor | None) -> None:
+        """Keep this step's copy when ``bad`` (a 0-d bool) is set and no earlier step's was."""
+        if bad is None:
+            return
+        first = bad if self._seen is None else bad & ~self._seen
+        self._seen = bad if self._seen is None else self._seen | bad
+        for current, kept in self._groups:
+            if kept is not None:
+                torch.where(first.to(current.device), current, kept, out=kept)
+
+    def restore(self, *, kept: bool) -> None:
+        """Put a copy back into the parameters: the kept one (an earlier step's) or the
+        last step's."""
+        views = self._kept_views if kept else self.views
+        if self.params and len(views) == len(self.params):
+            with torch.no_grad():
+                torch._foreach_copy_(self.params, views)
+
+    def release(self) -> None:
+        """Give the CPU buffers back for the next check."""
+        groups, self._groups = self._groups, []
+        if groups and all(
+            c.is_cpu and c.numel() * c.element_size() <= _SPARE_MAX for c, _ in groups
+        ):
+            _free_starts.give(self._key, (groups, self.views, self._kept_views))
+        self.views, self._kept_views = [], []
+
+
+Layout = tuple[
+    list[tuple[torch.Tensor, "torch.Tensor | None"]], list[torch.Tensor], list[torch.Tensor]
+]
+
+
+def _layout(params: list[torch.Tensor], keep: bool) -> Layout:
+    """Buffers for :class:`StepStart`, one (two with ``keep``) per device and dtype, and
+    each parameter's views in them."""
+    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    for at, p in enumerate(params):
+        groups.setdefault((p.device, p.dtype), []).append(at)
+    buffers: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+    views: list[Any] = [None] * len(params)
+    kept_views: list[Any] = [None] * len(params) if keep else []
+    for (device, dtype), members in groups.items():
+        total = sum(params[at].numel() for at in members)
+        current = torch.empty(total, dtype=dtype, device=device)
+        kept = torch.empty(total, dtype=dtype, device=device) if keep else None
+        buffers.append((current, kept))
+        offset = 0
+        for at in members:
+            p = params[at]
+            n = p.numel()
+            views[at] = current[offset : offset + n].view(p.shape)
+            if kept is not None:
+                kept_views[at] = kept[offset : offset + n].view(p.shape)
+            offset += n
+    return buffers, views, kept_views
+
+
+_free_starts: KeptPool[Layout] = KeptPool(4)
+
 _NOT_ROWS: set[tuple[torch.Size, ...]] = set()  # shapes too large for rows
 _ROWS_MAX = _OFF_HEAP  # bytes of a rows buffer, at most: larger models copy as before
 _ROW_SHAPES = 16  # lists of shapes kept, at most

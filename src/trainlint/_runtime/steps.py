@@ -35,6 +35,17 @@ class StepRunner:
             return self.step()
         return self.step(self._last)
 
+    @property
+    def last_batch(self) -> Any:
+        """The batch of the last call (None without batches)."""
+        return self._last
+
+    def again_with(self, batch: Any) -> Any:
+        """Call the step again with ``batch``, an earlier call's :attr:`last_batch`."""
+        if self._iter is None:
+            return self.step()
+        return self.step(batch)
+
     @staticmethod
     def _cycle(batches: Iterable[Any]) -> Iterator[Any]:
         passes = 0

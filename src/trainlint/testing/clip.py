@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
-from trainlint._runtime.report import fail, fmt, table
+from trainlint._runtime.report import fail, table
+from trainlint.testing._clip_reads import PendingRead, read_all, same_norm
 from trainlint.testing._common import Step, model_step_runner, plural, runtime, trainable
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ SYMPTOMS = {
     ),
 }
 
+_BATCHED_ON_CPU = False  # tests: the norms of CPU gradients taken as a GPU's are
 _UTILS = ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "get_total_norm")
 
 
@@ -110,13 +112,18 @@ class _Tracker:
         self.index = {id(p): i for i, p in enumerate(params)}
         self.last: list[str | None] = [None] * len(params)
         self.norm: list[Any] = [None] * len(params)
-        self.order: list[str] = []
-        self.reads: list[GradRead] = []
+        self.order: list[Any] = []  # this step's events: texts, and reads (_Read)
+        self.pending: list[PendingRead] = []
         self.step = 0
         self.local = threading.local()
+        self.unmeasured: list[int] = []  # accumulated, norm not taken yet (see measure)
+        self.queued = False
         torch = _torch()
+        self._floats = (torch.float32, torch.float16, torch.bfloat16)
         self._float32 = torch.float32
         self._vector_norm = torch.linalg.vector_norm
+        self.eager = not _BATCHED_ON_CPU and all(p.is_cpu for p in params)
+        self._queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 
     def event(self, text: str) -> None:
         if not self.order or self.order[-1] != text:
@@ -133,51 +140,85 @@ class _Tracker:
             self.event(label)
 
     def accumulated(self, param: torch.Tensor) -> None:
-        """A post-accumulate-grad hook (one for every parameter, found by identity)."""
+        """A post-accumulate-grad hook (one for every parameter, found by identity). On the
+        CPU it takes the gradient's norm; elsewhere it notes the parameter, and the norms
+        of what a backward accumulated are taken together when it ends (:meth:`measure`,
+        an engine callback: one foreach norm where a launch per gradient was made)."""
         i = self.index[id(param)]
-        grad = param.grad
         self.last[i] = "backward"
-        # one op, no host sync: the norms are summed only when something reads them
-        if grad is None:
-            self.norm[i] = None
-        elif grad.dtype is self._float32 and not grad.is_sparse and not grad.requires_grad:
-            self.norm[i] = self._vector_norm(grad)  # what _norm does, without its tests
-        else:  # a backward with create_graph=True leaves gradients with history
-            self.norm[i] = _norm(grad.detach() if grad.requires_grad else grad)
+        if self.eager:  # CPU: a norm now (a foreach norm there loops, at ~4x the cost)
+            grad = param.grad
+            if grad is None:
+                self.norm[i] = None
+            elif grad.dtype is self._float32 and not grad.is_sparse and not grad.requires_grad:
+                self.norm[i] = self._vector_norm(grad)  # what _norm does, without its tests
+            else:  # a backward with create_graph=True leaves gradients with history
+                self.norm[i] = _norm(grad.detach() if grad.requires_grad else grad)
+        else:
+            self.unmeasured.append(i)
+            if not self.queued:
+                self.queued = True
+                self._queue_callback(self.measure)
         order = self.order
         if not order or order[-1] != "backward":
             order.append("backward")
 
+    def measure(self) -> None:
+        """The 2-norm of each gradient accumulated since the last call, as 0-d tensors (no
+        host read): one foreach norm for the dense floating ones."""
+        self.queued = False
+        indices, self.unmeasured = self.unmeasured, []
+        if not indices:
+            return
+        torch = _torch()
+        dense: list[int] = []
+        for i in dict.fromkeys(indices):  # a parameter twice: measured once, as it is now
+            grad = self.params[i].grad
+            if grad is None:
+                self.norm[i] = None
+            elif grad.layout is torch.strided and grad.dtype in self._floats:
+                dense.append(i)
+            else:  # sparse, or a backward with create_graph=True (history)
+                self.norm[i] = _norm(grad.detach() if grad.requires_grad else grad)
+        if dense:
+            grads = [self.params[i].grad.detach() for i in dense]  # type: ignore[union-attr]
+            try:
+                with torch.no_grad():  # float32 accumulation, as _total_norm's
+                    norms = torch._foreach_norm(grads, 2, dtype=torch.float32)
+            except (RuntimeError, TypeError):  # torch < 2.3, or several devices
+                norms = [_norm(g) for g in grads]
+            for i, value in zip(dense, norms, strict=True):
+                self.norm[i] = value
+
     def read(self, function: str, indices: list[int], total: Any = None) -> None:
         """Note a read of the parameters ``indices``; ``total``: the total norm the read
-        computed itself, where it is :func:`_total_norm`'s to the bit (see _same_norm)."""
+        computed itself, where it is :func:`_total_norm`'s to the bit (see same_norm).
+
+        Nothing is read on the host here (on a GPU that would be a sync inside the step):
+        the norms stay 0-d tensors, and what the read means is decided in :meth:`reads`,
+        after the last step."""
         indices = sorted(set(indices))
         if not indices:
             return
+        if self.unmeasured:  # a backward outside the engine's callbacks (another thread)
+            self.measure()
         if total is None:
             grads = [g for g in (self.params[i].grad for i in indices) if g is not None]
             seen = _total_norm(grads)
         else:
-            seen = float(total)
+            seen = total.detach() if isinstance(total, _torch().Tensor) else total
         states = [self.last[i] for i in indices]
         norms = [self.norm[i] for i in indices if self.norm[i] is not None]
-        backward = _stacked_norm(_torch(), norms) if norms else None
-        after: str | None
-        if "zero_grad" in states:
-            after = "zero_grad"
-        elif seen == 0 and backward:
-            # cleared unseen: a module's zero_grad() (unpatched: changing Module's class
-            # attributes costs every subclass its caches), `p.grad = None`, `.zero_()`
-            after = "zero_grad"
-            self.event("zero_grad() or another clear (the gradients read 0)")
-        elif "step" in states:
-            after = "step"
-        elif None in states:
-            after = None
-        else:
-            after = "backward"
-        self.event(f"{function}  (saw {fmt(seen)})")
-        self.reads.append(GradRead(self.step, function, seen, backward, after, tuple(self.order)))
+        backward = _stacked_norm(norms) if norms else None
+        read = PendingRead(self.step, function, seen, backward, states, self.order)
+        self.order.append(read)
+        read.at = len(self.order)
+        self.pending.append(read)
+
+    def reads(self) -> list[GradRead]:
+        """Every read, its norms read on the host in one pass."""
+        pending, self.pending = self.pending, []
+        return [GradRead(*fields) for fields in read_all(pending)]
 
 
 def _torch() -> Any:  # (bound once per process: see _common.runtime)
@@ -185,37 +226,21 @@ def _torch() -> Any:  # (bound once per process: see _common.runtime)
 
 
 def _norm(tensor: torch.Tensor) -> torch.Tensor:
-    """The 2-norm as a 0-d tensor (one op, no host sync); fp16/bf16 square in float32."""
-    torch = _torch()
-    if tensor.is_sparse:
-        tensor = tensor.coalesce().values()
-    if tensor.dtype in (torch.float16, torch.bfloat16):
-        return torch.linalg.vector_norm(tensor, dtype=torch.float32)
-    return torch.linalg.vector_norm(tensor)
+    from trainlint._runtime.norms import norm
+
+    return norm(tensor)
 
 
-def _stacked_norm(torch: Any, norms: list[torch.Tensor]) -> float:
-    if not all(n.is_cpu for n in norms) and len({n.device for n in norms}) > 1:
-        norms = [n.cpu() for n in norms]
-    return float(torch.linalg.vector_norm(torch.stack(norms)))
+def _stacked_norm(norms: list[torch.Tensor]) -> torch.Tensor:
+    from trainlint._runtime.norms import stacked_norm
+
+    return stacked_norm(norms)
 
 
-def _total_norm(grads: list[torch.Tensor]) -> float:
-    """The 2-norm of all of ``grads`` together: one foreach reduction, one host read."""
-    torch = _torch()
-    if not grads:
-        return 0.0
-    detached = [g.detach() if g.requires_grad else g for g in grads]  # create_graph=True
-    norms: list[Any] | None = None
-    floats = (torch.float32, torch.float16, torch.bfloat16)
-    if all(g.layout is torch.strided and g.dtype in floats for g in detached):
-        try:  # float32 accumulation; torch < 2.3 has no dtype= here
-            norms = list(torch._foreach_norm(detached, 2, dtype=torch.float32))
-        except (RuntimeError, TypeError):
-            norms = None
-    if norms is None:
-        norms = [_norm(g) for g in detached]
-    return _stacked_norm(torch, norms)
+def _total_norm(grads: list[torch.Tensor]) -> Any:
+    from trainlint._runtime.norms import total_norm
+
+    return total_norm(grads)
 
 
 def _util_targets() -> list[tuple[Any, str]]:
@@ -268,7 +293,7 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
             returned_norm = (
                 function == "clip_grad_norm_"
                 and name == function
-                and _same_norm(torch, items, indices, args, kwargs)
+                and same_norm(torch, items, indices, args, kwargs)
             )
             if not returned_norm:
                 tracker.read(function, indices)
@@ -320,6 +345,7 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
         for i in range(steps):
             tracker.step = i
             tracker.order = []
+            tracker.queued = False
             run()
     finally:
         for owner, name, original in reversed(patches):
@@ -327,33 +353,7 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
         for handle in handles:
             handle.remove()
         hooks.remove()
-    return ClipResult(steps=steps, reads=tuple(tracker.reads))
-
-
-def _same_norm(
-    torch: Any, items: list[Any], indices: list[int], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> bool:
-    """Whether ``clip_grad_norm_(items, *args, **kwargs)`` computes the total norm exactly
-    as :func:`_total_norm` does over the tracker's ``indices``: a 2-norm by foreach ops over
-    dense float32 CPU gradients, of the tracked parameters in the tracker's order (the
-    stacked norms are summed in that order)."""
-    norm_type = args[1] if len(args) > 1 else kwargs.get("norm_type", 2.0)
-    foreach = args[3] if len(args) > 3 else kwargs.get("foreach")
-    if foreach is False or len(indices) != len(items):
-        return False
-    if not isinstance(norm_type, (int, float)) or norm_type != 2:
-        return False
-    if indices != sorted(set(indices)):  # read() sums in the tracker's order
-        return False
-    float32, strided = torch.float32, torch.strided
-    for p in items:
-        g = p.grad
-        if g is None:
-            continue
-        # checked to the bit on the CPU only (is_cpu: no device object made per gradient)
-        if g.dtype is not float32 or g.layout is not strided or not g.is_cpu:
-            return False
-    return True
+    return ClipResult(steps=steps, reads=tuple(tracker.reads()))
 
 
 def _diagnose(result: ClipResult) -> list[tuple[GradRead, str]]:

@@ -15,11 +15,18 @@ from trainlint._runtime.report import fail, fmt, table
 from trainlint.testing._common import (
     Step,
     first_device,
-    loss_value,
     model_step_runner,
     named_parameters,
     runtime,
     trainable,
+)
+from trainlint.testing._finite_record import (
+    Rewind,
+    cut,
+    loss_later,
+    read_losses,
+    returned_later,
+    with_returned,
 )
 
 if TYPE_CHECKING:
@@ -65,12 +72,16 @@ def assert_finite_grads(
     """No NaN or Inf in any gradient, nor in the loss when the step returns it.
 
     On failure names the first parameter (in backward order: the one nearest the loss) and
-    the step where a non-finite gradient appeared. With ``locate=True`` the step is stopped
-    inside ``backward()`` at the first non-finite gradient, before the optimizer spreads it
-    to the weights, and rerun with the same batch and random state under
+    the step where a non-finite gradient appeared. With ``locate=True`` the step that made
+    it is rerun with the same batch and random state under
     ``torch.autograd.detect_anomaly()`` to name the backward op that produced it (e.g.
-    ``LogBackward0``) and the forward line that created that op. That costs a host sync per
-    gradient on CUDA; ``locate=False`` only records.
+    ``LogBackward0``) and the forward line that created that op. On the CPU the step is
+    stopped inside ``backward()`` at the first non-finite gradient, before the optimizer
+    spreads it to the weights. Elsewhere (CUDA) nothing is read on the host while the steps
+    run, which would be a sync: the gradients are recorded on the device and read after
+    the last step, so the steps after a failing one run too; the first failing step is
+    rerun from a copy of the parameters it began with (one kept on the device, two with
+    ``steps > 1``), which are left as that step found them. ``locate=False`` only records.
     """
     __tracebackhide__ = True
     run = model_step_runner(CHECK, model, step, steps, batches)
@@ -93,6 +104,7 @@ class _Measured:
     rng: Any
     device: torch.device | None  # None: not located
     keys: dict[int, str] = field(default_factory=dict)
+    rewind: Any = None  # puts the stopped step's start back: returns what reruns it
 
     @property
     def bad_losses(self) -> list[tuple[int, float]]:
@@ -109,49 +121,84 @@ def _measure(
     steps: int,
     device: torch.device | None,
 ) -> _Measured:
-    """Run the steps until a gradient or the loss is non-finite (stopping inside backward
-    when locating, i.e. given the model's ``device``), recording each gradient's largest
-    magnitude and each loss."""
+    """Run the steps, recording each gradient's largest magnitude and each loss on the
+    device, read once after the last step; then cut the record at the first step with a
+    non-finite loss or (when locating, i.e. given the model's ``device``) gradient, as if
+    the check had stopped there: inside that step's backward for a gradient."""
     __tracebackhide__ = True
+    from trainlint._runtime.snapshot import StepStart
+
     rt = runtime()
     torch, NonFiniteGradient = rt.torch, rt.NonFiniteGradient
-    # the device's random state is kept to rerun a failing step (locate): only then
+    # locating on the CPU the step stops inside backward (a read there is no sync, and a
+    # copy of the parameters each step cost 2-4 ms a step on a 4M-parameter model);
+    # elsewhere the steps run on, and the first failing one is rerun from a copy
     recorder = rt.GradRecorder([p for _, p in named], stop_on_nonfinite=device is not None)
-    losses: list[float | None] = []
+    losses: list[Any] = []  # what each step returned, as a 0-d tensor or a number
+    returned: list[list[tuple[str, Any]]] = []  # the other returned values' flags
     keys: dict[int, str] = {}  # step -> the returned key holding NaN/Inf (not the loss)
+    # locating: the random state, batch and parameters each step began with, to rerun the
+    # first failing one
+    rngs: list[Any] = []
+    batches: list[Any] = []
+    starts = None
+    if device is not None and not recorder.stops:
+        starts = StepStart([p for _, p in named], steps)
     stopped_at: int | None = None
-    rng: Any = None
-    with recorder:
-        for i in range(steps):
-            if device is not None:
-                rng = _rng_state(torch, device)
-            recorder.begin_step(i)
-            try:
-                out = run()
-            except NonFiniteGradient:
-                stopped_at = i
-                break
-            except RuntimeError as error:
-                # The user's own anomaly detection stopped backward at a NaN first.
-                if not re.search(r"Function '\w+' returned nan values", str(error)):
-                    raise
-                stopped_at = i
-                break
-            recorder.end_step()
-            losses.append(returned_value(out, keys, i))
-            loss = losses[-1]
-            del out
-            if loss is not None and not math.isfinite(loss):
-                break
-    ran = len(losses) + (stopped_at is not None)
+    raised: tuple[int, Exception] | None = None
+    try:
+        with recorder:
+            for i in range(steps):
+                if device is not None:
+                    rngs.append(_rng_state(torch, device))
+                if starts is not None:
+                    starts.take()
+                recorder.begin_step(i)
+                try:
+                    out = run()
+                    recorder.end_step()
+                except NonFiniteGradient:
+                    stopped_at = i
+                    break
+                except Exception as error:
+                    # The user's own anomaly detection stopped backward at a NaN first.
+                    if isinstance(error, RuntimeError) and re.search(
+                        r"Function '\w+' returned nan values", str(error)
+                    ):
+                        stopped_at = i
+                    else:  # a NaN of an earlier step may be why: known once read
+                        raised = (i, error)
+                    break
+                finally:
+                    batches.append(run.last_batch)
+                losses.append(loss_later(torch, out))
+                returned.append(returned_later(torch, out))
+                del out
+                if starts is not None and i < steps - 1:
+                    starts.end_step(recorder.nonfinite_since_mark())
+        numbers = with_returned(torch, read_losses(torch, losses), returned, keys)
+        ran, stopped_at = cut(recorder, numbers, stopped_at, raised, device is not None)
+        if stopped_at is None and starts is not None:
+            starts.release()
+            starts = None
+    except BaseException:
+        if starts is not None:
+            starts.release()
+        raise
+    if ran < len(batches):  # stopped before the last step begun
+        recorder.truncate(ran)
     per_step = recorder.table(ran)
     per_param = zip(*per_step, strict=True) if ran else (() for _ in named)
     result = FiniteGradsResult(
         steps=ran,
         max_abs={n: tuple(values) for (n, _), values in zip(named, per_param, strict=True)},
-        losses=tuple(losses),
+        losses=tuple(numbers[: ran - (stopped_at is not None)]),
     )
-    return _Measured(result, recorder, stopped_at, rng, device, keys)
+    rewind = None
+    if stopped_at is not None and device is not None:
+        rewind = Rewind(run, starts, stopped_at, len(batches) - 1, batches[stopped_at])
+    rng = rngs[stopped_at] if stopped_at is not None and rngs else None
+    return _Measured(result, recorder, stopped_at, rng, device, keys, rewind)
 
 
 def _diagnose(measured: _Measured, named: list[tuple[str, torch.Tensor]]) -> tuple[int, str] | None:
@@ -214,7 +261,8 @@ def _report(
         )
     facts = Facts()
     if locate and measured.stopped_at is not None:
-        text, facts = locate_nonfinite(torch, run, measured.rng)
+        rerun = measured.rewind() if measured.rewind is not None else run
+        text, facts = locate_nonfinite(torch, rerun, measured.rng)
         sections.append(text)
         if facts.loss is not None and first is not None:
             headline += f": the forward pass made the loss {facts.loss}"
@@ -237,52 +285,6 @@ def _report(
         sources=[step],
         result=result,
     )
-
-
-def returned_value(out: Any, keys: dict[int, str], step: int) -> float | None:
-    """The loss the step returned (:func:`loss_value`), unless another tensor or number it
-    returned (every key of a dict, every item of a tuple or list, one level down too) is
-    NaN or Inf: then that value, its key noted in ``keys[step]``. A step returning
-    ``{"total_loss": nan}`` has no ``loss`` key, and its NaN must still fail the check."""
-    value = loss_value(out)
-    if value is not None and not math.isfinite(value):
-        return value
-    for key, item in _returned_items(out, "", 2):
-        bad = _nonfinite(item)
-        if bad is not None:
-            keys[step] = key
-            return bad
-    return value
-
-
-def _returned_items(out: Any, prefix: str, depth: int) -> Iterable[tuple[str, Any]]:
-    if isinstance(out, dict):
-        named = [(f"{prefix}[{k!r}]", v) for k, v in out.items()]
-    elif isinstance(out, (tuple, list)):
-        named = [(f"{prefix}[{i}]", v) for i, v in enumerate(out)]
-    else:
-        yield prefix or "the returned value", out
-        return
-    for name, item in named:
-        if depth > 1 and isinstance(item, (dict, tuple, list)):
-            yield from _returned_items(item, name, depth - 1)
-        else:
-            yield name, item
-
-
-def _nonfinite(item: Any) -> float | None:
-    """NaN or Inf (as a float) when ``item`` is a number or floating tensor holding one."""
-    torch = runtime().torch
-    if isinstance(item, torch.Tensor):
-        if not item.is_floating_point() or item.numel() == 0:
-            return None
-        t = item.detach()
-        if bool(torch.isfinite(t).all()):
-            return None
-        return math.nan if bool(torch.isnan(t).any()) else math.inf
-    if isinstance(item, (int, float)) and not isinstance(item, bool):
-        return None if math.isfinite(item) else float(item)
-    return None
 
 
 def _rng_state(torch: Any, device: torch.device) -> tuple[Any, Any]:
