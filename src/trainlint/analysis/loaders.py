@@ -110,6 +110,7 @@ class _LoopIterables:
             refs = [
                 n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute, ast.Call))
             ]
+            refs += _unwrapped(model, refs)
             for n in refs:
                 self._add(self.direct, n, (order, loop))
             fn = model.function_of(loop)
@@ -133,6 +134,30 @@ class _LoopIterables:
 
 
 _WRAPPERS = ("enumerate", "tqdm", "iter", "track", "progress_bar")
+
+
+def _unwrapped(model: FileModel, refs: list[ast.AST]) -> list[ast.AST]:
+    """What a progress-bar or iterator name bound earlier wraps: ``bar = tqdm(loader)``
+    then ``for x in bar`` iterates ``loader`` itself. Followed through a chain of such
+    bindings (``bar = tqdm(enumerate(loader))``), never through any other call."""
+    out: list[ast.AST] = []
+    todo = [n for n in refs if isinstance(n, ast.Name)]
+    seen: set[int] = set()
+    while todo:
+        name = todo.pop()
+        found = model.flow.definition(name.id, name)
+        if found is None or id(found[1]) in seen:
+            continue
+        seen.add(id(found[1]))
+        value = found[1]
+        while isinstance(value, ast.Call) and call_name(value) in _WRAPPERS and value.args:
+            value = value.args[0]
+        if value is found[1] or not isinstance(value, (ast.Name, ast.Attribute, ast.Call)):
+            continue
+        inner = [n for n in ast.walk(value) if isinstance(n, (ast.Name, ast.Attribute, ast.Call))]
+        out += inner
+        todo += [n for n in inner if isinstance(n, ast.Name)]
+    return out
 _MAP_BASES = {"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset"}
 # Map-style datasets whose items are already tensors in memory: a worker would only add
 # inter-process copies.

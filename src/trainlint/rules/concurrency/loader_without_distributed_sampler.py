@@ -238,6 +238,26 @@ mp.spawn(worker, args=(2,), nprocs=2)
 """,
             line=16,
         ),
+        # iterated through a progress bar bound to a name first
+        Invalid(
+            """
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+dist.init_process_group("nccl")
+model = torch.nn.parallel.DistributedDataParallel(Net().cuda())
+loader = DataLoader(train_set, batch_size=64, shuffle=True)
+for epoch in range(10):
+    bar = tqdm(loader)
+    for x, y in bar:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+""",
+            line=8,
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
