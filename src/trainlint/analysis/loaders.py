@@ -8,6 +8,7 @@ all, whatever iterable holds it.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 
 from trainlint.analysis.devices import device_copy
 from trainlint.analysis.dominance import dominates
@@ -197,6 +198,20 @@ def goes_over_data(loop: ast.AST) -> bool:
             for sub in ast.walk(arg)
         )
     return True
+
+
+def content_nodes(model: FileModel, expr: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of ``expr`` that can decide the values it holds: all of them but the
+    device argument of a device copy. ``x.to(f"cuda:{rank}")`` holds ``x``'s values, the
+    same on every rank; only where they live depends on the rank."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.Call) and device_copy(model, node) is not None:
+            stack.append(node.func)
+        else:
+            stack.extend(ast.iter_child_nodes(node))
 
 
 def dataset_arg(call: ast.Call) -> ast.expr | None:

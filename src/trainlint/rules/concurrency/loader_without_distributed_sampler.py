@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-from trainlint.analysis.loaders import DATA_LOADER, bound_keys, handed_over, training_loops_over
+from trainlint.analysis.loaders import (
+    DATA_LOADER,
+    bound_keys,
+    content_nodes,
+    handed_over,
+    training_loops_over,
+)
 from trainlint.analysis.model import FileModel, has_star_kwargs, is_true, keyword
 from trainlint.rules.base import Invalid, Report, Rule
 
@@ -258,6 +264,25 @@ for epoch in range(10):
 """,
             line=8,
         ),
+        # the rank only picks the device the (same) tensors are copied to
+        Invalid(
+            """
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, TensorDataset
+
+dist.init_process_group("nccl")
+rank = dist.get_rank()
+xs = torch.load("xs.pt").cuda(rank)
+model = torch.nn.parallel.DistributedDataParallel(Net().cuda(rank))
+loader = DataLoader(TensorDataset(xs), batch_size=64, shuffle=True)
+for (x,) in loader:
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+""",
+            line=9,
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -285,14 +310,15 @@ for epoch in range(10):
         for anc in model.ancestors(call):
             if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 return False
-            if isinstance(anc, (ast.If, ast.IfExp)) and _mentions_rank(anc.test):
+            if isinstance(anc, (ast.If, ast.IfExp)) and _mentions_rank(ast.walk(anc.test)):
                 return True
         return False
 
     @staticmethod
     def _rank_dependent_data(model: FileModel, call: ast.Call) -> bool:
         """Does the dataset (or a value it is built from, two assignments deep) name the
-        rank, the world size or a shard?"""
+        rank, the world size or a shard? Not where the rank only picks the device its
+        tensors are copied to (``x.to(f"cuda:{rank}")``): every rank holds the same data."""
         data = keyword(call, "dataset") or (call.args[0] if call.args else None)
         if data is None:
             return True  # cannot tell
@@ -300,11 +326,12 @@ for epoch in range(10):
         scope = model.scope_of(call)
         while todo:
             expr, depth = todo.pop()
-            if _mentions_rank(expr):
+            content = list(content_nodes(model, expr))
+            if _mentions_rank(content):
                 return True
             if depth >= 3:
                 continue
-            names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+            names = {n.id for n in content if isinstance(n, ast.Name)}
             for node in model.assignments_in(scope):
                 if node.value is None:
                     continue
@@ -318,8 +345,8 @@ for epoch in range(10):
         return False
 
 
-def _mentions_rank(expr: ast.AST) -> bool:
-    for n in ast.walk(expr):
+def _mentions_rank(nodes: Iterable[ast.AST]) -> bool:
+    for n in nodes:
         word = (
             n.id
             if isinstance(n, ast.Name)
