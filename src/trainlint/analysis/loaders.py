@@ -37,6 +37,84 @@ def bound_keys(model: FileModel, call: ast.Call) -> set[Key]:
     return objects(model).keys(call)
 
 
+def reaching_keys(model: FileModel, call: ast.Call, rounds: int = 4) -> set[Key]:
+    """Role keys of every name the object ``call`` builds comes to be bound to in this
+    file: its own names, then, hop by hop, the caller's name for a same-file function's
+    return of it (``train, test = get_loaders()``, by tuple position), the parameter of a
+    same-file function or class it is passed to (``Trainer(net, train)`` reaches
+    ``__init__``'s ``train_loader``), and the ``self`` attribute or name it is stored
+    under. What leaves the file, or is built into something else, is not followed."""
+    keys = set(bound_keys(model, call))
+    todo = list(keys)
+    for _ in range(rounds):
+        found: set[Key] = set()
+        for key in todo:
+            for read in objects(model).reads(call, key):
+                if model.roles.key(read) == key:
+                    found |= _hop(model, read)
+        todo = [k for k in found if k not in keys]
+        if not todo:
+            break
+        keys |= found
+    return keys
+
+
+def _hop(model: FileModel, read: ast.AST) -> set[Key]:
+    """The keys one read of a value hands it to (see :func:`reaching_keys`)."""
+    parent = model.parent_of(read)
+    position = None
+    if isinstance(parent, ast.Tuple) and isinstance(model.parent_of(parent), ast.Return):
+        position, parent = parent.elts.index(read), model.parent_of(parent)  # type: ignore[arg-type]
+    if isinstance(parent, ast.Return):
+        fn = model.function_of(read)
+        out: set[Key] = set()
+        for site in model.call_sites.get(id(fn), ()) if fn is not None else ():
+            out |= _assigned(model, site, position)
+        return out
+    if isinstance(parent, ast.Assign) and parent.value is read:
+        return _assigned(model, read, None)
+    if isinstance(parent, ast.Call) and read is not parent.func:
+        return _parameter(model, parent, read)
+    return set()
+
+
+def _assigned(model: FileModel, value: ast.AST, position: int | None) -> set[Key]:
+    """Keys of the plain names ``value`` is assigned to (at ``position`` of a tuple target)."""
+    stmt = model.parent_of(value)
+    if not isinstance(stmt, ast.Assign) or stmt.value is not value:
+        return set()
+    out: set[Key] = set()
+    for target in stmt.targets:
+        if position is not None:
+            if not isinstance(target, (ast.Tuple, ast.List)) or position >= len(target.elts):
+                continue
+            if any(isinstance(e, ast.Starred) for e in target.elts):
+                continue
+            target = target.elts[position]
+        if isinstance(target, (ast.Name, ast.Attribute)):
+            k = model.roles.key(target)
+            if k is not None:
+                out.add(k)
+    return out
+
+
+def _parameter(model: FileModel, site: ast.Call, arg: ast.AST) -> set[Key]:
+    """The key of the parameter of a same-file function or class that ``site`` fills
+    with ``arg``."""
+    fn = model.resolve_call(site)
+    skip = 1 if fn is not None and isinstance(site.func, ast.Attribute) and model.class_of(fn) else 0
+    if fn is None and isinstance(site.func, ast.Name):
+        cls = model.class_named(site.func.id)
+        fn = model.method_of(cls, "__init__") if cls is not None else None
+        skip = 1
+    if fn is None:
+        return set()
+    for name, given in escapes(model).bind(fn, list(site.args), site.keywords, skip):
+        if given is arg:
+            return {("name", id(fn), name)}
+    return set()
+
+
 def refers(model: FileModel, expr: ast.AST, keys: set[Key], calls: list[ast.Call]) -> bool:
     """Is ``expr`` one of ``calls`` or a name/attribute bound to what they build?"""
     if any(expr is c for c in calls):
@@ -108,7 +186,7 @@ class _LoopIterables:
         for order, loop in enumerate(model.loops):
             if not isinstance(loop, (ast.For, ast.AsyncFor)) or id(loop) not in training:
                 continue
-            refs = [
+            refs: list[ast.AST] = [
                 n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute, ast.Call))
             ]
             refs += _unwrapped(model, refs)

@@ -8,9 +8,9 @@ from collections.abc import Iterable, Iterator
 
 from trainlint.analysis.loaders import (
     DATA_LOADER,
-    bound_keys,
     content_nodes,
     handed_over,
+    reaching_keys,
     training_loops_over,
 )
 from trainlint.analysis.model import FileModel, has_star_kwargs, is_true, keyword
@@ -283,6 +283,32 @@ for (x,) in loader:
 """,
             line=9,
         ),
+        # returned by a factory, stored on a trainer object, iterated as `self.loader`
+        Invalid(
+            """
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+class Fit:
+    def __init__(self, loader):
+        self.loader = loader
+    def epoch(self):
+        for x in self.loader:
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+
+def loaders():
+    return DataLoader(ds, shuffle=True), None
+
+dist.init_process_group("nccl")
+model = torch.nn.parallel.DistributedDataParallel(Net())
+train, _ = loaders()
+Fit(train).epoch()
+""",
+            line=15,
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -299,7 +325,7 @@ for (x,) in loader:
                 continue  # unshuffled: may be an IterableDataset that shards itself
             if self._rank_dependent_data(model, call) or self._in_distributed_branch(model, call):
                 continue
-            keys = bound_keys(model, call)
+            keys = reaching_keys(model, call)
             if handed_over(model, [call], keys):
                 continue
             if training_loops_over(model, [call], keys):
