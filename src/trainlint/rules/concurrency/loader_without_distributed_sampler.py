@@ -35,10 +35,12 @@ _RANK_WORDS = re.compile(
 class LoaderWithoutDistributedSampler(Rule):
     """## What it does
     Flags a shuffling `DataLoader` (`shuffle=True`, no `sampler=`/`batch_sampler=`) that a
-    training loop iterates in a file that trains with `DistributedDataParallel`/FSDP or
-    calls `torch.distributed.init_process_group`, when nothing gives each rank its own
+    training loop iterates (also through a progress bar, a same-file factory's return or
+    a trainer object's attribute) in a file that trains with `DistributedDataParallel`/FSDP
+    or calls `torch.distributed.init_process_group`, when nothing gives each rank its own
     part of the data: no `DistributedSampler` (or other sampler), no dataset built from
-    the rank or world size, and the loader is not handed to a framework that shards it
+    the rank or world size (the device its tensors are copied to does not split them),
+    and the loader is not handed to a framework that shards it
     (`accelerator.prepare`, Fabric's `setup_dataloaders`). A loader built in a branch that
     tests the distributed setup (`if args.distributed: ... else: ...`) is not reported.
 
