@@ -54,3 +54,18 @@ def test_device_argument_is_not_content() -> None:
         "rows",
         "rank",
     }
+
+
+def test_dict_entry_follows_the_dict_by_keyword_into_an_attribute() -> None:
+    model = _model(
+        "from torch.utils.data import DataLoader\n"
+        "class T:\n"
+        "    def __init__(self, loaders):\n"
+        "        self.loaders = loaders\n"
+        "d = {'train': DataLoader(a), 'dev': DataLoader(b)}\n"
+        "T(loaders=d)\n"
+    )
+    train, dev = model.calls_to(DATA_LOADER)
+    cls = model.class_named("T")
+    assert ("item", ("attr", id(cls), "loaders"), "train") in reaching_keys(model, train)
+    assert all(k[-1] == "dev" for k in reaching_keys(model, dev))

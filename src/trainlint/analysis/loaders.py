@@ -44,14 +44,23 @@ def reaching_keys(model: FileModel, call: ast.Call, rounds: int = 4) -> set[Key]
     same-file function or class it is passed to (``Trainer(net, train)`` reaches
     ``__init__``'s ``train_loader``), and the ``self`` attribute or name it is stored
     under. What leaves the file, or is built into something else, is not followed."""
-    keys = set(bound_keys(model, call))
+    keys = set(bound_keys(model, call)) | _hop(model, call)  # `{"train": DataLoader(...)}`
     todo = list(keys)
     for _ in range(rounds):
         found: set[Key] = set()
         for key in todo:
-            for read in objects(model).reads(call, key):
-                if model.roles.key(read) == key:
+            # ("item", base, "train"): the entry "train" of the dict bound to `base`
+            item = key[2] if key[0] == "item" else None
+            base: Key = key[1] if item is not None else key  # type: ignore[assignment]
+            for read in objects(model).reads(call, base):
+                if model.roles.key(read) != base:
+                    continue
+                if item is None:
                     found |= _hop(model, read)
+                elif (sub := model.parent_of(read)) is not None and _entry(sub, read) == item:
+                    found |= _hop(model, sub)
+                else:  # the whole dict handed on: its entry goes with it
+                    found |= {("item", k, item) for k in _hop(model, read) if k[0] != "item"}
         todo = [k for k in found if k not in keys]
         if not todo:
             break
@@ -73,9 +82,25 @@ def _hop(model: FileModel, read: ast.AST) -> set[Key]:
         return out
     if isinstance(parent, ast.Assign) and parent.value is read:
         return _assigned(model, read, None)
+    if isinstance(parent, ast.Dict) and read in parent.values:
+        key = parent.keys[parent.values.index(read)]  # type: ignore[arg-type]
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            # wherever the dict itself goes (a name, a parameter), with this entry in it
+            return {("item", k, key.value) for k in _hop(model, parent) if k[0] != "item"}
+    if isinstance(parent, ast.keyword):  # `Trainer(data_loader=loaders)`
+        parent = model.parent_of(parent)
     if isinstance(parent, ast.Call) and read is not parent.func:
         return _parameter(model, parent, read)
     return set()
+
+
+def _entry(node: ast.AST | None, base: ast.AST) -> str | None:
+    """``"train"`` for ``base["train"]``."""
+    if isinstance(node, ast.Subscript) and node.value is base:
+        index = node.slice
+        if isinstance(index, ast.Constant) and isinstance(index.value, str):
+            return index.value
+    return None
 
 
 def _assigned(model: FileModel, value: ast.AST, position: int | None) -> set[Key]:
@@ -187,7 +212,9 @@ class _LoopIterables:
             if not isinstance(loop, (ast.For, ast.AsyncFor)) or id(loop) not in training:
                 continue
             refs: list[ast.AST] = [
-                n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute, ast.Call))
+                n
+                for n in ast.walk(loop.iter)
+                if isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
             ]
             refs += _unwrapped(model, refs)
             for n in refs:
@@ -206,6 +233,11 @@ class _LoopIterables:
     def _add(self, table: dict[object, list], expr: ast.AST, entry: tuple) -> None:  # type: ignore[type-arg]
         if isinstance(expr, ast.Call):
             table.setdefault(id(expr), []).append(entry)
+        elif isinstance(expr, ast.Subscript):  # `loaders["train"]`, by the dict's key
+            item = _entry(expr, expr.value)
+            base = self._key_of(expr.value) if item is not None else None
+            if base is not None:
+                table.setdefault(("item", base, item), []).append(entry)
         elif isinstance(expr, (ast.Name, ast.Attribute)):
             k = self._key_of(expr)
             if k is not None:
