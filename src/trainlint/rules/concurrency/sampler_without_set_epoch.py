@@ -19,9 +19,10 @@ DATA_LOADER = "torch.utils.data.DataLoader"
 class SamplerWithoutSetEpoch(Rule):
     """## What it does
     Flags a `DistributedSampler` whose data is iterated in an epoch loop (through the
-    `DataLoader` it is passed to as `sampler=`, or directly) when `set_epoch` is never
-    called on it, nor on `loader.sampler`, anywhere in the file. Samplers built with
-    `shuffle=False` are not reported.
+    `DataLoader` it is passed to as `sampler=`, also once that loader is returned by a
+    same-file factory, stored on a trainer object or kept in a dict of loaders by split,
+    or directly) when `set_epoch` is never called on it, nor on `loader.sampler`,
+    anywhere in the file. Samplers built with `shuffle=False` are not reported.
 
     ## Why is this bad?
     `DistributedSampler` shuffles with a generator seeded by `seed + epoch`, and the
