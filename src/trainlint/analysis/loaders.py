@@ -8,6 +8,7 @@ all, whatever iterable holds it.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 
 from trainlint.analysis.devices import device_copy
 from trainlint.analysis.dominance import dominates
@@ -34,6 +35,109 @@ def bound_keys(model: FileModel, call: ast.Call) -> set[Key]:
     """Role keys of the names bound to the object ``call`` builds, also through
     ``x = Call(...) if cond else other`` (the object query's answer)."""
     return objects(model).keys(call)
+
+
+def reaching_keys(model: FileModel, call: ast.Call, rounds: int = 4) -> set[Key]:
+    """Role keys of every name the object ``call`` builds comes to be bound to in this
+    file: its own names, then, hop by hop, the caller's name for a same-file function's
+    return of it (``train, test = get_loaders()``, by tuple position), the parameter of a
+    same-file function or class it is passed to (``Trainer(net, train)`` reaches
+    ``__init__``'s ``train_loader``), and the ``self`` attribute or name it is stored
+    under. What leaves the file, or is built into something else, is not followed."""
+    keys = set(bound_keys(model, call)) | _hop(model, call)  # `{"train": DataLoader(...)}`
+    todo = list(keys)
+    for _ in range(rounds):
+        found: set[Key] = set()
+        for key in todo:
+            # ("item", base, "train"): the entry "train" of the dict bound to `base`
+            item = key[2] if key[0] == "item" else None
+            base: Key = key[1] if item is not None else key  # type: ignore[assignment]
+            for read in objects(model).reads(call, base):
+                if model.roles.key(read) != base:
+                    continue
+                if item is None:
+                    found |= _hop(model, read)
+                elif (sub := model.parent_of(read)) is not None and _entry(sub, read) == item:
+                    found |= _hop(model, sub)
+                else:  # the whole dict handed on: its entry goes with it
+                    found |= {("item", k, item) for k in _hop(model, read) if k[0] != "item"}
+        todo = [k for k in found if k not in keys]
+        if not todo:
+            break
+        keys |= found
+    return keys
+
+
+def _hop(model: FileModel, read: ast.AST) -> set[Key]:
+    """The keys one read of a value hands it to (see :func:`reaching_keys`)."""
+    parent = model.parent_of(read)
+    position = None
+    if isinstance(parent, ast.Tuple) and isinstance(model.parent_of(parent), ast.Return):
+        position, parent = parent.elts.index(read), model.parent_of(parent)  # type: ignore[arg-type]
+    if isinstance(parent, ast.Return):
+        fn = model.function_of(read)
+        out: set[Key] = set()
+        for site in model.call_sites.get(id(fn), ()) if fn is not None else ():
+            out |= _assigned(model, site, position)
+        return out
+    if isinstance(parent, ast.Assign) and parent.value is read:
+        return _assigned(model, read, None)
+    if isinstance(parent, ast.Dict) and read in parent.values:
+        key = parent.keys[parent.values.index(read)]  # type: ignore[arg-type]
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            # wherever the dict itself goes (a name, a parameter), with this entry in it
+            return {("item", k, key.value) for k in _hop(model, parent) if k[0] != "item"}
+    if isinstance(parent, ast.keyword):  # `Trainer(data_loader=loaders)`
+        parent = model.parent_of(parent)
+    if isinstance(parent, ast.Call) and read is not parent.func:
+        return _parameter(model, parent, read)
+    return set()
+
+
+def _entry(node: ast.AST | None, base: ast.AST) -> str | None:
+    """``"train"`` for ``base["train"]``."""
+    if isinstance(node, ast.Subscript) and node.value is base:
+        index = node.slice
+        if isinstance(index, ast.Constant) and isinstance(index.value, str):
+            return index.value
+    return None
+
+
+def _assigned(model: FileModel, value: ast.AST, position: int | None) -> set[Key]:
+    """Keys of the plain names ``value`` is assigned to (at ``position`` of a tuple target)."""
+    stmt = model.parent_of(value)
+    if not isinstance(stmt, ast.Assign) or stmt.value is not value:
+        return set()
+    out: set[Key] = set()
+    for target in stmt.targets:
+        if position is not None:
+            if not isinstance(target, (ast.Tuple, ast.List)) or position >= len(target.elts):
+                continue
+            if any(isinstance(e, ast.Starred) for e in target.elts):
+                continue
+            target = target.elts[position]
+        if isinstance(target, (ast.Name, ast.Attribute)):
+            k = model.roles.key(target)
+            if k is not None:
+                out.add(k)
+    return out
+
+
+def _parameter(model: FileModel, site: ast.Call, arg: ast.AST) -> set[Key]:
+    """The key of the parameter of a same-file function or class that ``site`` fills
+    with ``arg``."""
+    fn = model.resolve_call(site)
+    skip = 1 if fn is not None and isinstance(site.func, ast.Attribute) and model.class_of(fn) else 0
+    if fn is None and isinstance(site.func, ast.Name):
+        cls = model.class_named(site.func.id)
+        fn = model.method_of(cls, "__init__") if cls is not None else None
+        skip = 1
+    if fn is None:
+        return set()
+    for name, given in escapes(model).bind(fn, list(site.args), site.keywords, skip):
+        if given is arg:
+            return {("name", id(fn), name)}
+    return set()
 
 
 def refers(model: FileModel, expr: ast.AST, keys: set[Key], calls: list[ast.Call]) -> bool:
@@ -107,9 +211,12 @@ class _LoopIterables:
         for order, loop in enumerate(model.loops):
             if not isinstance(loop, (ast.For, ast.AsyncFor)) or id(loop) not in training:
                 continue
-            refs = [
-                n for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute, ast.Call))
+            refs: list[ast.AST] = [
+                n
+                for n in ast.walk(loop.iter)
+                if isinstance(n, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
             ]
+            refs += _unwrapped(model, refs)
             for n in refs:
                 self._add(self.direct, n, (order, loop))
             fn = model.function_of(loop)
@@ -126,6 +233,11 @@ class _LoopIterables:
     def _add(self, table: dict[object, list], expr: ast.AST, entry: tuple) -> None:  # type: ignore[type-arg]
         if isinstance(expr, ast.Call):
             table.setdefault(id(expr), []).append(entry)
+        elif isinstance(expr, ast.Subscript):  # `loaders["train"]`, by the dict's key
+            item = _entry(expr, expr.value)
+            base = self._key_of(expr.value) if item is not None else None
+            if base is not None:
+                table.setdefault(("item", base, item), []).append(entry)
         elif isinstance(expr, (ast.Name, ast.Attribute)):
             k = self._key_of(expr)
             if k is not None:
@@ -133,6 +245,30 @@ class _LoopIterables:
 
 
 _WRAPPERS = ("enumerate", "tqdm", "iter", "track", "progress_bar")
+
+
+def _unwrapped(model: FileModel, refs: list[ast.AST]) -> list[ast.AST]:
+    """What a progress-bar or iterator name bound earlier wraps: ``bar = tqdm(loader)``
+    then ``for x in bar`` iterates ``loader`` itself. Followed through a chain of such
+    bindings (``bar = tqdm(enumerate(loader))``), never through any other call."""
+    out: list[ast.AST] = []
+    todo = [n for n in refs if isinstance(n, ast.Name)]
+    seen: set[int] = set()
+    while todo:
+        name = todo.pop()
+        found = model.flow.definition(name.id, name)
+        if found is None or id(found[1]) in seen:
+            continue
+        seen.add(id(found[1]))
+        value = found[1]
+        while isinstance(value, ast.Call) and call_name(value) in _WRAPPERS and value.args:
+            value = value.args[0]
+        if value is found[1] or not isinstance(value, (ast.Name, ast.Attribute, ast.Call)):
+            continue
+        inner = [n for n in ast.walk(value) if isinstance(n, (ast.Name, ast.Attribute, ast.Call))]
+        out += inner
+        todo += [n for n in inner if isinstance(n, ast.Name)]
+    return out
 _MAP_BASES = {"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset"}
 # Map-style datasets whose items are already tensors in memory: a worker would only add
 # inter-process copies.
@@ -172,6 +308,20 @@ def goes_over_data(loop: ast.AST) -> bool:
             for sub in ast.walk(arg)
         )
     return True
+
+
+def content_nodes(model: FileModel, expr: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of ``expr`` that can decide the values it holds: all of them but the
+    device argument of a device copy. ``x.to(f"cuda:{rank}")`` holds ``x``'s values, the
+    same on every rank; only where they live depends on the rank."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.Call) and device_copy(model, node) is not None:
+            stack.append(node.func)
+        else:
+            stack.extend(ast.iter_child_nodes(node))
 
 
 def dataset_arg(call: ast.Call) -> ast.expr | None:

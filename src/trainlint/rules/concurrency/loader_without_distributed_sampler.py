@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-from trainlint.analysis.loaders import DATA_LOADER, bound_keys, handed_over, training_loops_over
+from trainlint.analysis.loaders import (
+    DATA_LOADER,
+    content_nodes,
+    handed_over,
+    reaching_keys,
+    training_loops_over,
+)
 from trainlint.analysis.model import FileModel, has_star_kwargs, is_true, keyword
 from trainlint.rules.base import Invalid, Report, Rule
 
@@ -29,10 +35,12 @@ _RANK_WORDS = re.compile(
 class LoaderWithoutDistributedSampler(Rule):
     """## What it does
     Flags a shuffling `DataLoader` (`shuffle=True`, no `sampler=`/`batch_sampler=`) that a
-    training loop iterates in a file that trains with `DistributedDataParallel`/FSDP or
-    calls `torch.distributed.init_process_group`, when nothing gives each rank its own
+    training loop iterates (also through a progress bar, a same-file factory's return or
+    a trainer object's attribute) in a file that trains with `DistributedDataParallel`/FSDP
+    or calls `torch.distributed.init_process_group`, when nothing gives each rank its own
     part of the data: no `DistributedSampler` (or other sampler), no dataset built from
-    the rank or world size, and the loader is not handed to a framework that shards it
+    the rank or world size (the device its tensors are copied to does not split them),
+    and the loader is not handed to a framework that shards it
     (`accelerator.prepare`, Fabric's `setup_dataloaders`). A loader built in a branch that
     tests the distributed setup (`if args.distributed: ... else: ...`) is not reported.
 
@@ -238,6 +246,71 @@ mp.spawn(worker, args=(2,), nprocs=2)
 """,
             line=16,
         ),
+        # iterated through a progress bar bound to a name first
+        Invalid(
+            """
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+dist.init_process_group("nccl")
+model = torch.nn.parallel.DistributedDataParallel(Net().cuda())
+loader = DataLoader(train_set, batch_size=64, shuffle=True)
+for epoch in range(10):
+    bar = tqdm(loader)
+    for x, y in bar:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+""",
+            line=8,
+        ),
+        # the rank only picks the device the (same) tensors are copied to
+        Invalid(
+            """
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, TensorDataset
+
+dist.init_process_group("nccl")
+rank = dist.get_rank()
+xs = torch.load("xs.pt").cuda(rank)
+model = torch.nn.parallel.DistributedDataParallel(Net().cuda(rank))
+loader = DataLoader(TensorDataset(xs), batch_size=64, shuffle=True)
+for (x,) in loader:
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+""",
+            line=9,
+        ),
+        # returned by a factory, stored on a trainer object, iterated as `self.loader`
+        Invalid(
+            """
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+class Fit:
+    def __init__(self, loader):
+        self.loader = loader
+    def epoch(self):
+        for x in self.loader:
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+
+def loaders():
+    return DataLoader(ds, shuffle=True), None
+
+dist.init_process_group("nccl")
+model = torch.nn.parallel.DistributedDataParallel(Net())
+train, _ = loaders()
+Fit(train).epoch()
+""",
+            line=15,
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -254,7 +327,7 @@ mp.spawn(worker, args=(2,), nprocs=2)
                 continue  # unshuffled: may be an IterableDataset that shards itself
             if self._rank_dependent_data(model, call) or self._in_distributed_branch(model, call):
                 continue
-            keys = bound_keys(model, call)
+            keys = reaching_keys(model, call)
             if handed_over(model, [call], keys):
                 continue
             if training_loops_over(model, [call], keys):
@@ -265,14 +338,15 @@ mp.spawn(worker, args=(2,), nprocs=2)
         for anc in model.ancestors(call):
             if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 return False
-            if isinstance(anc, (ast.If, ast.IfExp)) and _mentions_rank(anc.test):
+            if isinstance(anc, (ast.If, ast.IfExp)) and _mentions_rank(ast.walk(anc.test)):
                 return True
         return False
 
     @staticmethod
     def _rank_dependent_data(model: FileModel, call: ast.Call) -> bool:
         """Does the dataset (or a value it is built from, two assignments deep) name the
-        rank, the world size or a shard?"""
+        rank, the world size or a shard? Not where the rank only picks the device its
+        tensors are copied to (``x.to(f"cuda:{rank}")``): every rank holds the same data."""
         data = keyword(call, "dataset") or (call.args[0] if call.args else None)
         if data is None:
             return True  # cannot tell
@@ -280,11 +354,12 @@ mp.spawn(worker, args=(2,), nprocs=2)
         scope = model.scope_of(call)
         while todo:
             expr, depth = todo.pop()
-            if _mentions_rank(expr):
+            content = list(content_nodes(model, expr))
+            if _mentions_rank(content):
                 return True
             if depth >= 3:
                 continue
-            names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+            names = {n.id for n in content if isinstance(n, ast.Name)}
             for node in model.assignments_in(scope):
                 if node.value is None:
                     continue
@@ -298,8 +373,8 @@ mp.spawn(worker, args=(2,), nprocs=2)
         return False
 
 
-def _mentions_rank(expr: ast.AST) -> bool:
-    for n in ast.walk(expr):
+def _mentions_rank(nodes: Iterable[ast.AST]) -> bool:
+    for n in nodes:
         word = (
             n.id
             if isinstance(n, ast.Name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.loaders import loops_iterating
+from trainlint.analysis.loaders import loops_iterating, reaching_keys
 from trainlint.analysis.model import FileModel, is_false, keyword
 from trainlint.analysis.objects import Obj, Objects, objects
 from trainlint.analysis.roles import Role
@@ -19,9 +19,10 @@ DATA_LOADER = "torch.utils.data.DataLoader"
 class SamplerWithoutSetEpoch(Rule):
     """## What it does
     Flags a `DistributedSampler` whose data is iterated in an epoch loop (through the
-    `DataLoader` it is passed to as `sampler=`, or directly) when `set_epoch` is never
-    called on it, nor on `loader.sampler`, anywhere in the file. Samplers built with
-    `shuffle=False` are not reported.
+    `DataLoader` it is passed to as `sampler=`, also once that loader is returned by a
+    same-file factory, stored on a trainer object or kept in a dict of loaders by split,
+    or directly) when `set_epoch` is never called on it, nor on `loader.sampler`,
+    anywhere in the file. Samplers built with `shuffle=False` are not reported.
 
     ## Why is this bad?
     `DistributedSampler` shuffles with a generator seeded by `seed + epoch`, and the
@@ -203,6 +204,27 @@ for epoch in range(args.epochs):
 """,
             line=10,
         ),
+        # the loader sits in a dict handed to a trainer that iterates `self.dl["train"]`
+        Invalid(
+            """
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+class Fit:
+    def __init__(self, dl):
+        self.dl = dl
+    def run(self):
+        for epoch in range(10):
+            for x in self.dl["train"]:
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+
+sampler = DistributedSampler(ds)
+Fit(dl={"train": DataLoader(ds, sampler=sampler)}).run()
+""",
+            line=14,
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -218,7 +240,11 @@ for epoch in range(args.epochs):
             if seed is not None and not isinstance(seed, ast.Constant):
                 continue  # a seed that changes (`seed=epoch`) reshuffles by itself
             s_obj = query.of(sampler)
-            loaders = query.of(*(h for h, s in holders if s is sampler))
+            held_by = [h for h, s in holders if s is sampler]
+            loaders = query.of(*held_by)
+            # also where the loaders go: a factory's return, a trainer's `self.loaders["train"]`
+            reach = frozenset().union(*(reaching_keys(model, h) for h in held_by))
+            loaders = Obj(loaders.calls, loaders.keys | reach)
             if query.passed_to(loaders, LOADER_PREPARE_METHODS):
                 continue
             if self._epoch_set(model, query, sampler, s_obj, loaders, holders):
@@ -231,7 +257,7 @@ for epoch in range(args.epochs):
         model: FileModel, query: Objects, samplers: list[ast.Call]
     ) -> list[tuple[ast.Call, ast.Call]]:
         """(loader construction, sampler) for every `sampler=` that passes one of them."""
-        out = []
+        out: list[tuple[ast.Call, ast.Call]] = []
         candidates = [
             *model.calls_to(DATA_LOADER),
             *(c for name, calls in model.calls.items() if "Loader" in name for c in calls),
