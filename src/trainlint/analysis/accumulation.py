@@ -241,6 +241,36 @@ def accumulations_across_steps(
         yield stmt, target, value, anchor
 
 
+# Tensor methods whose result keeps the receiver's autograd history (copies, views,
+# reductions), and collectives that return their reduced input with its history
+# (Horovod's `allreduce` is differentiable; `torch.distributed.all_reduce` works in
+# place and returns no tensor, so it is not here).
+_GRAPH_KEEPING_METHODS = frozenset(
+    {"cpu", "cuda", "to", "float", "double", "half", "clone", "contiguous", "mean", "sum"}
+    | {"view", "reshape", "flatten", "squeeze", "unsqueeze"}
+)
+_GRAPH_KEEPING_CALLS = frozenset({"allreduce"})
+
+
+def _graph_carried(value: ast.expr) -> ast.expr:
+    """The name whose graph ``value`` passes on where it is one wrapped in history-keeping
+    steps: ``val * n`` -> ``val``, ``hvd.allreduce(val.cpu())`` -> ``val``; else
+    ``value`` itself."""
+    for _ in range(8):
+        if isinstance(value, ast.BinOp) and isinstance(value.left, ast.Name):
+            value = value.left  # `self.sum += val * n`: the product keeps val's graph
+        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+            if value.func.attr in _GRAPH_KEEPING_METHODS:
+                value = value.func.value
+            elif value.func.attr in _GRAPH_KEEPING_CALLS and value.args:
+                value = value.args[0]
+            else:
+                break
+        else:
+            break
+    return value
+
+
 def kept_parameters(model: FileModel, fn: FunctionNode) -> dict[str, str]:
     """The parameters ``fn`` accumulates into something that outlives the call (an
     attribute, a global, a container it was handed), with that accumulator as written:
@@ -258,8 +288,7 @@ def _kept_by_function(model: FileModel) -> dict[int, dict[str, str]]:
             owner = m.function_of(stmt)
             if owner is None or m.enclosing_loops(stmt):
                 continue
-            if isinstance(value, ast.BinOp) and isinstance(value.left, ast.Name):
-                value = value.left  # `self.sum += val * n`: the product keeps val's graph
+            value = _graph_carried(value)
             if not isinstance(value, ast.Name):
                 continue
             params = {
@@ -411,3 +440,15 @@ def _backward_calls_by_function(model: FileModel) -> dict[int, list[ast.Call]]:
     for call in backward_calls(model):
         out.setdefault(id(model.function_of(call)), []).append(call)
     return out
+
+
+def defined_without_grad(model: FileModel, value: ast.AST) -> bool:
+    """``value`` names something last assigned where grad mode is off (under
+    ``torch.no_grad()``): it carries no graph, whatever computed it."""
+    from trainlint.analysis.flow import grad_enabled_at
+
+    name = dotted(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
+    if name is None:
+        return False
+    found = model.flow.definition(name, value)
+    return found is not None and not grad_enabled_at(model, found[0])[0]
