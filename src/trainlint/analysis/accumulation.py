@@ -417,6 +417,8 @@ def backpropagated_later(model: FileModel, name: str, after: ast.AST) -> bool:
     by_function = model.memo(_backward_calls_by_function, _backward_calls_by_function)
     for call in by_function.get(id(fn), ()):
         value = backward_value(model, call)
+        if _latest_entry_of(value, name):
+            continue  # `losses[-1].backward()`: one step's loss, not the whole history
         seen: set[str] = set()
         todo = [value] if value is not None else []
         while todo and len(seen) < 16:  # the loss and the names it is built from
@@ -452,3 +454,34 @@ def defined_without_grad(model: FileModel, value: ast.AST) -> bool:
         return False
     found = model.flow.definition(name, value)
     return found is not None and not grad_enabled_at(model, found[0])[0]
+
+
+def _latest_entry_of(value: ast.AST | None, name: str) -> bool:
+    """``value`` is ``name[-1]``: the entry appended last."""
+    if not isinstance(value, ast.Subscript) or dotted(value.value) != name:
+        return False
+    index = value.slice
+    return (
+        isinstance(index, ast.UnaryOp)
+        and isinstance(index.op, ast.USub)
+        and isinstance(index.operand, ast.Constant)
+        and index.operand.value == 1
+    )
+
+
+def carries_graph(model: FileModel, value: ast.AST, accumulator: ast.AST) -> bool:
+    """Does the accumulated ``value`` hold an autograd graph: the flow says so, or the
+    step backpropagates it (or its ``["loss"]`` entry), or backpropagates the
+    accumulator's latest entry (``losses.append(f(x)); losses[-1].backward()``),
+    whatever computed it -- a loss function handed in as a parameter included."""
+    from trainlint.analysis.flow import Taint
+    from trainlint.analysis.steps import backpropagated, backward_calls, backward_value
+
+    if model.flow.value(value).taint is Taint.GRAD or backpropagated(model, value):
+        return True
+    name = dotted(accumulator)
+    fn = model.function_of(value)
+    return name is not None and any(
+        model.function_of(call) is fn and _latest_entry_of(backward_value(model, call), name)
+        for call in backward_calls(model)
+    )

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from trainlint.analysis.accumulation import (
     accumulations_across_steps,
     backpropagated_later,
+    carries_graph,
     defined_without_grad,
     kept_by_calls,
 )
 from trainlint.analysis.flow import Taint, grad_enabled_at
 from trainlint.analysis.model import FileModel, dotted
-from trainlint.analysis.steps import backpropagated
 from trainlint.rules.base import Invalid, Report, Rule, Valid
 
 
@@ -362,7 +362,7 @@ for x, y in loader:
             v = model.flow.value(value)
             if (
                 not grad_enabled_at(model, stmt)[0]
-                or (v.taint is not Taint.GRAD and not backpropagated(model, value))
+                or not carries_graph(model, value, target)
                 or defined_without_grad(model, value)
             ):
                 continue
