@@ -252,7 +252,7 @@ _GRAPH_KEEPING_METHODS = frozenset(
 _GRAPH_KEEPING_CALLS = frozenset({"allreduce"})
 
 
-def _graph_carried(value: ast.expr) -> ast.expr:
+def _graph_carried(value: ast.AST) -> ast.AST:
     """The name whose graph ``value`` passes on where it is one wrapped in history-keeping
     steps: ``val * n`` -> ``val``, ``hvd.allreduce(val.cpu())`` -> ``val``; else
     ``value`` itself."""
@@ -260,9 +260,10 @@ def _graph_carried(value: ast.expr) -> ast.expr:
         if isinstance(value, ast.BinOp) and isinstance(value.left, ast.Name):
             value = value.left  # `self.sum += val * n`: the product keeps val's graph
         elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
-            if value.func.attr in _GRAPH_KEEPING_METHODS:
-                value = value.func.value
-            elif value.func.attr in _GRAPH_KEEPING_CALLS and value.args:
+            func = value.func
+            if func.attr in _GRAPH_KEEPING_METHODS:
+                value = func.value
+            elif func.attr in _GRAPH_KEEPING_CALLS and value.args:
                 value = value.args[0]
             else:
                 break

@@ -252,7 +252,7 @@ def backpropagated(model: FileModel, expr: ast.AST) -> bool:
     return False
 
 
-def _entry_replaced(model: FileModel, expr: ast.Name, key: str, after: ast.AST) -> bool:
+def _entry_replaced(model: FileModel, expr: ast.Name, key: str, after: ast.Call) -> bool:
     """``expr.id[key]`` is assigned again between ``after`` and ``expr``."""
     start, end = (after.lineno, after.col_offset), (expr.lineno, expr.col_offset)
     for node in model.assignments:
