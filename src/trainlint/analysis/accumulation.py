@@ -241,6 +241,37 @@ def accumulations_across_steps(
         yield stmt, target, value, anchor
 
 
+# Tensor methods whose result keeps the receiver's autograd history (copies, views,
+# reductions), and collectives that return their reduced input with its history
+# (Horovod's `allreduce` is differentiable; `torch.distributed.all_reduce` works in
+# place and returns no tensor, so it is not here).
+_GRAPH_KEEPING_METHODS = frozenset(
+    {"cpu", "cuda", "to", "float", "double", "half", "clone", "contiguous", "mean", "sum"}
+    | {"view", "reshape", "flatten", "squeeze", "unsqueeze"}
+)
+_GRAPH_KEEPING_CALLS = frozenset({"allreduce"})
+
+
+def _graph_carried(value: ast.AST) -> ast.AST:
+    """The name whose graph ``value`` passes on where it is one wrapped in history-keeping
+    steps: ``val * n`` -> ``val``, ``hvd.allreduce(val.cpu())`` -> ``val``; else
+    ``value`` itself."""
+    for _ in range(8):
+        if isinstance(value, ast.BinOp) and isinstance(value.left, ast.Name):
+            value = value.left  # `self.sum += val * n`: the product keeps val's graph
+        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+            func = value.func
+            if func.attr in _GRAPH_KEEPING_METHODS:
+                value = func.value
+            elif func.attr in _GRAPH_KEEPING_CALLS and value.args:
+                value = value.args[0]
+            else:
+                break
+        else:
+            break
+    return value
+
+
 def kept_parameters(model: FileModel, fn: FunctionNode) -> dict[str, str]:
     """The parameters ``fn`` accumulates into something that outlives the call (an
     attribute, a global, a container it was handed), with that accumulator as written:
@@ -258,8 +289,7 @@ def _kept_by_function(model: FileModel) -> dict[int, dict[str, str]]:
             owner = m.function_of(stmt)
             if owner is None or m.enclosing_loops(stmt):
                 continue
-            if isinstance(value, ast.BinOp) and isinstance(value.left, ast.Name):
-                value = value.left  # `self.sum += val * n`: the product keeps val's graph
+            value = _graph_carried(value)
             if not isinstance(value, ast.Name):
                 continue
             params = {
@@ -388,6 +418,8 @@ def backpropagated_later(model: FileModel, name: str, after: ast.AST) -> bool:
     by_function = model.memo(_backward_calls_by_function, _backward_calls_by_function)
     for call in by_function.get(id(fn), ()):
         value = backward_value(model, call)
+        if _latest_entry_of(value, name):
+            continue  # `losses[-1].backward()`: one step's loss, not the whole history
         seen: set[str] = set()
         todo = [value] if value is not None else []
         while todo and len(seen) < 16:  # the loss and the names it is built from
@@ -411,3 +443,46 @@ def _backward_calls_by_function(model: FileModel) -> dict[int, list[ast.Call]]:
     for call in backward_calls(model):
         out.setdefault(id(model.function_of(call)), []).append(call)
     return out
+
+
+def defined_without_grad(model: FileModel, value: ast.AST) -> bool:
+    """``value`` names something last assigned where grad mode is off (under
+    ``torch.no_grad()``): it carries no graph, whatever computed it."""
+    from trainlint.analysis.flow import grad_enabled_at
+
+    name = dotted(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
+    if name is None:
+        return False
+    found = model.flow.definition(name, value)
+    return found is not None and not grad_enabled_at(model, found[0])[0]
+
+
+def _latest_entry_of(value: ast.AST | None, name: str) -> bool:
+    """``value`` is ``name[-1]``: the entry appended last."""
+    if not isinstance(value, ast.Subscript) or dotted(value.value) != name:
+        return False
+    index = value.slice
+    return (
+        isinstance(index, ast.UnaryOp)
+        and isinstance(index.op, ast.USub)
+        and isinstance(index.operand, ast.Constant)
+        and index.operand.value == 1
+    )
+
+
+def carries_graph(model: FileModel, value: ast.AST, accumulator: ast.AST) -> bool:
+    """Does the accumulated ``value`` hold an autograd graph: the flow says so, or the
+    step backpropagates it (or its ``["loss"]`` entry), or backpropagates the
+    accumulator's latest entry (``losses.append(f(x)); losses[-1].backward()``),
+    whatever computed it -- a loss function handed in as a parameter included."""
+    from trainlint.analysis.flow import Taint
+    from trainlint.analysis.steps import backpropagated, backward_calls, backward_value
+
+    if model.flow.value(value).taint is Taint.GRAD or backpropagated(model, value):
+        return True
+    name = dotted(accumulator)
+    fn = model.function_of(value)
+    return name is not None and any(
+        model.function_of(call) is fn and _latest_entry_of(backward_value(model, call), name)
+        for call in backward_calls(model)
+    )

@@ -225,7 +225,8 @@ def backward_value(model: FileModel, call: ast.Call) -> ast.expr | None:
 def backpropagated(model: FileModel, expr: ast.AST) -> bool:
     """``expr`` names a value that the same function backpropagates (``loss.backward()``
     on the same definition): it carries a graph whatever computed it, a loss function
-    of another module included."""
+    of another module included. An entry under a constant key counts for its container
+    (``out["loss"].backward()``: the dict ``out`` holds that graph)."""
     if not isinstance(expr, ast.Name):
         return False
     here = model.flow.definition(expr.id, expr)
@@ -234,9 +235,37 @@ def backpropagated(model: FileModel, expr: ast.AST) -> bool:
     fn = model.function_of(expr)
     for call in backward_calls(model):
         value = backward_value(model, call)
+        keys = []
+        while (
+            isinstance(value, ast.Subscript)
+            and isinstance(value.slice, ast.Constant)
+            and isinstance(value.slice.value, str)
+        ):
+            keys.append(value.slice.value)
+            value = value.value
+        if keys and _entry_replaced(model, expr, keys[-1], call):
+            continue  # `out["loss"] = out["loss"].detach()` before it is kept
         if isinstance(value, ast.Name) and value.id == expr.id and (model.function_of(call) is fn):
             there = model.flow.definition(value.id, value)
             if there is not None and there[0] is here[0]:
+                return True
+    return False
+
+
+def _entry_replaced(model: FileModel, expr: ast.Name, key: str, after: ast.Call) -> bool:
+    """``expr.id[key]`` is assigned again between ``after`` and ``expr``."""
+    start, end = (after.lineno, after.col_offset), (expr.lineno, expr.col_offset)
+    for node in model.assignments:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for t in targets:
+            if (
+                isinstance(t, ast.Subscript)
+                and isinstance(t.value, ast.Name)
+                and t.value.id == expr.id
+                and isinstance(t.slice, ast.Constant)
+                and t.slice.value == key
+                and start < (t.lineno, t.col_offset) < end
+            ):
                 return True
     return False
 

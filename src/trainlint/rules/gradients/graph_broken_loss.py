@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from trainlint.analysis.flow import Taint
+from trainlint.analysis.loss_terms import cut_terms_of_trained_graph
 from trainlint.analysis.model import FileModel
 from trainlint.analysis.paths import Reported
 from trainlint.analysis.steps import backward_calls, backward_value
@@ -15,7 +16,11 @@ class GraphBrokenLoss(Rule):
     """## What it does
     Flags the call that cuts the value reaching `backward()` off the autograd graph:
     `.detach()`, `.data`, `.item()`, `.numpy()`, `.tolist()`, `float(...)`, or a
-    `torch.tensor(x, requires_grad=True)` re-wrap of a model output or loss.
+    `torch.tensor(x, requires_grad=True)` re-wrap of a model output or loss. Each
+    additive term counts on its own: a term cut whole (`at_loss(f_s, f_t).detach()`)
+    is reported when it is made from the same forward pass (`f_s, logits = net(x)`)
+    as a term that still reaches backward; a cut term of other origin may be a
+    deliberate constant and stays silent.
 
     ## Why is this bad?
     Backward then starts from a tensor with no history back to the model: gradients
@@ -48,6 +53,16 @@ class GraphBrokenLoss(Rule):
     triggers = ("backward",)
     confirm_with = "assert_grads_nonzero"
     valid = [
+        # the cut term comes from another call's outputs: a constant on purpose
+        """
+import torch.nn.functional as F
+def step(student, tracker, x, y, optimizer):
+    feats, logits = student(x)
+    score, _ = tracker(x)
+    loss = F.cross_entropy(logits, y) + score.detach()
+    loss.backward()
+    optimizer.step()
+""",
         """
 import torch
 model = torch.nn.Linear(4, 1)
@@ -83,6 +98,20 @@ for job in jobs:
 """,
     ]
     invalid = [
+        # a term made from the student's own outputs, cut whole
+        Invalid(
+            """
+import torch.nn.functional as F
+def step(opt, student, teacher, x, y, optimizer):
+    feats, logits = student(x)
+    t_feats, _ = teacher(x)
+    at = distance(feats, t_feats).detach() * opt.beta
+    loss = F.cross_entropy(logits, y) + at
+    loss.backward()
+    optimizer.step()
+""",
+            line=5,
+        ),
         Invalid(
             """
 import torch
@@ -129,3 +158,8 @@ for x, y in loader:
                     node = v.cuts[0]
                     if seen.first(node):
                         yield self.report(node)
+            # a term cut where the flow cannot tell it had a graph, but made from the
+            # same forward pass as a term that still trains
+            for node in cut_terms_of_trained_graph(model, value):
+                if seen.first(node):
+                    yield self.report(node)

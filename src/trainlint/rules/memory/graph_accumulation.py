@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from trainlint.analysis.accumulation import (
     accumulations_across_steps,
     backpropagated_later,
+    carries_graph,
+    defined_without_grad,
     kept_by_calls,
 )
 from trainlint.analysis.flow import Taint, grad_enabled_at
@@ -25,7 +27,9 @@ class GraphAccumulation(Rule):
     one forward pass builds that pass's graph, and an entry overwritten under the same
     key does not grow. A helper that keeps what the step hands it (`meter.update(loss)`
     whose method appends or sums its argument on `self`), in this file or another, is
-    reported at the call.
+    reported at the call. A value backpropagated in the step has a graph whatever made
+    it, and so does a dict whose `["loss"]` entry is; a helper keeps its argument's
+    history through copies, views, reductions and Horovod's `allreduce`.
 
     ## Why is this bad?
     The accumulator keeps a reference to every batch's graph. After `backward()` the
@@ -188,6 +192,19 @@ def run(model, opt, x, y, steps=5):
         ),
     ]
     invalid = [
+        # the dict's "loss" entry is backpropagated: keeping the dict keeps its graph
+        Invalid(
+            """
+import torch
+outputs = []
+for batch in loader:
+    out = task.training_step(batch)
+    out["loss"].backward()
+    opt.step()
+    outputs.append(out)
+""",
+            line=7,
+        ),
         Invalid(
             """
 import torch
@@ -341,24 +358,26 @@ for x, y in loader:
         if not model.steps.step_loops:
             return  # every accumulation it reports is in a step loop or a step function
         for stmt, target, value, anchor in accumulations_across_steps(model):
-            if not grad_enabled_at(model, stmt)[0]:
-                continue
+            # backpropagated in the step (itself or its `["loss"]`): it has a graph
             v = model.flow.value(value)
-            if v.taint is not Taint.GRAD:
-                continue
-            if self._defined_without_grad(model, value):
+            if (
+                not grad_enabled_at(model, stmt)[0]
+                or not carries_graph(model, value, target)
+                or defined_without_grad(model, value)
+            ):
                 continue
             name = dotted(target)
             if name is not None and backpropagated_later(model, name, stmt):
                 continue
-            yield self.report(anchor, fix=self._fix(model, value) if anchor is stmt else None)
+            fixable = anchor is stmt and v.taint is Taint.GRAD  # a dict has no `.detach()`
+            yield self.report(anchor, fix=self._fix(model, value) if fixable else None)
         for call, arg, kept_in, callee in kept_by_calls(model):
             # a helper (this file's or another's) keeps what the step hands it
             if (
                 model.steps.per_step(call) is None
                 or not grad_enabled_at(model, call)[0]
                 or model.flow.value(arg).taint is not Taint.GRAD
-                or self._defined_without_grad(model, arg)
+                or defined_without_grad(model, arg)
                 or backpropagated_later(model, kept_in, call)
             ):
                 continue
@@ -369,14 +388,6 @@ for x, y in loader:
                 f"autograd history, in `{kept_in}` on every step: every batch's "
                 f"graph stays alive; pass `{what}.detach()` (or `.item()`)",
             )
-
-    @staticmethod
-    def _defined_without_grad(model: FileModel, value: ast.AST) -> bool:
-        name = dotted(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
-        if name is None:
-            return False
-        found = model.flow.definition(name, value)
-        return found is not None and not grad_enabled_at(model, found[0])[0]
 
     def _fix(self, model: FileModel, value: ast.AST):  # type: ignore[no-untyped-def]
         from trainlint.edits import replace_node
