@@ -382,8 +382,8 @@ def _report(bad: list[tuple[GradRead, str]], result: ClipResult, step: Step) -> 
     first, first_symptom = bad[0]
     order = "\n".join(f"  {i + 1}. {e}" for i, e in enumerate(first.order))
     symptoms = [SYMPTOMS[s] for s in dict.fromkeys(s for _, s in bad)]
-    scaled = "clip-before-unscale" in {s for _, s in bad} and result.scale is not None
-    factor = [f"The GradScaler's scale factor after the last step: {result.scale:g}"]
+    scale = result.scale if "clip-before-unscale" in {s for _, s in bad} else None
+    factor = [f"The GradScaler's scale factor after the last step: {scale:g}"] if scale else []
     fail(
         CHECK,
         f"{first.function} read the gradients {what[first_symptom]} "
@@ -391,7 +391,7 @@ def _report(bad: list[tuple[GradRead, str]], result: ClipResult, step: Step) -> 
         [
             table(("step", "read", "when", "norm it saw", "norm backward produced"), rows),
             f"Events of step {first.step}, in order:\n{order}",
-            *(factor if scaled else []),
+            *factor,
             *(s.text for s in symptoms),
         ],
         symptoms=symptoms,
