@@ -180,13 +180,14 @@ def watch_scaler(tracker: Any, patch: Any, torch: Any) -> None:
             tracker.event("GradScaler.update")
         return update(self, *args, **kwargs)
 
-    for name, replacement in (
-        ("scale", scale_),
-        ("unscale_", unscale_),
-        ("step", step_),
-        ("update", update_),
-    ):
-        replacement.__wrapped__ = getattr(cls, name)  # type: ignore[attr-defined]
+    replacements: dict[str, Any] = {
+        "scale": scale_,
+        "unscale_": unscale_,
+        "step": step_,
+        "update": update_,
+    }
+    for name, replacement in replacements.items():
+        replacement.__wrapped__ = getattr(cls, name)
         patch(cls, name, replacement)
 
 
