@@ -291,3 +291,83 @@ def test_it_is_exported_and_a_fixture(pytester):
             assert assert_clip_effective is check
         """)
     pytester.runpytest().assert_outcomes(passed=1)
+
+
+def amp_setup(order: str, seed: int = 0, autocast: bool = True):
+    """A GradScaler step on the CPU; ``order``: "clean" (unscale_ then clip), "TL601"
+    (clip before unscale_), "accumulate" (two backwards, unscale_ and clip under one if)."""
+    model = mlp(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu")
+    x, y = batch(seed)
+
+    def loss_of(xs, ys):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out = model(xs)
+        return nn.functional.mse_loss(out.float(), ys)
+
+    def step():
+        opt.zero_grad()
+        if order == "accumulate":
+            for i in range(2):
+                loss = loss_of(x[i::2], y[i::2])
+                scaler.scale(loss / 2).backward()
+                if i == 1:
+                    scaler.unscale_(opt)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+                    scaler.step(opt)
+                    scaler.update()
+            return loss
+        loss = loss_of(x, y)
+        scaler.scale(loss).backward()
+        if order == "clean":
+            scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    return model, step
+
+
+@pytest.mark.parametrize("autocast", [True, False])
+def test_a_clip_before_unscale_fails_naming_tl601_with_the_scale_factor(autocast):
+    model, step = amp_setup("TL601", autocast=autocast)
+    with pytest.raises(CheckFailed) as info:
+        assert_clip_effective(model, step, steps=2)
+    failure = info.value
+    message = str(failure)
+    assert "clip_grad_norm_ read the gradients before scaler.unscale_()" in message
+    assert "TL601" in failure.rules
+    assert "scale factor after the last step: 65536" in message
+    assert "1. AdamW.zero_grad\n  2. GradScaler.scale\n  3. backward\n  4. clip_grad_norm_" in (
+        message
+    )
+    assert all(r.scaled and r.after == "backward" for r in failure.result.reads)
+    assert failure.result.scale == 65536.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_unscale_then_clip_passes(seed):
+    model, step = amp_setup("clean", seed)
+    result = assert_clip_effective(model, step, steps=3)
+    assert [r.scaled for r in result.reads] == [False] * 3
+    assert all(r.after == "backward" for r in result.reads)
+    assert "GradScaler.unscale_(AdamW)" in result.reads[0].order
+    assert result.scale is None
+
+
+def test_accumulation_with_unscale_and_clip_under_one_if_passes():
+    model, step = amp_setup("accumulate")
+    result = assert_clip_effective(model, step, steps=3)
+    assert [r.scaled for r in result.reads] == [False] * 3
+
+
+def test_a_step_without_a_scaler_is_unaffected_and_the_scaler_is_restored():
+    methods = {n: getattr(torch.amp.GradScaler, n) for n in ("scale", "unscale_", "step")}
+    model, step = setup("clean")
+    result = assert_clip_effective(model, step, steps=2)
+    assert [r.scaled for r in result.reads] == [False, False] and result.scale is None
+    assert not any("GradScaler" in e for r in result.reads for e in r.order)
+    assert {n: getattr(torch.amp.GradScaler, n) for n in methods} == methods
+    assert "update" not in vars(torch.cuda.amp.GradScaler)  # patched on the base only

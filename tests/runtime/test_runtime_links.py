@@ -355,6 +355,27 @@ def test_clip_effective_confirms_only_its_rules(planted):
     _assert_planted(info.value, planted)
 
 
+def test_clip_effective_confirms_tl601_a_clip_before_unscale():
+    model = mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu")
+    x, y = batch()
+
+    def step():
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = nn.functional.mse_loss(model(x).float(), y)
+        scaler.scale(loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # TL601: still scaled
+        scaler.step(opt)
+        scaler.update()
+
+    with pytest.raises(CheckFailed) as info:
+        trainlint.testing.assert_clip_effective(model, step)
+    _assert_confirms_only_its_own(info.value, "assert_clip_effective", "clip-before-unscale")
+    _assert_planted(info.value, "TL601")
+
+
 def test_no_graph_in_eval_confirms_only_its_rules():
     model = mlp()
     x, _ = batch()

@@ -211,7 +211,7 @@ RULES: tuple[dict[str, Any], ...] = (
     {"code": "TL601", "name": "clip-before-unscale",
      "module": "trainlint.rules.numerics.clip_before_unscale", "class": "ClipBeforeUnscale",
      "message": "gradients clipped before `scaler.unscale_(optimizer)`: the threshold applies to scaled gradients; call `scaler.unscale_(optimizer)` first",
-     "fix_safety": "unsafe", "triggers": ("scale(",), "confirm_with": "assert_loss_decreases"},
+     "fix_safety": "unsafe", "triggers": ("scale(",), "confirm_with": "assert_clip_effective"},
     {"code": "TL602", "name": "softmax-into-cross-entropy",
      "module": "trainlint.rules.numerics.softmax_into_cross_entropy",
      "class": "SoftmaxIntoCrossEntropy",

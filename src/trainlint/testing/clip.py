@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from trainlint._runtime.guard import DEFAULT_TIMEOUT, guarded
 from trainlint._runtime.links import Symptom
 from trainlint._runtime.report import fail, table
+from trainlint.testing import _clip_reads as _reads
 from trainlint.testing._clip_reads import PendingRead, read_all, same_norm
 from trainlint.testing._common import Step, model_step_runner, plural, runtime, trainable
 
@@ -37,10 +38,15 @@ SYMPTOMS = {
         text="The gradients were read before this step's backward() ran: the read sees the "
         "previous step's gradients, or none.",
     ),
+    "clip-before-unscale": Symptom(
+        ("TL601",),
+        text="The gradients were read while still multiplied by the GradScaler's scale "
+        "factor: a clip threshold then applies to scaled gradients (it clips far too hard, "
+        "or a logged norm is off by the factor). Call scaler.unscale_(optimizer) first.",
+    ),
 }
 
 _BATCHED_ON_CPU = False  # tests: the norms of CPU gradients taken as a GPU's are
-_UTILS = ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "get_total_norm")
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,7 @@ class GradRead:
     backward: float | None
     after: str | None
     order: tuple[str, ...]
+    scaled: bool = False  # still multiplied by a GradScaler's factor (no unscale_ yet)
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ class ClipResult:
 
     steps: int
     reads: tuple[GradRead, ...]
+    scale: float | None = None  # the GradScaler's factor after the last step, if one scaled
 
 
 @guarded(CHECK)
@@ -112,6 +120,8 @@ class _Tracker:
         self.index = {id(p): i for i, p in enumerate(params)}
         self.last: list[str | None] = [None] * len(params)
         self.norm: list[Any] = [None] * len(params)
+        self.scaled: list[Any] = [None] * len(params)  # the GradScaler, until unscaled
+        self.scaling: Any = None  # a GradScaler whose scale() ran, until its update()
         self.order: list[Any] = []  # this step's events: texts, and reads (_Read)
         self.pending: list[PendingRead] = []
         self.step = 0
@@ -146,6 +156,7 @@ class _Tracker:
         an engine callback: one foreach norm where a launch per gradient was made)."""
         i = self.index[id(param)]
         self.last[i] = "backward"
+        self.scaled[i] = self.scaling
         if self.eager:  # CPU: a norm now (a foreach norm there loops, at ~4x the cost)
             grad = param.grad
             if grad is None:
@@ -210,15 +221,19 @@ class _Tracker:
         states = [self.last[i] for i in indices]
         norms = [self.norm[i] for i in indices if self.norm[i] is not None]
         backward = _stacked_norm(norms) if norms else None
-        read = PendingRead(self.step, function, seen, backward, states, self.order)
+        scalers = [self.scaled[i] for i in indices if self.scaled[i] is not None]
+        scaler = scalers[0] if scalers else None
+        read = PendingRead(self.step, function, seen, backward, states, self.order, scaler)
         self.order.append(read)
         read.at = len(self.order)
         self.pending.append(read)
 
-    def reads(self) -> list[GradRead]:
-        """Every read, its norms read on the host in one pass."""
+    def reads(self) -> tuple[list[GradRead], Any]:
+        """Every read, its norms read on the host in one pass; the last scaler a read saw."""
         pending, self.pending = self.pending, []
-        return [GradRead(*fields) for fields in read_all(pending)]
+        scalers = [r.scaler for r in pending if r.scaler is not None]
+        reads = [GradRead(*fields) for fields in read_all(pending)]
+        return reads, scalers[-1] if scalers else None
 
 
 def _torch() -> Any:  # (bound once per process: see _common.runtime)
@@ -241,25 +256,6 @@ def _total_norm(grads: list[torch.Tensor]) -> Any:
     from trainlint._runtime.norms import total_norm
 
     return total_norm(grads)
-
-
-def _util_targets() -> list[tuple[Any, str]]:
-    """(module, name) of each gradient-reading function to wrap, found once per process."""
-    global _TARGETS
-    if _TARGETS is None:
-        import torch.nn.utils as nn_utils
-        import torch.nn.utils.clip_grad as clip_grad
-
-        _TARGETS = [
-            (owner, name)
-            for owner in (nn_utils, clip_grad)
-            for name in (*_UTILS, "_get_total_norm")
-            if hasattr(owner, name)
-        ]
-    return _TARGETS
-
-
-_TARGETS: list[tuple[Any, str]] | None = None  # (a getattr of a missing name raises: once)
 
 
 def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> ClipResult:
@@ -318,7 +314,7 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
         setattr(owner, name, replacement)
 
     wrapped: dict[int, Any] = {}
-    for owner, name in _util_targets():
+    for owner, name in _reads.util_targets():
         original = getattr(owner, name, None)
         if original is None:
             continue
@@ -340,6 +336,7 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
     handles = [rt.register_optimizer_step_pre_hook(step_hook)]
     hooks = rt.HookSet()
     patch(torch.optim.Optimizer, "zero_grad", opt_zero_grad)
+    _reads.watch_scaler(tracker, patch, torch)
     try:
         hooks.add_all(params, tracker.accumulated)  # one bound method for all
         for i in range(steps):
@@ -353,7 +350,9 @@ def _measure(run: Any, named: list[tuple[str, torch.Tensor]], steps: int) -> Cli
         for handle in handles:
             handle.remove()
         hooks.remove()
-    return ClipResult(steps=steps, reads=tuple(tracker.reads()))
+    reads, scaler = tracker.reads()
+    scale = None if scaler is None else _reads.scale_factor(scaler)  # after the steps: no sync
+    return ClipResult(steps=steps, reads=tuple(reads), scale=scale)
 
 
 def _diagnose(result: ClipResult) -> list[tuple[GradRead, str]]:
@@ -368,16 +367,14 @@ def _diagnose(result: ClipResult) -> list[tuple[GradRead, str]]:
             continue  # a norm logged after the step still shows what backward produced
         if read.after != "backward":
             out.append((read, symptom_of[read.after]))
+        elif read.scaled:
+            out.append((read, "clip-before-unscale"))
     return out
 
 
 def _report(bad: list[tuple[GradRead, str]], result: ClipResult, step: Step) -> NoReturn:
     __tracebackhide__ = True
-    what = {
-        "read-after-zero-grad": "after zero_grad()",
-        "clip-after-step": "after optimizer.step()",
-        "read-before-backward": "before backward()",
-    }
+    what = _reads.WHEN
     rows = [
         (r.step, r.function, what[s], r.seen, "-" if r.backward is None else r.backward)
         for r, s in bad
@@ -385,6 +382,8 @@ def _report(bad: list[tuple[GradRead, str]], result: ClipResult, step: Step) -> 
     first, first_symptom = bad[0]
     order = "\n".join(f"  {i + 1}. {e}" for i, e in enumerate(first.order))
     symptoms = [SYMPTOMS[s] for s in dict.fromkeys(s for _, s in bad)]
+    scale = result.scale if "clip-before-unscale" in {s for _, s in bad} else None
+    factor = [f"The GradScaler's scale factor after the last step: {scale:g}"] if scale else []
     fail(
         CHECK,
         f"{first.function} read the gradients {what[first_symptom]} "
@@ -392,6 +391,7 @@ def _report(bad: list[tuple[GradRead, str]], result: ClipResult, step: Step) -> 
         [
             table(("step", "read", "when", "norm it saw", "norm backward produced"), rows),
             f"Events of step {first.step}, in order:\n{order}",
+            *factor,
             *(s.text for s in symptoms),
         ],
         symptoms=symptoms,

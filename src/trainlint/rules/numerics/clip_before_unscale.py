@@ -104,7 +104,7 @@ class ClipBeforeUnscale(Rule):
     name = "clip-before-unscale"
     message = "gradients clipped before `scaler.unscale_(optimizer)`: the threshold applies to scaled gradients; call `scaler.unscale_(optimizer)` first"
     triggers = ("scale(",)
-    confirm_with = "assert_loss_decreases"
+    confirm_with = "assert_clip_effective"
     fix_safety = "unsafe"
     valid = [
         # the AMP recipe
