@@ -71,13 +71,14 @@ def _dim_only(call: ast.Call) -> bool:
 class Layer(Record, frozen=True):
     """How one kind of last layer is spelled."""
 
-    __slots__ = ("funcs", "module", "method", "method_args", "project_flag")
+    __slots__ = ("funcs", "module", "method", "method_args", "project_flag", "log_form")
 
     funcs: frozenset[str]  # functional forms: `torch.sigmoid(x)`
     module: str  # the module class: `torch.nn.Sigmoid`
     method: str | None  # the tensor method: `x.sigmoid()`
     method_args: Callable[[ast.Call], bool]  # which calls of it count
     project_flag: str | None  # the binding attribute the project index sets
+    log_form: Layer | None  # the layer whose `exp` is this one: `exp(log_softmax(x))`
 
     def __init__(
         self,
@@ -86,12 +87,24 @@ class Layer(Record, frozen=True):
         method: str | None = None,
         method_args: Callable[[ast.Call], bool] = _no_arguments,
         project_flag: str | None = None,
+        log_form: Layer | None = None,
     ) -> None:
         self.funcs = funcs
         self.module = module
         self.method = method
         self.method_args = method_args
         self.project_flag = project_flag
+        self.log_form = log_form
+
+
+# The log forms: exponentiating them gives back the probabilities.
+LOG_SOFTMAX = Layer(
+    frozenset({"torch.nn.functional.log_softmax", "torch.log_softmax", "torch.special.log_softmax"}),
+    "torch.nn.LogSoftmax",
+    "log_softmax",
+    _dim_only,
+)
+LOG_SIGMOID = Layer(frozenset({"torch.nn.functional.logsigmoid"}), "torch.nn.LogSigmoid")
 
 
 SOFTMAX = Layer(
@@ -100,11 +113,13 @@ SOFTMAX = Layer(
     "softmax",
     _dim_only,
     "softmax",
+    LOG_SOFTMAX,
 )
 SIGMOID = Layer(
     frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"}),
     "torch.nn.Sigmoid",
     "sigmoid",
+    log_form=LOG_SIGMOID,
 )
 LINEAR = Layer(frozenset({"torch.nn.functional.linear"}), "torch.nn.Linear")
 
@@ -135,6 +150,8 @@ def _sources(
     qual = model.qualname(func)
     if qual in layer.funcs:
         return [expr]
+    if layer.log_form is not None and _exp_of(model, expr, qual, layer.log_form, d, classes):
+        return [expr]  # `torch.exp(log_softmax(x))` is a softmax, spelled twice
     if isinstance(func, ast.Attribute) and qual is None:
         if layer.method and func.attr == layer.method and layer.method_args(expr):
             return [expr]
@@ -143,6 +160,29 @@ def _sources(
     if isinstance(func, ast.Call) and model.qualname(func.func) == layer.module:
         return [expr]  # nn.Sigmoid()(x)
     return _module_output(model, expr, layer, d, classes)
+
+
+def _exp_of(
+    model: FileModel,
+    call: ast.Call,
+    qual: str | None,
+    log_form: Layer,
+    depth: int,
+    classes: frozenset[int],
+) -> bool:
+    """``call`` is ``torch.exp(y)`` / ``y.exp()`` with ``y`` certainly ``log_form``'s output."""
+    if qual == "torch.exp" and len(call.args) == 1 and not call.keywords:
+        inner: ast.AST = call.args[0]
+    elif (
+        qual is None
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "exp"
+        and _no_arguments(call)
+    ):
+        inner = call.func.value
+    else:
+        return False
+    return bool(_sources(model, inner, log_form, depth, classes))
 
 
 def _module_output(
