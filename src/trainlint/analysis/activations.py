@@ -185,6 +185,26 @@ def _exp_of(
     return bool(_sources(model, inner, log_form, depth, classes))
 
 
+def _parameter_at_callers(model: FileModel, func: ast.expr) -> object | None:
+    """What every call site passes for the parameter ``func`` names, when the function
+    never rebinds it: the local binding (`model.parameters()` into an optimizer makes it
+    some model) does not say which class, the callers in other files do."""
+    if not isinstance(func, ast.Name) or not model.project:
+        return None
+    fn = model.function_of(func)
+    if fn is None or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    a = fn.args
+    if func.id not in {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)}:
+        return None
+    for node in walk_local(fn):
+        if isinstance(node, ast.Name) and node.id == func.id and not isinstance(node.ctx, ast.Load):
+            return None  # rebound somewhere in the function: the callers' object may be gone
+    from trainlint.analysis.project import foreign_binding
+
+    return foreign_binding(model, func)
+
+
 def _module_output(
     model: FileModel, call: ast.Call, layer: Layer, depth: int, classes: frozenset[int]
 ) -> list[ast.AST]:
@@ -196,10 +216,9 @@ def _module_output(
             return []
     elif isinstance(func, (ast.Name, ast.Attribute)):
         binding = model.roles.lookup(func)
-        if (
-            binding is not None
-            and layer.project_flag
-            and getattr(binding, layer.project_flag, False)
+        if layer.project_flag and any(
+            b is not None and getattr(b, layer.project_flag, False)
+            for b in (binding, _parameter_at_callers(model, func))
         ):
             return [call]  # a project model whose `forward` (in its own file) ends in it
         if binding is None or binding.call is None:
