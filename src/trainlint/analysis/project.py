@@ -36,6 +36,7 @@ from trainlint.analysis import checkpoints
 from trainlint.analysis.checkpoints import WORDS as CHECKPOINT_WORDS
 from trainlint.analysis.model import walk_tree
 from trainlint.analysis.roles import Binding, Role
+from trainlint.analysis.torch_table import SAME_OBJECT_METHODS
 
 if TYPE_CHECKING:
     from trainlint.analysis.model import FileModel
@@ -829,6 +830,12 @@ def _model_class(
     if fact[0] != Role.MODEL.value or fact[1] is not None or fact[3]:
         return []
     value: ast.AST | None = single_value(model, arg) if isinstance(arg, ast.Name) else arg
+    while (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in SAME_OBJECT_METHODS
+    ):
+        value = value.func.value  # `Net().to(device)` is that `Net()`
     if not isinstance(value, ast.Call):
         return []
     q = model.qualname(value.func)

@@ -69,7 +69,8 @@ class SoftmaxIntoCrossEntropy(Rule):
     apply log-softmax themselves), `F.nll_loss`/`nn.NLLLoss` (which expect
     log-probabilities), or `torch.log` / `.log()` instead of `log_softmax`. The softmax
     may be applied directly, through a name, by an `nn.Softmax` module, as the last layer
-    of an `nn.Sequential`, as the return value of a same-file model's `forward`, or as the
+    of an `nn.Sequential`, as the return value of a model's `forward` (a model built in
+    the same file, or one another file of the project builds and passes in), or as the
     `exp` of a log-softmax.
 
     ## Why is this bad?
