@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 from trainlint._record import Record
 from trainlint.analysis.dominance import dominates
-from trainlint.analysis.model import FileModel, walk_local
+from trainlint.analysis.flow import is_parameter, unpacked_from
+from trainlint.analysis.model import FileModel, keyword, walk_local
 from trainlint.analysis.roles import Role, is_module_class
 
 # Methods that keep a tensor's values (reshaping, casting, selecting): probabilities stay
@@ -139,7 +140,15 @@ def _sources(
         return _sources(model, expr.value, layer, d, classes)
     if isinstance(expr, ast.Name):
         found = model.flow.definition(expr.id, expr)
-        if found is None or not isinstance(found[1], ast.expr):
+        if found is None:
+            return []
+        if is_parameter(found[1]):
+            return _from_callers(model, expr, layer, d, classes)
+        unpacked = unpacked_from(found[1])
+        if unpacked is not None and dominates(model, found[0], expr):
+            call, index, arity = unpacked  # `validity, label = self.discriminator(x)`
+            return _module_output(model, call, layer, d, classes, (index, arity))
+        if not isinstance(found[1], ast.expr):
             return []
         if not dominates(model, found[0], expr):
             return []
@@ -205,9 +214,58 @@ def _parameter_at_callers(model: FileModel, func: ast.expr) -> object | None:
     return foreign_binding(model, func)
 
 
-def _module_output(
-    model: FileModel, call: ast.Call, layer: Layer, depth: int, classes: frozenset[int]
+def _rebound(fn: ast.AST, name: str) -> bool:
+    return any(
+        isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)
+        for n in walk_local(fn)
+    )
+
+
+def _from_callers(
+    model: FileModel, name: ast.Name, layer: Layer, depth: int, seen: frozenset[int]
 ) -> list[ast.AST]:
+    """A helper's parameter (``def aux_loss(self, pred, y): return F.cross_entropy(pred,
+    y)``): the layer nodes whose output some same-file call passes it, each one certain
+    at its call. A ``forward`` is left out: what a model returns must hold for every
+    caller, not for one."""
+    fn = model.function_of(name)
+    if (
+        not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+        or fn.name in ("forward", "__call__")
+        or id(fn) in seen
+        or _rebound(fn, name.id)
+    ):
+        return []
+    a = fn.args
+    positional = [x.arg for x in (*a.posonlyargs, *a.args)]
+    found: list[ast.AST] = []
+    for call in model.calls.get(fn.name, ()):
+        if model.resolve_call(call) is not fn:
+            continue
+        params = positional
+        if isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"]):
+            params = params[1:]  # `self.aux_loss(pred, y)`
+        arg: ast.AST | None = keyword(call, name.id)
+        if arg is None and name.id in params:
+            i = params.index(name.id)
+            before = call.args[: i + 1]
+            if len(call.args) > i and not any(isinstance(x, ast.Starred) for x in before):
+                arg = call.args[i]
+        if arg is not None:
+            found.extend(_sources(model, arg, layer, depth, seen | {id(fn)}))
+    return found
+
+
+def _module_output(
+    model: FileModel,
+    call: ast.Call,
+    layer: Layer,
+    depth: int,
+    classes: frozenset[int],
+    element: tuple[int, int] | None = None,
+) -> list[ast.AST]:
+    """The layer nodes ``call``'s output certainly comes from; with ``element`` (position,
+    count), those of that element of the tuple every ``forward`` return builds."""
     func = call.func
     cls: ast.ClassDef | None = None
     if isinstance(func, ast.Name) and func.id == "self":
@@ -216,16 +274,18 @@ def _module_output(
             return []
     elif isinstance(func, (ast.Name, ast.Attribute)):
         binding = model.roles.lookup(func)
-        if layer.project_flag and any(
+        if element is not None:
+            binding = binding if binding is not None and binding.role is Role.MODEL else None
+        elif layer.project_flag and any(
             b is not None and getattr(b, layer.project_flag, False)
             for b in (binding, _parameter_at_callers(model, func))
         ):
             return [call]  # a project model whose `forward` (in its own file) ends in it
         if binding is None or binding.call is None:
             return []
-        if binding.qualname == layer.module:
+        if element is None and binding.qualname == layer.module:
             return [call]
-        if binding.qualname == "torch.nn.Sequential":
+        if element is None and binding.qualname == "torch.nn.Sequential":
             last = binding.call.args[-1] if binding.call.args else None
             if isinstance(last, ast.Call) and model.qualname(last.func) == layer.module:
                 return [last]
@@ -248,9 +308,15 @@ def _module_output(
         return []
     found: list[ast.AST] = []
     for ret in returns:
-        if ret.value is None:
+        value = ret.value
+        if value is None:
             return []
-        nodes = _sources(model, ret.value, layer, depth, classes | {id(cls)})
+        if element is not None:
+            index, arity = element
+            if not isinstance(value, ast.Tuple) or len(value.elts) != arity:
+                return []
+            value = value.elts[index]
+        nodes = _sources(model, value, layer, depth, classes | {id(cls)})
         if not nodes:
             return []  # some return is not that layer's output: not certain
         found.extend(nodes)

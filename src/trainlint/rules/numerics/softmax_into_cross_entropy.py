@@ -270,6 +270,30 @@ loss = F.cross_entropy(probs.view(1, -1), answer)
 """,
             line=3,
         ),
+        # one element of a two-headed forward, through a one-line loss helper
+        Invalid(
+            """
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Heads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate = nn.Linear(8, 1)
+        self.cls = nn.Sequential(nn.Linear(8, 4), nn.Softmax(dim=1))
+
+    def forward(self, x):
+        return self.gate(x), self.cls(x)
+
+def class_loss(scores, y):
+    return F.cross_entropy(scores, y)
+
+heads = Heads()
+gate, scores = heads(x)
+loss = class_loss(scores, y)
+""",
+            line=8,
+        ),
         # a chunked LM loss: the softmax over the vocabulary, its log into nll_loss
         Invalid(
             """
