@@ -631,6 +631,21 @@ class _Marker(ast.AST):
         self.arity = arity
 
 
+def unpacked_from(value: ast.AST) -> tuple[ast.Call, int, int] | None:
+    """For a value :meth:`Flow.definition` gives: (the call, the target's position, the
+    number of targets) when the name is one element of a call's unpacked result
+    (``a, b = f(x)``); None otherwise."""
+    if isinstance(value, _Marker) and value.kind == "unpack" and value.index >= 0:
+        if isinstance(value.node, ast.Call):
+            return value.node, value.index, value.arity
+    return None
+
+
+def is_parameter(value: ast.AST) -> bool:
+    """Whether a value :meth:`Flow.definition` gives is the function's parameter itself."""
+    return isinstance(value, _Marker) and value.kind == "param"
+
+
 def _position(node: ast.AST) -> tuple[int, int]:
     return (node.lineno, node.col_offset)  # type: ignore[attr-defined]
 

@@ -36,6 +36,7 @@ from trainlint.analysis import checkpoints
 from trainlint.analysis.checkpoints import WORDS as CHECKPOINT_WORDS
 from trainlint.analysis.model import walk_tree
 from trainlint.analysis.roles import Binding, Role
+from trainlint.analysis.torch_table import SAME_OBJECT_METHODS
 
 if TYPE_CHECKING:
     from trainlint.analysis.model import FileModel
@@ -775,12 +776,12 @@ def _calls(
                     break
                 f = _arg_fact(model, arg, module, is_pkg, within, outside)
                 if f is not None:
-                    args.append([i, f])
+                    args.append([i, f, *_model_class(model, arg, f, module, is_pkg)])
             for kw in call.keywords:
                 if kw.arg is not None:
                     f = _arg_fact(model, kw.value, module, is_pkg, within, outside)
                     if f is not None:
-                        args.append([kw.arg, f])
+                        args.append([kw.arg, f, *_model_class(model, kw.value, f, module, is_pkg)])
             if args:
                 _mark_shared(model, call, args)
                 out.append([qual, args])
@@ -795,7 +796,7 @@ def _mark_shared(model: FileModel, call: ast.Call, args: list[list[Any]]) -> Non
     same iteration): a model or optimizer argument that is the same object every time
     gets a fifth element, True. Only a ``Thread`` subclass's constructor keeps it (see
     :meth:`ProjectIndex._add_call`): every instance started shares that object."""
-    if not any(f[0] in (Role.MODEL.value, Role.OPTIMIZER.value) for _, f in args):
+    if not any(slot[1][0] in (Role.MODEL.value, Role.OPTIMIZER.value) for slot in args):
         return
     if not model.loop_contexts(call) and not any(
         isinstance(a, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp))
@@ -810,7 +811,7 @@ def _mark_shared(model: FileModel, call: ast.Call, args: list[list[Any]]) -> Non
     given: dict[int | str, ast.expr] = dict(enumerate(call.args))
     given.update((k.arg, k.value) for k in call.keywords if k.arg)
     for slot in args:
-        where, fact = slot
+        where, fact = slot[:2]
         arg = given.get(where)
         if (
             fact[0] in (Role.MODEL.value, Role.OPTIMIZER.value)
@@ -818,6 +819,31 @@ def _mark_shared(model: FileModel, call: ast.Call, args: list[list[Any]]) -> Non
             and (esc.same_object(arg))
         ):
             slot[1] = [*fact[:4], True]
+
+
+def _model_class(
+    model: FileModel, arg: ast.expr, fact: Fact, module: str, is_pkg: bool
+) -> list[str]:
+    """``[class]`` when ``arg`` is a model the roles know by use only (``net = Net()``,
+    then ``net.parameters()`` into an optimizer) and is built from a project class: the
+    index then says whether that class's ``forward`` ends in a softmax. [] otherwise."""
+    if fact[0] != Role.MODEL.value or fact[1] is not None or fact[3]:
+        return []
+    value: ast.AST | None = single_value(model, arg) if isinstance(arg, ast.Name) else arg
+    while (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in SAME_OBJECT_METHODS
+    ):
+        value = value.func.value  # `Net().to(device)` is that `Net()`
+    if not isinstance(value, ast.Call):
+        return []
+    q = model.qualname(value.func)
+    if q is not None and _project_candidate(q):
+        return [absolute(q, module, is_pkg)]
+    if q is None and isinstance(value.func, ast.Name) and model.class_named(value.func.id):
+        return [f"{module}.{value.func.id}" if module else value.func.id]
+    return []
 
 
 def _arg_fact(
@@ -1006,7 +1032,9 @@ class ProjectIndex:
         slot = self._params.setdefault((mod["root"], mod["module"], fn_name), {})
         self._called.setdefault((mod["root"], mod["module"]), set()).add(fn_name)
         kwarg = fn.get("kwarg")
-        for where, fact in args:
+        for where, fact, *cls in args:
+            if cls:
+                fact = self._softmax_model(s["root"], fact, cls[0])
             name = params[where] if isinstance(where, int) and where < len(params) else where
             if isinstance(name, str) and name not in names and kwarg and name in kwarg[1]:
                 name = f'{kwarg[0]}["{name}"]'  # `Trainer(scheduler=...)` into `**kwargs`
@@ -1051,6 +1079,14 @@ class ProjectIndex:
         if cls.get("softmax"):
             return [Role.MODEL.value, local, None, True]
         return None
+
+    def _softmax_model(self, root: str, fact: Fact, cls: str) -> Fact:
+        """A model fact (see :func:`_model_class`) that says so when its project class's
+        ``forward`` ends in a softmax; ``fact`` unchanged otherwise."""
+        found = self.resolve(root, cls)
+        if found is None or not found[0]["classes"].get(found[1], {}).get("softmax"):
+            return fact
+        return [fact[0], found[1], fact[2], True, *fact[4:]]
 
     def _class_qual(self, root: str, qual: str) -> str | None:
         """The one spelling (``pkg.state.Training``) of a project class, however the

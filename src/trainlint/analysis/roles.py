@@ -374,7 +374,8 @@ class Roles:
         if isinstance(func, ast.Attribute):
             if name in SAME_OBJECT_METHODS:
                 inner = self._single(func.value)
-                if inner is not None and inner.role is Role.MODEL:
+                # a loss module moves like a model: `nn.CrossEntropyLoss().cuda()` is it
+                if inner is not None and inner.role in (Role.MODEL, Role.CRITERION):
                     return [inner]
             if name in PREPARE_METHODS and call.args:
                 outs = [self._single(a) for a in call.args]

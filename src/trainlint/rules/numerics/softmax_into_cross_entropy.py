@@ -69,7 +69,9 @@ class SoftmaxIntoCrossEntropy(Rule):
     apply log-softmax themselves), `F.nll_loss`/`nn.NLLLoss` (which expect
     log-probabilities), or `torch.log` / `.log()` instead of `log_softmax`. The softmax
     may be applied directly, through a name, by an `nn.Softmax` module, as the last layer
-    of an `nn.Sequential`, or as the return value of a same-file model's `forward`.
+    of an `nn.Sequential`, as the return value of a model's `forward` (a model built in
+    the same file, or one another file of the project builds and passes in), or as the
+    `exp` of a log-softmax.
 
     ## Why is this bad?
     Cross-entropy on probabilities is a double softmax: its inputs lie in [0, 1], so the
@@ -257,6 +259,40 @@ for x, y in loader:
     loss = nn.functional.cross_entropy(model(x), y) + crit(seq(x), y)
 """,
             lines=(10, 13),
+        ),
+        # probabilities rebuilt as the exp of a log-softmax are still a softmax
+        Invalid(
+            """
+import torch
+import torch.nn.functional as F
+probs = torch.exp(F.log_softmax(scores, dim=0))
+loss = F.cross_entropy(probs.view(1, -1), answer)
+""",
+            line=3,
+        ),
+        # one element of a two-headed forward, through a one-line loss helper
+        Invalid(
+            """
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Heads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate = nn.Linear(8, 1)
+        self.cls = nn.Sequential(nn.Linear(8, 4), nn.Softmax(dim=1))
+
+    def forward(self, x):
+        return self.gate(x), self.cls(x)
+
+def class_loss(scores, y):
+    return F.cross_entropy(scores, y)
+
+heads = Heads()
+gate, scores = heads(x)
+loss = class_loss(scores, y)
+""",
+            line=8,
         ),
         # a chunked LM loss: the softmax over the vocabulary, its log into nll_loss
         Invalid(
