@@ -60,6 +60,52 @@ def test_a_forward_overflow_is_named_as_such_without_amp_rules():
         assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
+def sqrt_at_zero_setup() -> tuple[nn.Module, object]:
+    """A backward NaN: sqrt at 0 has a finite value and an infinite gradient."""
+    model = mlp()
+    x, y = batch()
+
+    def step() -> torch.Tensor:
+        model.zero_grad()
+        out = model(x)
+        loss = torch.sqrt((out - out.detach()).abs()).mean() + nn.functional.mse_loss(out, y)
+        loss.backward()
+        return loss
+
+    return model, step
+
+
+def test_threads_left_by_earlier_work_do_not_bring_tl503_in():
+    # a daemon watcher and an idle executor from elsewhere in the process are not the
+    # step's threads; a thread the step starts is
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    stop = threading.Event()
+    watcher = threading.Thread(target=stop.wait, daemon=True)
+    watcher.start()
+    pool = ThreadPoolExecutor(max_workers=1)
+    pool.submit(lambda: None).result()
+    try:
+        model, step = sqrt_at_zero_setup()
+        with pytest.raises(CheckFailed) as info:
+            assert_finite_grads(model, step)
+        assert "TL503" not in str(info.value)
+
+        model, plain = sqrt_at_zero_setup()
+
+        def threaded_step() -> torch.Tensor:
+            threading.Thread(target=stop.wait, args=(0.5,)).start()
+            return plain()
+
+        with pytest.raises(CheckFailed) as info:
+            assert_finite_grads(model, threaded_step)
+        assert "TL503" in str(info.value)
+    finally:
+        stop.set()
+        pool.shutdown()
+
+
 def test_a_backward_nan_is_still_named_in_backward():
     model = mlp()
     x, y = batch()

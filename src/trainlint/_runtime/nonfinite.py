@@ -158,7 +158,7 @@ def locate_nonfinite(torch: Any, run: Any, rng: tuple[Any, Any]) -> tuple[str, F
     torch.set_anomaly_enabled = forced
     torch.autograd.backward = watched_backward
     scaler_class.scale = noted_scale
-    threads_before = threading.active_count()
+    threads_before = set(threading.enumerate())
     try:
         with warnings.catch_warnings(), Forward():
             warnings.simplefilter("ignore")
@@ -173,9 +173,28 @@ def locate_nonfinite(torch: Any, run: Any, rng: tuple[Any, Any]) -> tuple[str, F
         torch.autograd.backward = backward
         torch.set_anomaly_enabled = set_anomaly
         set_anomaly(*user_mode)
-    facts.threads = max(threads_before, threading.active_count()) > 1
+    facts.threads = _other_threads(threads_before)
     facts.log_ops = any("softmax" in op or op in _LOG_OPS for op in facts.ops)
     return _text(found, facts, error_text), facts
+
+
+def _other_threads(before: set[threading.Thread]) -> bool:
+    """Other Python threads may have run the model with the step: the step started one
+    (alive after the rerun, not before), or a non-daemon thread other than this one was
+    alive throughout. Daemon threads and idle executor workers left by earlier work (a
+    test runner's, a timeout watcher's) do not count."""
+    current = threading.current_thread()
+    after = set(threading.enumerate())
+    if after - before:
+        return True
+    return any(
+        t is not current
+        and t is not threading.main_thread()
+        and not t.daemon
+        and t.is_alive()
+        and getattr(getattr(t, "_target", None), "__module__", "") != "concurrent.futures.thread"
+        for t in before & after
+    )
 
 
 def _text(found: list[tuple[str, str, Any]], facts: Facts, error_text: str | None) -> str:
