@@ -36,6 +36,8 @@ def test_hooks_install_and_run(tmp_path):
         "import torch\nsd = torch.load(path)\nmodel.load_state_dict(sd)\n"
     )
     (sample / "clean.py").write_text("import torch\nsd = torch.load(path, weights_only=True)\n")
+    # TL702 is opt-in (security hygiene): the sample project selects it
+    (sample / "pyproject.toml").write_text('[tool.trainlint]\nextend-select = ["TL702"]\n')
     _git("add", ".", cwd=sample)
     home = tmp_path / "pre-commit-home"
     env = {**os.environ, "PRE_COMMIT_HOME": str(home), "PRE_COMMIT_COLOR": "never"}
@@ -199,6 +201,7 @@ def test_documented_ci_recipe_runs_from_a_clone(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
     (project / "train.py").write_text("import torch\nsd = torch.load(path)\n")
+    (project / "pyproject.toml").write_text('[tool.trainlint]\nextend-select = ["TL702"]\n')
     for step in (install, steps[1]):
         proc = subprocess.run(
             step, shell=True, cwd=project, env=env, capture_output=True, text=True, timeout=600
