@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 
 from trainlint.analysis.model import (
     NESTED_SCOPES,
@@ -308,28 +309,36 @@ def training_ends_after(
     an early-stopping `break` leaves a model that is no longer trained. A `break` out of
     an inner loop counts when ``loop`` builds ``target`` afresh each iteration (one
     training run per iteration, each on a new model)."""
+    for parent, after in _rest_of_blocks(model, node, loop):
+        if any(isinstance(s, (ast.Return, ast.Raise)) for s in after):
+            return True
+        if parent is loop and any(isinstance(s, ast.Break) for s in after):
+            return True
+        if parent is not loop and any(isinstance(s, ast.Break) for s in after):
+            inner = _innermost_loop(model, parent)
+            return inner is loop or (inner is not None and _rebuilt_in(model, loop, inner, target))
+    return False
+
+
+def _rest_of_blocks(
+    model: FileModel, node: ast.AST, loop: ast.AST
+) -> Iterator[tuple[ast.AST, list[ast.stmt]]]:
+    """(block owner, the statements after ``node``'s statement in that block) for each
+    block that encloses it, innermost first, up to ``loop``'s body; the climb stops at a
+    nested def, class or lambda (nothing more) and after an inner loop (whose next
+    iteration may come first)."""
     stmt: ast.AST = model.statement_of(node)
     while stmt is not loop:
         parent = model.parent_of(stmt)
         if parent is None or isinstance(parent, NESTED_SCOPES):
-            return False
+            return
         for field in ("body", "orelse", "finalbody"):
             block = getattr(parent, field, None)
             if isinstance(block, list) and stmt in block:
-                after = block[block.index(stmt) + 1 :]
-                if any(isinstance(s, (ast.Return, ast.Raise)) for s in after):
-                    return True
-                if parent is loop and any(isinstance(s, ast.Break) for s in after):
-                    return True
-                if parent is not loop and any(isinstance(s, ast.Break) for s in after):
-                    inner = _innermost_loop(model, parent)
-                    return inner is loop or (
-                        inner is not None and _rebuilt_in(model, loop, inner, target)
-                    )
-        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)) and parent is not loop:
-            return False
+                yield parent, block[block.index(stmt) + 1 :]
+        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
+            return
         stmt = parent
-    return False
 
 
 def _rebuilt_in(model: FileModel, loop: ast.AST, inner: ast.AST, target: str | None) -> bool:
@@ -473,20 +482,9 @@ def restored_or_ended(model: FileModel, node: ast.AST, loop: ast.AST, target: st
     iteration ends? Statements only: an `if` counts when both branches do."""
     if target is None:
         return False
-    stmt: ast.AST = model.statement_of(node)
-    while stmt is not loop:
-        parent = model.parent_of(stmt)
-        if parent is None or isinstance(parent, NESTED_SCOPES):
-            return False
-        for field in ("body", "orelse", "finalbody"):
-            block = getattr(parent, field, None)
-            if isinstance(block, list) and stmt in block:
-                if _block_settles(block[block.index(stmt) + 1 :], loop, target):
-                    return True
-        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)):
-            return False  # an inner loop: its next iteration may come first
-        stmt = parent
-    return False
+    return any(
+        _block_settles(after, loop, target) for _, after in _rest_of_blocks(model, node, loop)
+    )
 
 
 def _block_settles(stmts: list[ast.stmt], loop: ast.AST, target: str) -> bool:
