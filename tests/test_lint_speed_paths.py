@@ -139,14 +139,14 @@ def _model(text: str = TABLES) -> FileModel:
 
 
 def test_walk_tree_is_ast_walk_without_contexts_and_operators():
-    from trainlint.analysis.model import _LEAF_TYPES, walk_tree
+    from trainlint.analysis.walk import LEAF_TYPES, walk_tree
 
     tree = ast.parse(TABLES + "y = a < b < c and not d or -e\n")
-    for node in [tree, *(n for n in ast.walk(tree) if not isinstance(n, _LEAF_TYPES))]:
+    for node in [tree, *(n for n in ast.walk(tree) if not isinstance(n, LEAF_TYPES))]:
         want = [
             id(n)
             for n in ast.walk(node)
-            if isinstance(n, ast.cmpop) or not isinstance(n, _LEAF_TYPES)
+            if isinstance(n, ast.cmpop) or not isinstance(n, LEAF_TYPES)
         ]
         assert [id(n) for n in walk_tree(node)] == want
 
@@ -292,7 +292,7 @@ def test_children_read_by_the_grammar_plan_are_the_child_nodes():
     # The walks read each class's fields by a plan taken from its grammar line (a list, a
     # node or nothing): they must find exactly the child nodes `ast.iter_child_nodes`
     # finds, less contexts and operators, a `{**d}` key and a missing keyword default.
-    from trainlint.analysis.model import _children
+    from trainlint.analysis.walk import children
 
     skipped = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop)
     tree = ast.parse(GRAMMAR_CORNERS, type_comments=True)
@@ -300,7 +300,7 @@ def test_children_read_by_the_grammar_plan_are_the_child_nodes():
     for node in ast.walk(tree):
         seen.add(type(node).__name__)
         want = [c for c in ast.iter_child_nodes(node) if not isinstance(c, skipped)]
-        assert _children(node) == want, ast.dump(node)[:80]
+        assert children(node) == want, ast.dump(node)[:80]
     assert {
         "Dict",
         "arguments",
