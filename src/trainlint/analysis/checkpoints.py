@@ -36,336 +36,36 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainlint._record import Record
+from trainlint.analysis.checkpoint_contents import (
+    MAX_DEPTH,
+    MODULE_METHODS,
+    TORCH_LOAD,
+    TORCH_SAVE,
+    WORDS,  # noqa: F401 (the project index imports it from here)
+    Item,
+    Load,
+    Save,
+    content,
+    parameters,
+    short_text,
+    value_of,
+)
 from trainlint.analysis.model import call_name, dotted, has_star_kwargs, keyword, walk_local
-from trainlint.analysis.roles import Role
 
 if TYPE_CHECKING:
     from trainlint.analysis.model import FileModel
 
-TORCH_SAVE = "torch.save"
-TORCH_LOAD = "torch.load"
-#: The words a file must spell for its saves and loads to matter.
-WORDS = (b"torch.save", b"torch.load", b"import save", b"import load")
-#: How far a value is followed through names, parameters and nested containers.
-_DEPTH = 4
 #: A load of a file another program wrote: none of this rule's business.
 _DOWNLOADS = re.compile(
     r"(download|hf_hub|from_url|cached_path|urlretrieve|get_file|snapshot|hub\.)", re.I
 )
-_NAMESPACES = {
-    "argparse.Namespace": "argparse.Namespace",
-    "types.SimpleNamespace": "types.SimpleNamespace",
-    "easydict.EasyDict": "easydict.EasyDict",
-    "omegaconf.OmegaConf.create": "omegaconf.DictConfig",
-    "omegaconf.OmegaConf.load": "omegaconf.DictConfig",
-    "omegaconf.OmegaConf.structured": "omegaconf.DictConfig",
-    "ml_collections.ConfigDict": "ml_collections.ConfigDict",
-}
-_ROLE_KINDS = {
-    Role.MODEL: "a whole `nn.Module`",
-    Role.OPTIMIZER: "an optimizer object",
-    Role.SCHEDULER: "an LR scheduler object",
-}
-#: Calls whose value is plain data (a state dict, a plain dict or number).
-_PLAIN_CALLS = {"state_dict", "item", "tolist", "vars", "asdict", "to_container", "float", "int"}
-#: Methods of a module that return the module itself.
-_MODULE_METHODS = {"half", "float", "double", "bfloat16", "cpu", "cuda", "to", "eval", "train"}
-#: Calls that return their argument, or a copy of it, or the module a wrapper holds.
-_SAME_OBJECT = {"deepcopy", "copy", "de_parallel", "unwrap_model"}
 _WEAK_SEGMENT = re.compile(r"^[*]?\.?[A-Za-z0-9]{0,5}$")
-
-
-class Item(Record, frozen=True):
-    """One object in a checkpoint that ``weights_only`` refuses: its key in the saved dict
-    (None for the saved object itself), how it is spelled, and what it is."""
-
-    __slots__ = ("key", "text", "kind")
-
-    def __init__(self, key: str | None, text: str, kind: str) -> None:
-        self.key = key
-        self.text = text
-        self.kind = kind
-
-
-class Save(Record, frozen=True):
-    """A checkpoint written with objects ``weights_only`` refuses: at ``node`` in this
-    file, or (``node`` None) at ``line`` of the module ``where``; or (``read``) what the
-    code after a load shows the checkpoint holds."""
-
-    __slots__ = ("node", "paths", "keys", "items", "where", "line", "read")
-
-    def __init__(
-        self,
-        node: ast.Call | None,
-        paths: frozenset[str],
-        keys: frozenset[str],
-        items: tuple[Item, ...],
-        where: str = "",
-        line: int = 0,
-        read: bool = False,
-    ) -> None:
-        self.node = node
-        self.paths = paths
-        self.keys = keys
-        self.items = items
-        self.where = where
-        self.line = node.lineno if node is not None else line
-        #: not a save at all: the load's own code shows the object (``ckpt["model"].eval()``)
-        self.read = read
-
-
-class Load(Record, frozen=True):
-    """A ``torch.load`` without ``weights_only``: the keys of its path and what it reads."""
-
-    __slots__ = ("node", "paths", "keys")
-
-    def __init__(self, node: ast.Call, paths: frozenset[str], keys: frozenset[str]) -> None:
-        self.node = node
-        self.paths = paths
-        self.keys = keys
-
-
-# -- what a value holds ---------------------------------------------------------------------
-
-
-def _text(node: ast.AST) -> str:
-    text = ast.unparse(node)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _value_of(model: FileModel, name: ast.Name) -> ast.expr | None:
-    """The one value ``name`` has where it is read: assigned once in its scope, or, when
-    its function never assigns it, once at module level (a global)."""
-    from trainlint.analysis.project import single_assignments
-
-    table = single_assignments(model)
-    scope = model.scope_of(name)
-    values = table.get((id(scope), name.id))
-    if values is None and scope is not model.tree and not _is_parameter(scope, name.id):
-        values = table.get((id(model.tree), name.id))
-    return values[0] if values is not None and len(values) == 1 else None
-
-
-def _is_parameter(fn: ast.AST, name: str) -> bool:
-    return name in _parameters(fn)
-
-
-def _parameters(fn: ast.AST) -> list[str]:
-    a = getattr(fn, "args", None)
-    if not isinstance(a, ast.arguments):
-        return []
-    return [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
-
-
-def _argument(call: ast.Call, fn: ast.AST, name: str) -> ast.expr | None:
-    """What ``call`` passes to the parameter ``name`` of ``fn``."""
-    found = keyword(call, name)
-    if found is not None:
-        return found
-    params = _parameters(fn)
-    if params[:1] in (["self"], ["cls"]) and isinstance(call.func, ast.Attribute):
-        params = params[1:]
-    i = params.index(name) if name in params else -1
-    if 0 <= i < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: i + 1]):
-        return call.args[i]
-    return None
-
-
-def _from_callers(model: FileModel, name: ast.Name, depth: int) -> Item | None:
-    """A parameter every same-file call site fills with the same kind of object."""
-    fn = model.scope_of(name)
-    if not _is_parameter(fn, name.id):
-        return None
-    sites = model.call_sites.get(id(fn), [])
-    found: Item | None = None
-    for call in sites:
-        arg = _argument(call, fn, name.id)
-        item = _item(model, arg, depth + 1) if arg is not None else None
-        if item is None or (found is not None and item.kind != found.kind):
-            return None
-        found = item
-    return found
-
-
-def _item(model: FileModel, value: ast.AST, depth: int = 0) -> Item | None:
-    """What ``value`` is, when it is an object ``weights_only`` refuses; None when it is
-    plain data or the file cannot tell."""
-    if depth > _DEPTH:
-        return None
-    if isinstance(value, ast.Call):
-        return _call_item(model, value, depth)
-    if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Call):
-        if call_name(value.value) == "parse_known_args":  # `parser.parse_known_args()[0]`
-            return Item(None, _text(value), "an `argparse.Namespace`")
-        return None
-    if isinstance(value, (ast.Name, ast.Attribute)):
-        if isinstance(value, ast.Attribute) and value.attr == "module":
-            inner = _item(model, value.value, depth + 1)  # `model.module` of a wrapper
-            return inner if inner is not None and inner.kind == _ROLE_KINDS[Role.MODEL] else None
-        role = model.roles.role(value)
-        if role in _ROLE_KINDS:
-            return Item(None, _text(value), _ROLE_KINDS[role])
-        appended = _appended_item(model, value, depth)
-        if appended is not None:
-            return appended
-        if isinstance(value, ast.Name):
-            assigned = _value_of(model, value)
-            if assigned is not None and assigned is not value:
-                inner = _item(model, assigned, depth + 1)
-                return Item(None, value.id, inner.kind) if inner is not None else None
-            return _from_callers(model, value, depth)
-    return None
-
-
-def _appended_item(model: FileModel, value: ast.Name | ast.Attribute, depth: int) -> Item | None:
-    """A list the code appends refused objects to (``self.losses.append(np.mean(...))``):
-    appended in the same function for a name, in the same class for a ``self`` attribute."""
-    text = dotted(value)
-    if text is None or (isinstance(value, ast.Attribute) and not text.startswith("self.")):
-        return None
-    here = model.enclosing_class(value) if "." in text else model.scope_of(value)
-    for call in model.calls.get("append", ()):
-        recv = call.func.value if isinstance(call.func, ast.Attribute) else None
-        if recv is None or dotted(recv) != text or len(call.args) != 1:
-            continue
-        where = model.enclosing_class(call) if "." in text else model.scope_of(call)
-        if where is None or where is not here:
-            continue
-        inner = _item(model, call.args[0], depth + 1)
-        if inner is not None:
-            return Item(None, text, f"a list holding {inner.kind}")
-    return None
-
-
-def _call_item(model: FileModel, call: ast.Call, depth: int) -> Item | None:
-    name = call_name(call)
-    inner: Item | None = None
-    if name in _MODULE_METHODS and isinstance(call.func, ast.Attribute):
-        inner = _item(model, call.func.value, depth + 1)  # `model.half()` is the module
-    elif name in _SAME_OBJECT and call.args:
-        inner = _item(model, call.args[0], depth + 1)  # `deepcopy(de_parallel(model))`
-    if inner is not None and (name in _SAME_OBJECT or inner.kind == _ROLE_KINDS[Role.MODEL]):
-        return Item(None, _text(call), inner.kind)
-    if name in ("parse_args",):
-        return Item(None, _text(call), "an `argparse.Namespace`")
-    if name == "numpy" and not call.args:
-        return Item(None, _text(call), "a NumPy array")
-    qual = model.call_qualname(call)
-    if qual is not None:
-        if qual in _NAMESPACES:
-            return Item(None, _text(call), f"a `{_NAMESPACES[qual]}`")
-        if qual.startswith("numpy."):
-            return Item(None, _text(call), "a NumPy value")
-    if isinstance(call.func, ast.Name):
-        cls = model.class_named(call.func.id)
-        if cls is not None and any(
-            (dotted(d.func if isinstance(d, ast.Call) else d) or "").endswith("dataclass")
-            for d in cls.decorator_list
-        ):
-            return Item(None, _text(call), f"a `{cls.name}` dataclass")
-    if name in _PLAIN_CALLS:
-        return None
-    fn = model.resolve_call(call)
-    if fn is not None:  # a same-file factory: `args = get_args()`
-        returned = [  # (a `return None` on an early exit says nothing of the value)
-            _item(model, r.value, depth + 1)
-            for r in model.returns_in(fn)
-            if r.value is not None
-            and not (isinstance(r.value, ast.Constant) and r.value.value is None)
-        ]
-        kinds = {i.kind if i is not None else None for i in returned}
-        if len(kinds) == 1 and None not in kinds:
-            return Item(None, _text(call), kinds.pop())  # type: ignore[arg-type]
-    role = model.roles.role(call)
-    if role in _ROLE_KINDS and role is Role.MODEL:
-        return Item(None, _text(call), _ROLE_KINDS[role])
-    return None
-
-
-def _dict_entries(model: FileModel, obj: ast.AST, depth: int = 0) -> list[tuple[str, ast.expr]]:
-    """(key, value) of a dict the file builds: a literal, ``dict(...)``, and for a name,
-    its one value plus the ``name[key] = value`` stores in the same scope."""
-    if depth > _DEPTH:
-        return []
-    out: list[tuple[str, ast.expr]] = []
-    if isinstance(obj, ast.Dict):
-        for k, v in zip(obj.keys, obj.values, strict=True):
-            if isinstance(k, ast.Constant) and isinstance(k.value, str):
-                out.append((k.value, v))
-            elif k is None:  # `{**base, ...}`
-                out += _dict_entries(model, v, depth + 1)
-    elif isinstance(obj, ast.Call) and call_name(obj) == "dict" and isinstance(obj.func, ast.Name):
-        out += [(kw.arg, kw.value) for kw in obj.keywords if kw.arg]
-    elif isinstance(obj, ast.Name):
-        value = _value_of(model, obj) or _last_dict(model, obj)
-        if value is not None:
-            out += _dict_entries(model, value, depth + 1)
-        out += _stored_entries(model, obj)
-    return out
-
-
-def _last_dict(model: FileModel, name: ast.Name) -> ast.expr | None:
-    """The dict literal last assigned to ``name`` before it is saved, in the same scope and
-    block: ``ckpt = {...}; torch.save(ckpt, last)`` where ``ckpt`` was a load before."""
-    from trainlint.analysis.project import single_assignments
-
-    values = single_assignments(model).get((id(model.scope_of(name)), name.id), [])
-    before = [v for v in values if v.lineno < name.lineno]
-    last = max(before, key=lambda v: v.lineno, default=None)
-    if not isinstance(last, ast.Dict):
-        return None
-    stmt, save = model.statement_of(last), model.statement_of(name)
-    return last if model.parent_of(stmt) is _block_owner(model, save, stmt) else None
-
-
-def _block_owner(model: FileModel, save: ast.stmt, stmt: ast.stmt) -> ast.AST | None:
-    """The node whose body holds ``stmt``, if ``save`` is in that body too (any depth)."""
-    owner = model.parent_of(stmt)
-    return owner if owner is not None and owner in {save, *model.ancestors(save)} else None
-
-
-def _stored_entries(model: FileModel, name: ast.Name) -> list[tuple[str, ast.expr]]:
-    scope = model.scope_of(name)
-    out: list[tuple[str, ast.expr]] = []
-    for node in model.assignments:
-        if not isinstance(node, ast.Assign) or model.scope_of(node) is not scope:
-            continue
-        for t in node.targets:
-            if (
-                isinstance(t, ast.Subscript)
-                and isinstance(t.value, ast.Name)
-                and t.value.id == name.id
-                and isinstance(t.slice, ast.Constant)
-                and isinstance(t.slice.value, str)
-            ):
-                out.append((t.slice.value, node.value))
-    return out
-
-
-def content(model: FileModel, obj: ast.AST) -> tuple[frozenset[str], tuple[Item, ...]]:
-    """(the keys of the saved dict, the objects in it ``weights_only`` refuses)."""
-    whole = _item(model, obj)
-    if whole is not None:
-        return frozenset(), (whole,)
-    entries = _dict_entries(model, obj)
-    items: list[Item] = []
-    for key, value in entries:
-        found = _item(model, value)
-        if found is None and isinstance(value, ast.Dict):
-            inner = content(model, value)[1]  # a nested dict of objects
-            found = inner[0] if inner else None
-        if found is not None:
-            items.append(Item(key, found.text, found.kind))
-    return frozenset(k for k, _ in entries), tuple(items)
-
-
 # -- which file a path names ----------------------------------------------------------------
 
 
 def _template(model: FileModel, node: ast.AST, depth: int = 0) -> str | None:
     """The path as a pattern: literal parts kept, everything else ``*``."""
-    if depth > _DEPTH:
+    if depth > MAX_DEPTH:
         return "*"
     if isinstance(node, ast.Constant):
         return node.value if isinstance(node.value, str) else None
@@ -396,7 +96,7 @@ def _template(model: FileModel, node: ast.AST, depth: int = 0) -> str | None:
             return _template(model, node.args[0], depth + 1)
         return "*"
     if isinstance(node, ast.Name):
-        value = _value_of(model, node)
+        value = value_of(model, node)
         return _template(model, value, depth + 1) if value is not None else "*"
     return "*"
 
@@ -444,7 +144,7 @@ def path_keys(model: FileModel, path: ast.AST) -> frozenset[str]:
     if isinstance(node, ast.Call) and call_name(node) in ("Path", "str") and len(node.args) == 1:
         node = node.args[0]
     if isinstance(node, ast.Name):
-        value = _value_of(model, node)
+        value = value_of(model, node)
         if value is None:
             keys.add(f"local:{id(model.scope_of(node))}:{node.id}")  # within one function
         elif isinstance(value, (ast.Attribute, ast.Subscript, ast.Call)):
@@ -482,9 +182,9 @@ def _absolute(model: FileModel, qual: str) -> str:
 def _downloaded(model: FileModel, path: ast.AST) -> bool:
     """The path names a file another program wrote: a URL or a download helper's result."""
     node: ast.AST | None = path
-    for _ in range(_DEPTH):
+    for _ in range(MAX_DEPTH):
         if isinstance(node, ast.Name):
-            node = _value_of(model, node)
+            node = value_of(model, node)
         else:
             break
     if node is None:
@@ -518,7 +218,7 @@ def savers(model: FileModel) -> dict[str, tuple[int, int]]:
             fn = m.function_of(call)
             if fn is None or isinstance(fn, ast.Lambda):
                 continue
-            params = _parameters(fn)
+            params = parameters(fn)
             if params[:1] in (["self"], ["cls"]):
                 params = params[1:]
             starred = call.args and isinstance(call.args[0], ast.Starred)
@@ -731,7 +431,7 @@ def _rebinds(model: FileModel, name: ast.Name) -> bool:
     return not (
         isinstance(value, ast.Call)
         and isinstance(value.func, ast.Attribute)
-        and value.func.attr in _MODULE_METHODS
+        and value.func.attr in MODULE_METHODS
         and isinstance(value.func.value, ast.Name)
         and value.func.value.id == name.id
     )
@@ -740,7 +440,7 @@ def _rebinds(model: FileModel, name: ast.Name) -> bool:
 def _object_use(model: FileModel, node: ast.AST) -> Save | None:
     entry: ast.AST = node  # the loaded value, or the entry of it that is used
     key: str | None = None
-    for _ in range(_DEPTH + 2):
+    for _ in range(MAX_DEPTH + 2):
         parent = model.parent_of(node)
         if (
             isinstance(parent, ast.Subscript)
@@ -756,7 +456,7 @@ def _object_use(model: FileModel, node: ast.AST) -> Save | None:
             return None
         call = model.parent_of(parent)
         called = isinstance(call, ast.Call) and call.func is parent
-        if called and call is not None and parent.attr in _MODULE_METHODS - {"eval"}:
+        if called and call is not None and parent.attr in MODULE_METHODS - {"eval"}:
             node = call  # `.float()` is still the same object
             continue
         if _type_tested(model, parent):
@@ -768,7 +468,7 @@ def _object_use(model: FileModel, node: ast.AST) -> Save | None:
             kind = f"an object, not a dict: line {parent.lineno} reads `.{parent.attr}`"
         else:
             return None
-        item = Item(key, _text(entry), kind)
+        item = Item(key, short_text(entry), kind)
         return Save(None, frozenset(), frozenset(), (item,), line=parent.lineno, read=True)
     return None
 
