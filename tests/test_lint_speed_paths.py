@@ -253,7 +253,8 @@ def test_paths_are_told_apart_by_their_events_identity():
     # Two events of the same kind at the same node on different paths (inlined from two
     # call sites, say) are different events: the step walker's dedupe keeps both paths,
     # and drops only a path that repeats the very same events.
-    from trainlint.analysis.steps import Event, Kind, _dedupe
+    from trainlint.analysis.step_paths import _dedupe
+    from trainlint.analysis.steps import Event, Kind
 
     node = ast.parse("opt.step()").body[0]
     first, second = Event(Kind.STEP, node, "opt"), Event(Kind.STEP, node, "opt")

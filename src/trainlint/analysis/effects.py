@@ -27,14 +27,14 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from trainlint.analysis.model import dotted
+from trainlint.analysis.step_events import is_logging_guard
+from trainlint.analysis.step_paths import PathWalker
 from trainlint.analysis.steps import (
     FLAG_COUNTER,
     FLAG_LOGGING,
     Event,
     Kind,
     Path,
-    _is_logging_guard,
-    _Walker,
     is_counter_guard,
 )
 
@@ -92,7 +92,7 @@ def effects_of(
         return ["o", f"{here}:{resolved}"]
 
     def placeholder(
-        walker: _Walker, call: ast.Call, depth: int, guards: tuple[tuple[ast.If, bool], ...]
+        walker: PathWalker, call: ast.Call, depth: int, guards: tuple[tuple[ast.If, bool], ...]
     ) -> list[Path] | None:
         try:
             full = targets[id(call)]
@@ -105,7 +105,7 @@ def effects_of(
     # which project function a call runs: asked again for every walk that meets the call
     targets: dict[int, str | None] = model.memo(_project_target, lambda _: {})
 
-    walker = _Walker(steps, foreign=placeholder)
+    walker = PathWalker(steps, foreign=placeholder)
     paths = walker.run(fn.body)
     guard_flags: dict[int, int] = {}
 
@@ -239,7 +239,7 @@ def _guard_flags(e: Event, memo: dict[int, int]) -> int:
             found = memo[id(g)] = (
                 FLAG_COUNTER
                 if is_counter_guard(g.test)
-                else (FLAG_LOGGING if _is_logging_guard(g.test) else 0)
+                else (FLAG_LOGGING if is_logging_guard(g.test) else 0)
             )
         flags |= found
     return flags
@@ -380,7 +380,7 @@ def _self_assignments(model: FileModel) -> dict[tuple[int, str], list[ast.expr]]
 
 
 def foreign_paths(
-    walker: _Walker, call: ast.Call, depth: int, guards: tuple[tuple[ast.If, bool], ...]
+    walker: PathWalker, call: ast.Call, depth: int, guards: tuple[tuple[ast.If, bool], ...]
 ) -> list[Path] | None:
     """Synthetic events of a call into another file's function (None: not one)."""
     found = resolve_foreign(walker.steps.model, call)

@@ -12,14 +12,10 @@ rules can report where SPEC §7 says. Rules then read like sentences over paths.
 from __future__ import annotations
 
 import ast
-import operator
-import re
 from collections.abc import Callable
-from enum import Enum
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from trainlint._record import Record
 from trainlint.analysis.flow import Taint
 from trainlint.analysis.model import (
     LOOP_NODES,
@@ -29,290 +25,39 @@ from trainlint.analysis.model import (
     keyword,
     postorder,
     walk_local,
-    walk_tree,
 )
 from trainlint.analysis.roles import Role, Roles, is_module_class
+from trainlint.analysis.step_events import (  # (re-exported: the importers of steps use them)
+    EPOCH_FUNCTION_NAMES,  # noqa: F401
+    FLAG_COUNTER,  # noqa: F401
+    FLAG_LOGGING,  # noqa: F401
+    MAX_INLINE_DEPTH,
+    STEP_FUNCTION_NAMES,
+    STEP_LOOP_TRIGGERS,  # noqa: F401
+    Event,
+    Kind,
+    Loop,
+    Path,
+    StepLoop,
+    backpropagated,  # noqa: F401
+    backward_calls,
+    backward_value,  # noqa: F401
+    graph_uses,  # noqa: F401
+    is_backward,
+    is_counter_guard,
+    is_logging_guard,
+)
+from trainlint.analysis.step_paths import (  # (re-exported: the importers of steps use them)
+    CALLEES,
+    EVENT_NODES,
+    Foreign,
+    NodeEvent,
+    PathWalker,
+    condition_literal,  # noqa: F401
+)
 
 if TYPE_CHECKING:
     from trainlint.analysis.model import FileModel, FunctionNode
-
-Loop = ast.For | ast.AsyncFor | ast.While
-#: A file without any of these words has no step loop: rules that only look inside
-#: training steps use them as their pre-filter triggers.
-STEP_LOOP_TRIGGERS = ("backward", "step(", "optimizer_step", ".grad")
-MAX_PATHS = 256
-MAX_INLINE_DEPTH = 4
-STEP_FUNCTION_NAMES = re.compile(
-    r"^(train_?step|training_step|train_one_step|train_batch|training_batch|run_step|"
-    r"train_iter(ation)?|training_iteration|optimi[sz]e_step|update_step|step_fn|"
-    r"train_on_batch|fit_batch|_?train_step_\w*|\w*_train_step)$"
-)
-EPOCH_FUNCTION_NAMES = re.compile(r"(train|run|fit)_?(one_)?epoch|epoch_?train|train_loop")
-
-
-class Kind(Enum):
-    BACKWARD = "backward"
-    STEP = "optimizer step"
-    ZERO = "zero_grad"
-    READ = "gradient read"
-    CLIP = "gradient clip"
-    SCHED = "scheduler step"
-    UNSCALE = "unscale"
-    UPDATE = "scaler update"
-    EVAL = "model.eval()"
-    TRAIN = "model.train()"
-    #: a call to another file's function, in a summary's walk only (analysis.effects)
-    CALL = "project call"
-
-
-class Event(Record, frozen=True, eq=False):
-    __slots__ = ("kind", "node", "target", "chain", "guards", "depth", "scaled", "via", "flags")
-
-    kind: Kind
-    node: ast.AST
-    #: dotted receiver/argument: the optimizer stepped or zeroed, the scheduler stepped
-    target: str | None
-    #: call sites the event came through, outermost (in the loop body) first
-    chain: tuple[ast.Call, ...]
-    #: ``if`` statements the event sits under inside the iteration, with the branch taken
-    guards: tuple[tuple[ast.If, bool], ...]
-    #: how many loops nested inside the analysed loop body the event sits in
-    depth: int
-    #: for STEP: made through a GradScaler (``scaler.step(opt)``)
-    scaled: bool
-    #: a project function of another file the event happens in (``engine.train_step``);
-    #: ``node`` is then the call to it in this file (SPEC §7)
-    via: str | None
-    #: guards inside that function: FLAG_COUNTER / FLAG_LOGGING
-    flags: int
-
-    def __init__(
-        self,
-        kind: Kind,
-        node: ast.AST,
-        target: str | None = None,
-        chain: tuple[ast.Call, ...] = (),
-        guards: tuple[tuple[ast.If, bool], ...] = (),
-        depth: int = 0,
-        scaled: bool = False,
-        via: str | None = None,
-        flags: int = 0,
-    ) -> None:
-        self.kind = kind
-        self.node = node
-        self.target = target
-        self.chain = chain
-        self.guards = guards
-        self.depth = depth
-        self.scaled = scaled
-        self.via = via
-        self.flags = flags
-
-    def under_counter_guard(self) -> bool:
-        return bool(self.flags & FLAG_COUNTER) or any(
-            is_counter_guard(g.test) for g, _ in self.guards
-        )
-
-    def rate_limited(self) -> bool:
-        return bool(self.flags & (FLAG_COUNTER | FLAG_LOGGING)) or any(
-            is_counter_guard(g.test) or _is_logging_guard(g.test) for g, _ in self.guards
-        )
-
-
-#: Event.flags: the event sits, inside another file's function, under a counter guard
-#: (``if step % n == 0``) / a logging guard.
-FLAG_COUNTER, FLAG_LOGGING = 1, 2
-
-
-Path = tuple[Event, ...]
-#: the walker's question at a call it cannot resolve in the file: its paths, or None
-Foreign = Callable[["_Walker", ast.Call, int, tuple[tuple[ast.If, bool], ...]], "list[Path] | None"]
-#: a node the step walker acts on: (node, its event, the same-file helper a call runs)
-_NodeEvent = tuple[ast.AST, "Event | None", "FunctionNode | None"]
-
-
-class StepLoop(Record):
-    """A loop (or a step function called per step from elsewhere) and its iteration paths."""
-
-    __slots__ = ("node", "paths", "precise", "epoch_loops")
-
-    node: ast.AST  # the loop, or a FunctionDef for a step function
-    paths: list[Path]
-    precise: bool
-    epoch_loops: list[ast.AST]
-
-    def __init__(
-        self,
-        node: ast.AST,
-        paths: list[Path],
-        precise: bool = True,
-        epoch_loops: list[ast.AST] | None = None,
-    ) -> None:
-        self.node = node
-        self.paths = paths
-        self.precise = precise
-        self.epoch_loops = [] if epoch_loops is None else epoch_loops
-
-    @property
-    def events(self) -> list[Event]:
-        seen: dict[int, Event] = {}
-        for p in self.paths:
-            for e in p:
-                seen.setdefault(id(e), e)
-        return sorted(seen.values(), key=lambda e: _pos(e.node))
-
-    def of(self, kind: Kind) -> list[Event]:
-        return [e for e in self.events if e.kind is kind]
-
-    def targets(self, kind: Kind) -> set[str]:
-        return {e.target for e in self.events if e.kind is kind and e.target}
-
-
-AUTOGRAD_BACKWARD = "torch.autograd.backward"
-AUTOGRAD_GRAD = "torch.autograd.grad"
-
-
-def is_backward(model: FileModel, call: ast.Call) -> bool:
-    """``x.backward()``, ``scaler.scale(l).backward()``, ``accelerator.backward(l)``,
-    ``self.manual_backward(l)``, ``torch.autograd.backward(l)``."""
-    name = call_name(call)
-    if name in ("backward", "manual_backward"):
-        if isinstance(call.func, ast.Attribute):
-            return True
-        return model.qualname(call.func) == AUTOGRAD_BACKWARD
-    return False
-
-
-def is_autograd_grad(model: FileModel, call: ast.Call) -> bool:
-    return call_name(call) == "grad" and model.qualname(call.func) == AUTOGRAD_GRAD
-
-
-def backward_calls(model: FileModel) -> list[ast.Call]:
-    return [c for c in model.calls.get("backward", ()) if is_backward(model, c)] + [
-        c for c in model.calls.get("manual_backward", ()) if is_backward(model, c)
-    ]
-
-
-def graph_uses(model: FileModel) -> list[ast.Call]:
-    """Calls that traverse an autograd graph: backward in every form and autograd.grad."""
-    uses = backward_calls(model)
-    uses += [c for c in model.calls.get("grad", ()) if is_autograd_grad(model, c)]
-    return sorted(uses, key=lambda c: (c.lineno, c.col_offset))
-
-
-def backward_value(model: FileModel, call: ast.Call) -> ast.expr | None:
-    """The tensor whose graph a backward/grad call traverses."""
-    func = call.func
-    name = call_name(call)
-    if isinstance(func, ast.Attribute) and name == "backward":
-        qual = model.qualname(func)
-        if qual == AUTOGRAD_BACKWARD:
-            return call.args[0] if call.args else None
-        receiver = func.value
-        # accelerator.backward(loss) / fabric.backward(loss): the loss is the argument.
-        if call.args and not _looks_like_tensor_receiver(receiver):
-            return call.args[0]
-        return receiver
-    if name == "manual_backward" or model.qualname(func) in (AUTOGRAD_BACKWARD, AUTOGRAD_GRAD):
-        if call.args:
-            return call.args[0]
-        for kw in call.keywords:
-            if kw.arg in ("tensors", "outputs"):
-                return kw.value
-    return None
-
-
-def backpropagated(model: FileModel, expr: ast.AST) -> bool:
-    """``expr`` names a value that the same function backpropagates (``loss.backward()``
-    on the same definition): it carries a graph whatever computed it, a loss function
-    of another module included. An entry under a constant key counts for its container
-    (``out["loss"].backward()``: the dict ``out`` holds that graph)."""
-    if not isinstance(expr, ast.Name):
-        return False
-    here = model.flow.definition(expr.id, expr)
-    if here is None:
-        return False
-    fn = model.function_of(expr)
-    for call in backward_calls(model):
-        value = backward_value(model, call)
-        keys = []
-        while (
-            isinstance(value, ast.Subscript)
-            and isinstance(value.slice, ast.Constant)
-            and isinstance(value.slice.value, str)
-        ):
-            keys.append(value.slice.value)
-            value = value.value
-        if keys and _entry_replaced(model, expr, keys[-1], call):
-            continue  # `out["loss"] = out["loss"].detach()` before it is kept
-        if isinstance(value, ast.Name) and value.id == expr.id and (model.function_of(call) is fn):
-            there = model.flow.definition(value.id, value)
-            if there is not None and there[0] is here[0]:
-                return True
-    return False
-
-
-def _entry_replaced(model: FileModel, expr: ast.Name, key: str, after: ast.Call) -> bool:
-    """``expr.id[key]`` is assigned again between ``after`` and ``expr``."""
-    start, end = (after.lineno, after.col_offset), (expr.lineno, expr.col_offset)
-    for node in model.assignments:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        for t in targets:
-            if (
-                isinstance(t, ast.Subscript)
-                and isinstance(t.value, ast.Name)
-                and t.value.id == expr.id
-                and isinstance(t.slice, ast.Constant)
-                and t.slice.value == key
-                and start < (t.lineno, t.col_offset) < end
-            ):
-                return True
-    return False
-
-
-def _looks_like_tensor_receiver(node: ast.expr) -> bool:
-    from trainlint.analysis.model import dotted
-
-    name = dotted(node) or ""
-    last = name.rsplit(".", 1)[-1].lower()
-    return not any(k in last for k in ("accelerator", "fabric", "engine", "trainer", "strategy"))
-
-
-# -- guards ---------------------------------------------------------------------------------
-
-
-def _has_mod(node: ast.AST) -> bool:
-    for sub in walk_tree(node):
-        if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod):
-            if not (isinstance(sub.left, ast.Constant) and isinstance(sub.left.value, str)):
-                return True
-    return False
-
-
-def is_counter_guard(test: ast.AST) -> bool:
-    """``step % N == 0``, ``(i + 1) % accum == 0``, ``not it % k``, ``a and i % n == 0``."""
-    return _has_mod(test)
-
-
-_LOG_WORDS = re.compile(
-    r"log|print|verbose|display|report|debug|wandb|tensorboard|writer|"
-    r"is_main|main_process|master|profil|timing|benchmark|monitor",
-    re.IGNORECASE,
-)
-
-
-def _is_logging_guard(test: ast.AST) -> bool:
-    for sub in walk_tree(test):
-        text = (
-            sub.id
-            if isinstance(sub, ast.Name)
-            else sub.attr
-            if isinstance(sub, ast.Attribute)
-            else None
-        )
-        if text and _LOG_WORDS.search(text):
-            return True
-    return False
 
 
 def _is_inf(node: ast.AST | None) -> bool:
@@ -371,7 +116,7 @@ class StepModel:
         self._own_step: dict[int, bool] = {}
         self._test_keys: dict[int, tuple[str, bool]] = {}  # If node id -> its condition
         self._may_train_cache: dict[int, bool] = {}
-        self._node_events_cache: dict[int, list[_NodeEvent]] = {}
+        self._node_events_cache: dict[int, list[NodeEvent]] = {}
 
     @property
     def roles(self) -> Roles:
@@ -529,7 +274,7 @@ class StepModel:
             return None
         return Event(Kind.READ, node)
 
-    def _node_events(self, node: ast.AST) -> list[_NodeEvent]:
+    def _node_events(self, node: ast.AST) -> list[NodeEvent]:
         """The nodes of ``node`` (in ``postorder``) the walker acts on: (node, its event,
         the same-file helper a non-event call runs). Memoised per node: a nested loop's
         body and a helper called from several sites are walked again for every path
@@ -540,16 +285,16 @@ class StepModel:
             found = []
             resolve = self.model.resolve_call
             for sub in postorder(node):
-                if sub.__class__ not in _EVENT_NODES:
+                if sub.__class__ not in EVENT_NODES:
                     continue
                 ev = self.classify(sub)
                 fn = resolve(sub) if ev is None and isinstance(sub, ast.Call) else None
                 if (
                     ev is not None
                     or fn is not None
-                    or (sub.__class__ is ast.Call and sub.func.__class__ in _CALLEES)
+                    or (sub.__class__ is ast.Call and sub.func.__class__ in CALLEES)
                 ):  # type: ignore[attr-defined]
-                    # (a call of neither: maybe another file's function, see _Walker)
+                    # (a call of neither: maybe another file's function, see PathWalker)
                     found.append((sub, ev, fn))
             self._node_events_cache[key] = found
         return found
@@ -568,7 +313,7 @@ class StepModel:
 
     def body_paths(self, stmts: list[ast.stmt], depth: int = 0) -> tuple[list[Path], bool]:
         """Paths through a statement list. Returns (paths, precise)."""
-        walker = _Walker(self, depth, foreign=self._foreign)
+        walker = PathWalker(self, depth, foreign=self._foreign)
         paths = walker.run(stmts)
         return paths, walker.precise
 
@@ -761,7 +506,7 @@ class StepModel:
         With ``per_item``, a loop over the step's own tensors (`for out in outputs`)
         runs on every step too, many times.
         """
-        limits = limits or (lambda g: is_counter_guard(g.test) or _is_logging_guard(g.test))
+        limits = limits or (lambda g: is_counter_guard(g.test) or is_logging_guard(g.test))
         for ctx in self.model.loop_contexts(node):
             chain: list[ast.AST] = [node, *[n for n in ctx if isinstance(n, ast.Call)]]
             loops = [n for n in ctx if isinstance(n, LOOP_NODES)]
@@ -919,232 +664,6 @@ def _pos(node: ast.AST) -> tuple[int, int]:
     return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
 
 
-class _Walker:
-    """Enumerates event paths through statements; inlines same-file helpers; asks
-    ``foreign`` (analysis.effects) about calls into other files."""
-
-    def __init__(
-        self,
-        steps: StepModel,
-        depth: int = 0,
-        chain: tuple[ast.Call, ...] = (),
-        guards: tuple[tuple[ast.If, bool], ...] = (),
-        inline_depth: int = 0,
-        foreign: Foreign | None = None,
-    ) -> None:
-        self.steps = steps
-        self.depth = depth
-        self.chain = chain
-        self.guards = guards
-        self.inline_depth = inline_depth
-        self.precise = True
-        self.foreign = foreign
-
-    def run(self, stmts: list[ast.stmt]) -> list[Path]:
-        open_paths, closed = self._block(stmts, [()], self.depth, self.guards)
-        keys = self.steps._test_keys
-        return [p for p in _dedupe(open_paths + closed) if _feasible(p, keys)]
-
-    # Each block returns (paths still running, paths that ended the iteration).
-    def _block(
-        self,
-        stmts: list[ast.stmt],
-        paths: list[Path],
-        depth: int,
-        guards: tuple[tuple[ast.If, bool], ...],
-    ) -> tuple[list[Path], list[Path]]:
-        closed: list[Path] = []
-        for stmt in stmts:
-            if not paths:
-                break
-            paths, ended = self._stmt(stmt, paths, depth, guards)
-            closed.extend(ended)
-            if len(paths) + len(closed) > MAX_PATHS:
-                self.precise = False
-                paths = paths[:MAX_PATHS]
-                closed = closed[:MAX_PATHS]
-        return paths, closed
-
-    def _stmt(
-        self, stmt: ast.stmt, paths: list[Path], depth: int, guards: tuple[tuple[ast.If, bool], ...]
-    ) -> tuple[list[Path], list[Path]]:
-        if stmt.__class__ in _SIMPLE_STATEMENTS:  # (most statements: the last case below)
-            return _extend(paths, self._expr_events(stmt, depth, guards)), []
-        if isinstance(stmt, ast.If):
-            pre = self._expr_events(stmt.test, depth, guards)
-            paths = _extend(paths, pre)
-            t_open, t_closed = self._block(stmt.body, paths, depth, (*guards, (stmt, True)))
-            f_open, f_closed = self._block(stmt.orelse, paths, depth, (*guards, (stmt, False)))
-            return _dedupe(t_open + f_open), t_closed + f_closed
-        if isinstance(stmt, LOOP_NODES):
-            head = stmt.iter if isinstance(stmt, (ast.For, ast.AsyncFor)) else stmt.test
-            paths = _extend(paths, self._expr_events(head, depth, guards))
-            # A nested loop's body runs once on our paths: zeroing `for p in params` counts.
-            inner_open, inner_closed = self._block(stmt.body, paths, depth + 1, guards)
-            inner = inner_open + inner_closed  # `continue`/`break` end the inner loop only
-            after, closed = self._block(stmt.orelse, _dedupe(inner), depth, guards)
-            return after, closed
-        if isinstance(stmt, (ast.With, ast.AsyncWith)):
-            for item in stmt.items:
-                paths = _extend(paths, self._expr_events(item.context_expr, depth, guards))
-            return self._block(stmt.body, paths, depth, guards)
-        if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
-            body_open, body_closed = self._block(stmt.body, paths, depth, guards)  # type: ignore[attr-defined]
-            else_open, else_closed = self._block(stmt.orelse, body_open, depth, guards)  # type: ignore[attr-defined]
-            fin_open, fin_closed = self._block(stmt.finalbody, else_open, depth, guards)  # type: ignore[attr-defined]
-            # `finally` also runs on the way out of a `return`/`break` in the body
-            exited = body_closed + else_closed
-            if stmt.finalbody and exited:  # type: ignore[attr-defined]
-                o, c = self._block(stmt.finalbody, exited, depth, guards)  # type: ignore[attr-defined]
-                exited = o + c
-            return fin_open, exited + fin_closed
-        if isinstance(stmt, ast.Match):
-            opened: list[Path] = []
-            ended: list[Path] = []
-            paths = _extend(paths, self._expr_events(stmt.subject, depth, guards))
-            for case in stmt.cases:
-                o, c = self._block(case.body, paths, depth, guards)
-                opened += o
-                ended += c
-            return _dedupe(opened + paths), ended
-        if isinstance(stmt, (ast.Continue, ast.Break)):
-            return [], paths if depth == self.depth else paths
-        if isinstance(stmt, (ast.Return, ast.Raise)):
-            value = stmt.value if isinstance(stmt, ast.Return) else stmt.exc
-            if value is not None:
-                paths = _extend(paths, self._expr_events(value, depth, guards))
-            return [], paths
-        if isinstance(stmt, NESTED_SCOPES):
-            return paths, []
-        return _extend(paths, self._expr_events(stmt, depth, guards)), []
-
-    def _expr_events(
-        self, node: ast.AST, depth: int, guards: tuple[tuple[ast.If, bool], ...]
-    ) -> list[list[Path]]:
-        """Events of one statement/expression in evaluation order, as a list of
-        alternatives-per-position (helpers contribute their own path sets)."""
-        seq: list[list[Path]] = []
-        for sub, ev, fn in self.steps._node_events(node):
-            if fn is not None:  # a call of a same-file helper that is no event itself
-                seq.append(self._inline(fn, sub, depth, guards))  # type: ignore[arg-type]
-                continue
-            if ev is None:  # maybe a function of another file
-                if self.foreign is not None and self.inline_depth < MAX_INLINE_DEPTH:
-                    alternatives = self.foreign(self, sub, depth, guards)  # type: ignore[arg-type]
-                    if alternatives is not None:
-                        seq.append(alternatives)
-                continue
-            if ev is not None and ev.kind is Kind.STEP and isinstance(sub, ast.Call):
-                # opt.step(closure): the closure runs inside the step, before the update
-                for arg in sub.args:
-                    local = self._local_function(arg)
-                    if local is not None:
-                        seq.append(self._inline(local, sub, depth, guards))
-            if ev is not None:
-                seq.append(
-                    [(Event(ev.kind, ev.node, ev.target, self.chain, guards, depth, ev.scaled),)]
-                )
-        return seq
-
-    def _local_function(self, node: ast.AST) -> FunctionNode | None:
-        if isinstance(node, ast.Name):
-            model = self.steps.model
-            defs = model.memo(_functions_by_scope, _functions_by_scope)
-            return defs.get((node.id, id(model.scope_of(node))))
-        return None
-
-    def _inline(
-        self, fn: FunctionNode, site: ast.Call, depth: int, guards: tuple[tuple[ast.If, bool], ...]
-    ) -> list[Path]:
-        if self.inline_depth >= MAX_INLINE_DEPTH or site in self.chain:
-            return [()]
-        if any(self.steps.model.resolve_call(c) is fn for c in self.chain):
-            return [()]  # recursion
-        sub = _Walker(
-            self.steps, depth, (*self.chain, site), guards, self.inline_depth + 1, self.foreign
-        )
-        paths = sub.run(fn.body)
-        if not sub.precise:
-            self.precise = False
-        return paths or [()]
-
-
-def condition_literal(test: ast.expr) -> tuple[ast.expr, bool]:
-    """The condition a test is about, and whether the test asserts it: ``not x`` ->
-    (x, False); ``x is None`` -> (x, False); ``x is not None`` -> (x, True)."""
-    positive = True
-    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        test, positive = test.operand, not positive
-    if (
-        isinstance(test, ast.Compare)
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], (ast.Is, ast.IsNot))
-        and isinstance(test.comparators[0], ast.Constant)
-        and test.comparators[0].value is None
-    ):
-        positive = positive if isinstance(test.ops[0], ast.IsNot) else not positive
-        test = test.left
-    return test, positive
-
-
-def _feasible(path: Path, keys: dict[int, tuple[str, bool]]) -> bool:
-    """A path cannot take both branches of the same condition: `if phase == "train":`
-    tested twice in one iteration goes the same way both times, and `if amp:` ...
-    `if not amp:` (or `scaler is None` / `is not None`) go opposite ways."""
-    taken: dict[str, bool] = {}
-    # The events of one block share one guards tuple: each distinct tuple is read once (in
-    # any order: the answer is whether some condition is taken both ways).
-    every = list(map(_GUARDS, path))
-    for guards in dict(zip(map(id, every), every, strict=True)).values():
-        for g, branch in guards:
-            literal = keys.get(id(g))
-            if literal is None:
-                expr, positive = condition_literal(g.test)
-                literal = keys[id(g)] = (ast.dump(expr), positive)
-            key, positive = literal
-            if taken.setdefault(key, positive == branch) != (positive == branch):
-                return False
-    return True
-
-
-_GUARDS = operator.attrgetter("guards")
-#: statements that neither branch, loop, nest a block nor leave it: their events in order
-_SIMPLE_STATEMENTS = frozenset(
-    {
-        ast.Expr,
-        ast.Assign,
-        ast.AugAssign,
-        ast.AnnAssign,
-        ast.Delete,
-        ast.Pass,
-        ast.Import,
-        ast.ImportFrom,
-        ast.Global,
-        ast.Nonlocal,
-        ast.Assert,
-    }
-)
-#: the only nodes ``StepModel.classify`` makes an event of, or the walker inlines
-_EVENT_NODES = frozenset({ast.Call, ast.Attribute, ast.Assign, ast.AnnAssign, ast.Delete})
-_CALLEES = frozenset({ast.Name, ast.Attribute})
-
-
-def _extend(paths: list[Path], seq: list[list[Path]]) -> list[Path]:
-    for alternatives in seq:
-        paths = _dedupe([p + alt for p in paths for alt in alternatives])
-        if len(paths) > MAX_PATHS:
-            paths = paths[:MAX_PATHS]
-    return paths
-
-
-def _dedupe(paths: list[Path]) -> list[Path]:
-    """The paths without repeats, first occurrences in order. Events compare and hash by
-    identity (``eq=False``), so a path is its own key: the work stays in C."""
-    if len(paths) < 2:
-        return paths
-    return list(dict.fromkeys(paths))
-
-
 def after_limiting_exit(
     model: FileModel, node: ast.AST, stop: ast.AST, limits: Callable[[ast.If], bool] | None = None
 ) -> bool:
@@ -1153,7 +672,7 @@ def after_limiting_exit(
     says it gates (default: rate-limit and logging guards)? ``if not should_log: return``
     or ``if step % n: continue`` before a read lets it run only on the steps that pass.
     """
-    limits = limits or (lambda g: is_counter_guard(g.test) or _is_logging_guard(g.test))
+    limits = limits or (lambda g: is_counter_guard(g.test) or is_logging_guard(g.test))
     cur: ast.AST = node
     for anc in model.ancestors(node):
         for field_name in ("body", "orelse", "finalbody"):
@@ -1183,15 +702,6 @@ def _innermost_loop(model: FileModel, node: ast.AST) -> ast.AST | None:
         if isinstance(cur, NESTED_SCOPES):
             return None
     return None
-
-
-def _functions_by_scope(model: FileModel) -> dict[tuple[str, int], FunctionNode]:
-    """The first def of each name in each scope, in source order: a call's local function
-    is one look-up."""
-    out: dict[tuple[str, int], FunctionNode] = {}
-    for fn in model.functions:
-        out.setdefault((fn.name, id(model.scope_of(fn))), fn)
-    return out
 
 
 def _constructed_module(model: FileModel, value: ast.AST) -> bool:
