@@ -836,7 +836,7 @@ def test_class_targets_from_the_tables_match_a_walk_of_the_class():
     from collections import Counter
 
     from trainlint.analysis.model import FileModel
-    from trainlint.analysis.project import _class_targets
+    from trainlint.analysis.project_summary import _class_targets
     from trainlint.source import Source
 
     text = """

@@ -216,10 +216,11 @@ def not_project(raw: str, full: str, own_top: str) -> bool:
 
 def _project_target(model: FileModel, call: ast.Call, module: str, is_pkg: bool) -> str | None:
     """The absolute name of the project function ``call`` runs, when it may run one."""
-    from trainlint.analysis.project import _project_candidate, absolute
+    from trainlint.analysis.project import absolute
+    from trainlint.analysis.project_summary import project_candidate
 
     qual = model.qualname(call.func)
-    if qual is None or not _project_candidate(qual) or qual.rsplit(".", 1)[-1][:1].isupper():
+    if qual is None or not project_candidate(qual) or qual.rsplit(".", 1)[-1][:1].isupper():
         return None  # (a class: its constructor is not followed)
     full = absolute(qual, module, is_pkg)
     if not_project(qual, full, module.split(".", 1)[0]):
@@ -300,12 +301,12 @@ def _event_functions(model: FileModel) -> set[int]:
 def _calls_out(model: FileModel, fn: FunctionNode) -> bool:
     """Does ``fn`` call something imported (a candidate function of another file)?"""
     from trainlint.analysis.model import walk_local
-    from trainlint.analysis.project import _project_candidate
+    from trainlint.analysis.project_summary import project_candidate
 
     for node in walk_local(fn):
         if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
             qual = model.qualname(node.func)
-            if qual is not None and _project_candidate(qual) and model.resolve_call(node) is None:
+            if qual is not None and project_candidate(qual) and model.resolve_call(node) is None:
                 return True
     return False
 
