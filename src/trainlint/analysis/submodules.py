@@ -61,6 +61,21 @@ def _is_transform(model: FileModel, call: ast.Call, depth: int = 0) -> bool:
     return bool(built) and all(_is_transform(model, b, depth + 1) for b in built)
 
 
+def holds_module_construction(model: FileModel, node: ast.AST) -> bool:
+    """``node`` builds one module, or is a local name whose every assignment before it
+    does (``block = nn.Conv1d(...)`` then ``self.blocks.append(block)``): what a list
+    collects is usually built a line earlier, under a name."""
+    if is_module_construction(model, node):
+        return True
+    if not isinstance(node, ast.Name) or model.function_of(node) is None:
+        return False
+    found = model.flow.definitions_before(node.id, node)
+    return bool(found) and all(
+        isinstance(stmt, ast.Assign) and is_module_construction(model, value)
+        for stmt, value in found
+    )
+
+
 def module_elements(model: FileModel, value: ast.AST) -> str | None:
     """ "list" or "dict" when ``value`` builds a plain container of freshly built modules."""
     if (
