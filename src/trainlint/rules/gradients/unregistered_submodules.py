@@ -152,6 +152,17 @@ class Filters(torch.nn.Module):
             self.convs.append(conv)
 """,
             line=6,
+            fixed="""
+import torch
+
+class Filters(torch.nn.Module):
+    def __init__(self, scales):
+        super().__init__()
+        self.convs = torch.nn.ModuleList()
+        for k in scales:
+            conv = torch.nn.Conv1d(1, 4, kernel_size=k)
+            self.convs.append(conv)
+""",
         ),
         Invalid(
             """
