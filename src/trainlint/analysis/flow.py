@@ -646,6 +646,15 @@ def is_parameter(value: ast.AST) -> bool:
     return isinstance(value, _Marker) and value.kind == "param"
 
 
+def defined_from(value: ast.AST) -> ast.AST | None:
+    """For a value :meth:`Flow.definition` gives that is not an expression itself: the
+    expression it was taken from (the iterable of a ``for``, the unpacked call, the
+    context manager of a ``with``); None for a parameter or an augmented assignment."""
+    if isinstance(value, _Marker) and value.kind in ("iter", "unpack", "with"):
+        return value.node
+    return None
+
+
 def _position(node: ast.AST) -> tuple[int, int]:
     return (node.lineno, node.col_offset)  # type: ignore[attr-defined]
 
