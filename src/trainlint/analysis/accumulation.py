@@ -47,12 +47,36 @@ def _reset_per_update(
     if inner is None or inner.of(Kind.STEP):
         return False
     outer = loops[loops.index(loop) + 1 :]
-    return any(
+    return not _leaves_as_tensor(model, target, loop) and any(
         id(lp) in by_node
         and by_node[id(lp)].of(Kind.STEP)
         and not _persists_across(model, target, lp)
         for lp in outer
     )
+
+
+def _leaves_as_tensor(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
+    """After ``loop``, is the accumulator handed as it is to a call that is not a builtin
+    (a logger, a tracker: ``writer.add_scalar("loss", total, step)``) or stored on an
+    object? Then the sum of one update's graphs is kept past it, not read as a number
+    (``sum(losses).item()``)."""
+    name = dotted(target)
+    fn = model.function_of(loop)
+    if name is None or fn is None:
+        return False
+    end = (loop.end_lineno or loop.lineno, loop.end_col_offset or 0)
+    for node in walk_local(fn):
+        if isinstance(node, ast.Call) and (node.lineno, node.col_offset) > end:
+            if (model.qualname(node.func) or "").startswith("builtins."):
+                continue
+            if any(dotted(a) == name for a in [*node.args, *(k.value for k in node.keywords)]):
+                return True
+        elif isinstance(node, ast.Assign) and (node.lineno, node.col_offset) > end:
+            if dotted(node.value) == name and any(
+                isinstance(t, (ast.Attribute, ast.Subscript)) for t in node.targets
+            ):
+                return True
+    return False
 
 
 def _reset_with_each_update(model: FileModel, target: ast.AST, loops: Sequence[ast.AST]) -> bool:
@@ -457,6 +481,95 @@ def defined_without_grad(model: FileModel, value: ast.AST) -> bool:
     return found is not None and not grad_enabled_at(model, found[0])[0]
 
 
+def _backpropagated_names(model: FileModel, fn: FunctionNode) -> set[str]:
+    """The local names (parameters included) ``fn`` calls backward on, directly or through
+    a value made from them (``with amp.scale_loss(loss, opt) as scaled:
+    scaled.backward()``)."""
+    from trainlint.analysis.flow import defined_from
+    from trainlint.analysis.steps import backward_value
+
+    by_function = model.memo(_backward_calls_by_function, _backward_calls_by_function)
+    found: set[str] = set()
+    for call in by_function.get(id(fn), ()):
+        start = backward_value(model, call)
+        todo: list[ast.AST] = [start] if start is not None else []
+        budget = 8
+        while todo and budget > 0:
+            budget -= 1
+            names = {n for n in value_names(todo.pop())[0] if "." not in n}
+            found |= names
+            for n in names:
+                there = model.flow.definition(n, call)
+                origin = defined_from(there[1]) if there is not None else None
+                if origin is not None:
+                    todo.append(origin)
+    return found
+
+
+def _uncut_names(expr: ast.AST) -> set[str]:
+    """The plain names ``expr`` reads other than through a cut (``loss.item() * n`` reads
+    ``n`` only: the loss leaves its graph behind)."""
+    from trainlint.analysis.flow import CUT_METHODS
+
+    found: set[str] = set()
+    stack = [expr]
+    while stack:
+        sub = stack.pop()
+        if isinstance(sub, ast.Call):
+            func = sub.func
+            if (isinstance(func, ast.Attribute) and func.attr in CUT_METHODS) or (
+                isinstance(func, ast.Name) and func.id in ("float", "int")
+            ):
+                continue
+        if isinstance(sub, ast.Name):
+            found.add(sub.id)
+        stack.extend(ast.iter_child_nodes(sub))
+    return found
+
+
+def backpropagated_by_helper(model: FileModel, value: ast.AST) -> bool:
+    """Does ``value`` carry a graph because a same-file helper backpropagates it: it is
+    that helper's result built from what it backpropagates (``total += self.train_step(b)``
+    where ``train_step`` returns the loss it called backward on; ``self._backward(loss,
+    opt)`` returning ``loss * n``), or a name the same function hands to such a helper
+    (``self._backward(loss, opt); total += loss``)."""
+    if isinstance(value, ast.Call):
+        fn = model.resolve_call(value)
+        if fn is None:
+            return False
+        backpropagated = _backpropagated_names(model, fn)
+        returned: set[str] = set()
+        for ret in model.returns_in(fn):
+            if ret.value is not None:
+                returned |= _uncut_names(ret.value)
+        return bool(backpropagated & returned)
+    if not isinstance(value, ast.Name):
+        return False
+    here = model.flow.definition(value.id, value)
+    fn = model.function_of(value)
+    if here is None or fn is None:
+        return False
+    for call in walk_local(fn):
+        if not isinstance(call, ast.Call) or (call.lineno, call.col_offset) > (
+            value.lineno,
+            value.col_offset,
+        ):
+            continue
+        for i, arg in enumerate(call.args):
+            if not (isinstance(arg, ast.Name) and arg.id == value.id):
+                continue
+            there = model.flow.definition(arg.id, arg)
+            helper = model.resolve_call(call)
+            if there is None or there[0] is not here[0] or helper is None:
+                continue
+            positional = [a.arg for a in (*helper.args.posonlyargs, *helper.args.args)]
+            if positional[:1] == ["self"] and isinstance(call.func, ast.Attribute):
+                positional = positional[1:]
+            if i < len(positional) and positional[i] in _backpropagated_names(model, helper):
+                return True
+    return False
+
+
 def _latest_entry_of(value: ast.AST | None, name: str) -> bool:
     """``value`` is ``name[-1]``: the entry appended last."""
     if not isinstance(value, ast.Subscript) or dotted(value.value) != name:
@@ -479,6 +592,8 @@ def carries_graph(model: FileModel, value: ast.AST, accumulator: ast.AST) -> boo
     from trainlint.analysis.steps import backpropagated, backward_calls, backward_value
 
     if model.flow.value(value).taint is Taint.GRAD or backpropagated(model, value):
+        return True
+    if backpropagated_by_helper(model, value):
         return True
     name = dotted(accumulator)
     fn = model.function_of(value)

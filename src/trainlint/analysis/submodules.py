@@ -215,18 +215,19 @@ def _read_names(expr: ast.AST) -> list[ast.expr]:
         if isinstance(sub, ast.Subscript):
             stack.append(sub.value)
             continue
-        if (
-            isinstance(sub, ast.Call)
-            and isinstance(sub.func, ast.Attribute)
-            and sub.func.attr in CUT_METHODS
+        if isinstance(sub, ast.Call) and (
+            (isinstance(sub.func, ast.Attribute) and sub.func.attr in _NO_GRAPH_METHODS)
+            or (isinstance(sub.func, ast.Name) and sub.func.id in ("len", "int", "float"))
         ):
-            continue  # `.detach()`, `.item()`: what it reads leaves the graph behind
+            continue  # `.detach()`, `.size(2)`, `len(x)`: what it reads leaves the graph behind
         stack.extend(ast.iter_child_nodes(sub))
     return found
 
 
 #: A module's own tensors that take part in its graph (nn.Linear/Conv and the like).
 _OWN_PARAMETERS = frozenset(("self.weight", "self.bias"))
+#: Tensor methods whose result carries no graph: cuts and sizes.
+_NO_GRAPH_METHODS = CUT_METHODS | {"size", "dim", "numel", "nelement", "get_device"}
 #: Attributes of a tensor that carry no graph.
 _METADATA = frozenset(("shape", "dtype", "device", "ndim", "requires_grad", "is_leaf"))
 
@@ -236,7 +237,11 @@ def builds_on_forward_graph(model: FileModel, value: ast.AST, forward: FunctionN
     of the forward's tensor inputs, of the module's own ``weight``/``bias``, or of a value
     the flow knows carries autograd history, through local definitions with no cut
     (``.detach()``, ``.item()``) on the way? Unknown sources answer no."""
-    inputs = {a.arg for a in (*forward.args.posonlyargs, *forward.args.args)[1:]}
+    # the first input is the batch the pass runs on; the others are often sizes, masks,
+    # flags or a graph structure, and a stored input itself is a reference, not a result
+    inputs = {a.arg for a in (*forward.args.posonlyargs, *forward.args.args)[1:2]}
+    if isinstance(value, ast.Name) and value.id in inputs:
+        return False
     frontier: list[ast.AST] = [value]
     budget = 60
     while frontier and budget > 0:
@@ -286,17 +291,19 @@ def eval_only(model: FileModel, stmt: ast.stmt) -> bool:
     return False
 
 
-def read_after(model: FileModel, stmt: ast.stmt, attribute: str) -> bool:
-    """Does the function holding ``stmt`` read ``attribute`` (``self.features``) after it:
-    a value cached to be used again in the same pass."""
+def read_elsewhere(model: FileModel, stmt: ast.stmt, attribute: str) -> bool:
+    """Does the function holding ``stmt`` read ``attribute`` (``self.features``) outside
+    ``stmt``'s own target: a value cached to be used again in the same pass, or state
+    carried from one call to the next (a key/value cache extended each call)."""
     fn = model.function_of(stmt)
     if fn is None:
         return False
-    end = (stmt.end_lineno or stmt.lineno, stmt.end_col_offset or 0)
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+    own = {id(n) for t in targets for n in ast.walk(t)}
     return any(
         isinstance(node, ast.Attribute)
         and isinstance(node.ctx, ast.Load)
-        and (node.lineno, node.col_offset) > end
+        and id(node) not in own
         and dotted(node) == attribute
         for node in walk_local(fn)
     )

@@ -15,7 +15,7 @@ from trainlint.analysis.submodules import (
     builds_on_forward_graph,
     eval_only,
     forward_stores,
-    read_after,
+    read_elsewhere,
 )
 from trainlint.rules.base import Invalid, Report, Rule
 
@@ -57,8 +57,9 @@ class TensorKeptOnSelf(Rule):
     detached by convention and not reported. A module's `forward` (or a method it calls)
     that stores what the pass computes from its inputs or its own weights on `self`
     (`self.last_attn = attn`, an in-place copy into a buffer) is reported too, unless the
-    store is detached, under `torch.no_grad()`, on an eval-only path, read back in the
-    same pass, or a loss term handed to the step.
+    store is detached, under `torch.no_grad()`, on an eval-only path, read again by the
+    same method (a cache, state carried to the next call), or a loss term handed to the
+    step.
 
     ## Why is this bad?
     The attribute keeps the batch's output, and through its `grad_fn` the whole graph
@@ -253,7 +254,7 @@ class Trainer:
                 or "loss" in name.rsplit(".", 1)[-1].lower()  # a term the step backpropagates
                 or not grad_enabled_at(model, stmt)[0]
                 or eval_only(model, stmt)
-                or read_after(model, stmt, name)
+                or read_elsewhere(model, stmt, name)
                 or not builds_on_forward_graph(model, stmt.value, forward)
                 or _only_logging_values(model, stmt.value)
             ):
