@@ -142,6 +142,17 @@ class Trainer:
         loss.backward()
         self.opt.step()
 """,
+        # a module's forward keeping what it computes, detached or in eval mode only
+        """
+import torch
+class Block(torch.nn.Module):
+    def forward(self, x):
+        attn = torch.softmax(self.proj(x), dim=-1)
+        self.last_attn = attn.detach()
+        if not self.training:
+            self.eval_attn = attn
+        return attn * x
+""",
         # no torch
         """
 class Acc:
@@ -152,6 +163,18 @@ class Acc:
 """,
     ]
     invalid = [
+        # a module's forward keeps what it computes from its input
+        Invalid(
+            """
+import torch
+class Block(torch.nn.Module):
+    def forward(self, x):
+        attn = torch.softmax(self.proj(x), dim=-1)
+        self.last_attn = attn
+        return attn * x
+""",
+            line=5,
+        ),
         Invalid(
             """
 import torch
