@@ -56,10 +56,10 @@ def _reset_per_update(
 
 
 def _leaves_as_tensor(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
-    """After ``loop``, is the accumulator handed as it is to a call that is not a builtin
-    (a logger, a tracker: ``writer.add_scalar("loss", total, step)``) or stored on an
-    object? Then the sum of one update's graphs is kept past it, not read as a number
-    (``sum(losses).item()``)."""
+    """After ``loop``, is the accumulator handed as it is to a call that is neither a
+    builtin nor a torch function (a logger, a tracker: ``writer.add_scalar("loss",
+    total, step)``) or stored on an object? Then the sum of one update's graphs is kept
+    past it, not read on the spot (``sum(losses).item()``, ``torch.cat(outputs)``)."""
     name = dotted(target)
     fn = model.function_of(loop)
     if name is None or fn is None:
@@ -67,8 +67,8 @@ def _leaves_as_tensor(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
     end = (loop.end_lineno or loop.lineno, loop.end_col_offset or 0)
     for node in walk_local(fn):
         if isinstance(node, ast.Call) and (node.lineno, node.col_offset) > end:
-            if (model.qualname(node.func) or "").startswith("builtins."):
-                continue
+            if (model.qualname(node.func) or "").startswith(("builtins.", "torch.")):
+                continue  # `sum(losses)`, `torch.cat(outputs)`: a new value, read on the spot
             if any(dotted(a) == name for a in [*node.args, *(k.value for k in node.keywords)]):
                 return True
         elif isinstance(node, ast.Assign) and (node.lineno, node.col_offset) > end:
