@@ -55,6 +55,16 @@ def _reset_per_update(
     )
 
 
+def _rebound_after(model: FileModel, read: ast.AST, end: tuple[int, int]) -> bool:
+    """``read`` (a plain name) sees an assignment made after ``end``, not the accumulator
+    (``outputs = torch.cat(outputs)`` then ``score(outputs)``)."""
+    if not isinstance(read, ast.Name):
+        return False
+    found = model.flow.definition(read.id, read)
+    stmt = found[0] if found is not None else None
+    return stmt is not None and (getattr(stmt, "lineno", 0), getattr(stmt, "col_offset", 0)) > end
+
+
 def _leaves_as_tensor(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
     """After ``loop``, is the accumulator handed as it is to a call that is neither a
     builtin nor a torch function (a logger, a tracker: ``writer.add_scalar("loss",
@@ -69,8 +79,9 @@ def _leaves_as_tensor(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
         if isinstance(node, ast.Call) and (node.lineno, node.col_offset) > end:
             if (model.qualname(node.func) or "").startswith(("builtins.", "torch.")):
                 continue  # `sum(losses)`, `torch.cat(outputs)`: a new value, read on the spot
-            if any(dotted(a) == name for a in [*node.args, *(k.value for k in node.keywords)]):
-                return True
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                if dotted(arg) == name and not _rebound_after(model, arg, end):
+                    return True
         elif isinstance(node, ast.Assign) and (node.lineno, node.col_offset) > end:
             if dotted(node.value) == name and any(
                 isinstance(t, (ast.Attribute, ast.Subscript)) for t in node.targets
