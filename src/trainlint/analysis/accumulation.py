@@ -74,7 +74,7 @@ def _leaves_as_tensor(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
     fn = model.function_of(loop)
     if name is None or fn is None:
         return False
-    end = (loop.end_lineno or loop.lineno, loop.end_col_offset or 0)
+    end = (getattr(loop, "end_lineno", 0) or 0, getattr(loop, "end_col_offset", 0) or 0)
     for node in walk_local(fn):
         if isinstance(node, ast.Call) and (node.lineno, node.col_offset) > end:
             if (model.qualname(node.func) or "").startswith(("builtins.", "torch.")):
