@@ -80,7 +80,13 @@ _NO_GRAD_RESULT = {
     "logical_and",
     "logical_or",
     "signbit",
+    "histc",
+    "bincount",
+    "argsort",
 }
+#: Tensor methods and torch functions whose result has no gradient (sizes, indices,
+#: comparisons, counts), for analyses that read expressions themselves.
+NO_GRAD_RESULTS = frozenset(_NO_GRAD_RESULT)
 _LOADER_WORDS = ("loader", "batches", "dataset", "data_iter", "dataloader")
 _MODEL_NAME = re.compile(
     r"^(model|net|network|encoder|decoder|backbone|generator|discriminator|policy|critic|"

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import ast
 
-from trainlint.analysis.flow import CUT_METHODS, Taint, defined_from, is_parameter
+from trainlint.analysis.flow import (
+    CUT_METHODS,
+    NO_GRAD_RESULTS,
+    Taint,
+    defined_from,
+    is_parameter,
+)
 from trainlint.analysis.model import FileModel, FunctionNode, call_name, dotted, walk_local
 from trainlint.analysis.roles import Role, is_module_class
 
@@ -161,6 +167,34 @@ def _self_rooted(target: ast.AST) -> bool:
     return seen_attribute and isinstance(target, ast.Name) and target.id == "self"
 
 
+def _reached(model: FileModel, forward: FunctionNode) -> list[FunctionNode]:
+    cls = model.class_of(forward)
+    reached = [forward]
+    if cls is None:
+        return reached
+    for node in walk_local(forward):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "self"
+            and (method := model.method_of(cls, node.func.attr)) is not None
+            and method not in reached
+        ):
+            reached.append(method)
+    return reached
+
+
+def reached_from_forward(model: FileModel, forward: FunctionNode) -> list[FunctionNode]:
+    """``forward`` and the methods it calls on ``self``, found through same-file bases
+    and mixins (a spectral-norm mixin's ``W_()`` runs inside the conv's forward)."""
+    by_forward: dict[int, list[FunctionNode]] = model.memo(reached_from_forward, lambda _: {})
+    found = by_forward.get(id(forward))
+    if found is None:
+        found = by_forward[id(forward)] = _reached(model, forward)
+    return found
+
+
 def _forward_stores(model: FileModel) -> list[tuple[ast.Assign, FunctionNode]]:
     out: list[tuple[ast.Assign, FunctionNode]] = []
     seen: set[int] = set()
@@ -168,20 +202,7 @@ def _forward_stores(model: FileModel) -> list[tuple[ast.Assign, FunctionNode]]:
         forward = model.methods(cls).get("forward")
         if forward is None or not is_module_class(model, cls):
             continue
-        # forward itself and the methods it calls on self, found through same-file bases
-        # and mixins (a spectral-norm mixin's `W_()` runs inside the conv's forward)
-        reached = [forward]
-        for node in walk_local(forward):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and isinstance(node.func.value, ast.Name)
-                and node.func.value.id == "self"
-                and (method := model.method_of(cls, node.func.attr)) is not None
-                and method not in reached
-            ):
-                reached.append(method)
-        for fn in reached:
+        for fn in reached_from_forward(model, forward):
             for stmt in model.assignments_in(fn):
                 if (
                     isinstance(stmt, ast.Assign)
@@ -217,9 +238,10 @@ def _read_names(expr: ast.AST) -> list[ast.expr]:
             continue
         if isinstance(sub, ast.Call) and (
             (isinstance(sub.func, ast.Attribute) and sub.func.attr in _NO_GRAPH_METHODS)
+            or call_name(sub) in NO_GRAD_RESULTS
             or (isinstance(sub.func, ast.Name) and sub.func.id in ("len", "int", "float"))
         ):
-            continue  # `.detach()`, `.size(2)`, `len(x)`: what it reads leaves the graph behind
+            continue  # `.detach()`, `.size(2)`, `torch.histc(i)`: no graph through these
         stack.extend(ast.iter_child_nodes(sub))
     return found
 
@@ -291,19 +313,25 @@ def eval_only(model: FileModel, stmt: ast.stmt) -> bool:
     return False
 
 
-def read_elsewhere(model: FileModel, stmt: ast.stmt, attribute: str) -> bool:
-    """Does the function holding ``stmt`` read ``attribute`` (``self.features``) outside
-    ``stmt``'s own target: a value cached to be used again in the same pass, or state
-    carried from one call to the next (a key/value cache extended each call)."""
+def read_elsewhere(
+    model: FileModel, stmt: ast.stmt, attribute: str, forward: FunctionNode | None = None
+) -> bool:
+    """Is ``attribute`` (``self.features``) read outside ``stmt``'s own target, in the
+    function holding ``stmt`` or (given ``forward``) in any method that forward pass
+    runs: a value cached to be used again in the same pass, or state carried from one
+    call to the next (a key/value cache extended each call, a captured graph's output
+    that a replay returns)."""
     fn = model.function_of(stmt)
     if fn is None:
         return False
     targets = stmt.targets if isinstance(stmt, ast.Assign) else []
     own = {id(n) for t in targets for n in ast.walk(t)}
+    scopes = [fn, *(reached_from_forward(model, forward) if forward is not None else ())]
     return any(
         isinstance(node, ast.Attribute)
         and isinstance(node.ctx, ast.Load)
         and id(node) not in own
         and dotted(node) == attribute
-        for node in walk_local(fn)
+        for scope in scopes
+        for node in walk_local(scope)
     )

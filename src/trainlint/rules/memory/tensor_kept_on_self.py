@@ -277,7 +277,7 @@ class Trainer:
                 or "loss" in name.rsplit(".", 1)[-1].lower()  # a term the step backpropagates
                 or not grad_enabled_at(model, stmt)[0]
                 or eval_only(model, stmt)
-                or read_elsewhere(model, stmt, name)
+                or read_elsewhere(model, stmt, name, forward)
                 or not builds_on_forward_graph(model, stmt.value, forward)
                 or _only_logging_values(model, stmt.value)
             ):
