@@ -538,6 +538,20 @@ def _uncut_names(expr: ast.AST) -> set[str]:
     return found
 
 
+def returns_backpropagated(model: FileModel, fn: FunctionNode) -> bool:
+    """Does ``fn`` return (uncut) a value it calls backward on: a per-batch step that
+    ends in ``return loss`` after ``loss.backward()``. Its caller receives that batch's
+    graph."""
+    backpropagated = _backpropagated_names(model, fn)
+    if not backpropagated:
+        return False
+    returned: set[str] = set()
+    for ret in model.returns_in(fn):
+        if ret.value is not None:
+            returned |= _uncut_names(ret.value)
+    return bool(backpropagated & returned)
+
+
 def backpropagated_by_helper(model: FileModel, value: ast.AST) -> bool:
     """Does ``value`` carry a graph because a same-file helper backpropagates it: it is
     that helper's result built from what it backpropagates (``total += self.train_step(b)``
@@ -546,20 +560,20 @@ def backpropagated_by_helper(model: FileModel, value: ast.AST) -> bool:
     (``self._backward(loss, opt); total += loss``)."""
     if isinstance(value, ast.Call):
         fn = model.resolve_call(value)
-        if fn is None:
-            return False
-        backpropagated = _backpropagated_names(model, fn)
-        returned: set[str] = set()
-        for ret in model.returns_in(fn):
-            if ret.value is not None:
-                returned |= _uncut_names(ret.value)
-        return bool(backpropagated & returned)
+        if fn is not None:
+            return returns_backpropagated(model, fn)
+        from trainlint.analysis.effects import resolve_foreign
+
+        found = resolve_foreign(model, value)  # another project file's function
+        return found is not None and bool(found[0].get("returns_graph"))
     if not isinstance(value, ast.Name):
         return False
     here = model.flow.definition(value.id, value)
     fn = model.function_of(value)
     if here is None or fn is None:
         return False
+    if isinstance(here[1], ast.Call) and backpropagated_by_helper(model, here[1]):
+        return True  # `loss = train_step(batch)`: the step's loss, with its graph
     for call in walk_local(fn):
         if not isinstance(call, ast.Call) or (call.lineno, call.col_offset) > (
             value.lineno,
