@@ -5,8 +5,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator, Sequence
 
+from trainlint.analysis.effects import argument, resolve_foreign
+from trainlint.analysis.flow import CUT_METHODS, defined_from
 from trainlint.analysis.model import LOOP_NODES, FileModel, FunctionNode, dotted, walk_local
 from trainlint.analysis.project import single_value
+from trainlint.analysis.step_events import backward_value
 
 
 def _container_root(node: ast.AST) -> ast.AST | None:
@@ -355,8 +358,6 @@ def kept_by_calls(model: FileModel) -> Iterator[tuple[ast.Call, ast.expr, str, s
     can be named: `meter.history` for `self.history`): a same-file function or method, or one of another
     project file (the project index's view): `meter.update(loss)` where `update` does
     `self.history.append(loss)`."""
-    from trainlint.analysis.effects import argument, resolve_foreign
-
     view_calls = model.project.get("calls") if model.project else None
     if not view_calls and not _kept_by_function(model):
         return  # no function here keeps a parameter, and the view knows none elsewhere
@@ -447,8 +448,6 @@ def backpropagated_later(model: FileModel, name: str, after: ast.AST) -> bool:
     """``total.backward()`` after the loop, or a loss built from the accumulator
     (``loss = (torch.stack(buf.log_probs) * adv).mean(); loss.backward()``):
     accumulating the graph was the point."""
-    from trainlint.analysis.steps import backward_value
-
     fn = model.function_of(after)
     by_function = model.memo(_backward_calls_by_function, _backward_calls_by_function)
     for call in by_function.get(id(fn), ()):
@@ -496,9 +495,6 @@ def _backpropagated_names(model: FileModel, fn: FunctionNode) -> set[str]:
     """The local names (parameters included) ``fn`` calls backward on, directly or through
     a value made from them (``with amp.scale_loss(loss, opt) as scaled:
     scaled.backward()``)."""
-    from trainlint.analysis.flow import defined_from
-    from trainlint.analysis.steps import backward_value
-
     by_function = model.memo(_backward_calls_by_function, _backward_calls_by_function)
     found: set[str] = set()
     for call in by_function.get(id(fn), ()):
@@ -520,8 +516,6 @@ def _backpropagated_names(model: FileModel, fn: FunctionNode) -> set[str]:
 def _uncut_names(expr: ast.AST) -> set[str]:
     """The plain names ``expr`` reads other than through a cut (``loss.item() * n`` reads
     ``n`` only: the loss leaves its graph behind)."""
-    from trainlint.analysis.flow import CUT_METHODS
-
     found: set[str] = set()
     stack = [expr]
     while stack:
@@ -562,8 +556,6 @@ def backpropagated_by_helper(model: FileModel, value: ast.AST) -> bool:
         fn = model.resolve_call(value)
         if fn is not None:
             return returns_backpropagated(model, fn)
-        from trainlint.analysis.effects import resolve_foreign
-
         found = resolve_foreign(model, value)  # another project file's function
         return found is not None and bool(found[0].get("returns_graph"))
     if not isinstance(value, ast.Name):

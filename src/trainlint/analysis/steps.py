@@ -349,9 +349,10 @@ class StepModel:
         there is none, and `_may_train` need not walk them."""
         m = self.model
         names = _EVENT_CALLS | {fn.name for fn in m.functions}
-        if self._foreign is not None:
+        calls = m.project.get("calls") if m.project else None
+        if calls:
             # another file's function that trains (`loss = train_step(model, opt, b)`)
-            names = names | {key.rsplit(".", 1)[-1] for key in m.project["calls"]}
+            names = names | {key.rsplit(".", 1)[-1] for key in calls}
         found: list[ast.AST] = [c for n in names for c in m.calls.get(n, ())]
         found.extend(m.attributes.get("grad", ()))
         owners: set[int] = set()
