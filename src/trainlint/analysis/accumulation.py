@@ -539,11 +539,25 @@ def returns_backpropagated(model: FileModel, fn: FunctionNode) -> bool:
     backpropagated = _backpropagated_names(model, fn)
     if not backpropagated:
         return False
-    returned: set[str] = set()
     for ret in model.returns_in(fn):
-        if ret.value is not None:
-            returned |= _uncut_names(ret.value)
-    return bool(backpropagated & returned)
+        if ret.value is None:
+            continue
+        for name in _uncut_names(ret.value) & backpropagated:
+            # the definition the return sees: `loss = loss.item()` before it returns a number
+            found = model.flow.definition(name, ret)
+            if found is None or not _is_cut(found[1]):
+                return True
+    return False
+
+
+def _is_cut(value: ast.AST) -> bool:
+    """``x.item()``, ``x.detach()``, ``float(x)``: a value with no graph, whatever ``x``."""
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    return (isinstance(func, ast.Attribute) and func.attr in CUT_METHODS) or (
+        isinstance(func, ast.Name) and func.id in ("float", "int")
+    )
 
 
 def backpropagated_by_helper(model: FileModel, value: ast.AST) -> bool:
