@@ -5,8 +5,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator, Sequence
 
+from trainlint.analysis.effects import argument, resolve_foreign
+from trainlint.analysis.flow import CUT_METHODS, defined_from
 from trainlint.analysis.model import LOOP_NODES, FileModel, FunctionNode, dotted, walk_local
 from trainlint.analysis.project import single_value
+from trainlint.analysis.step_events import backward_value
 
 
 def _container_root(node: ast.AST) -> ast.AST | None:
@@ -47,12 +50,47 @@ def _reset_per_update(
     if inner is None or inner.of(Kind.STEP):
         return False
     outer = loops[loops.index(loop) + 1 :]
-    return any(
+    return not _leaves_as_tensor(model, target, loop) and any(
         id(lp) in by_node
         and by_node[id(lp)].of(Kind.STEP)
         and not _persists_across(model, target, lp)
         for lp in outer
     )
+
+
+def _rebound_after(model: FileModel, read: ast.AST, end: tuple[int, int]) -> bool:
+    """``read`` (a plain name) sees an assignment made after ``end``, not the accumulator
+    (``outputs = torch.cat(outputs)`` then ``score(outputs)``)."""
+    if not isinstance(read, ast.Name):
+        return False
+    found = model.flow.definition(read.id, read)
+    stmt = found[0] if found is not None else None
+    return stmt is not None and (getattr(stmt, "lineno", 0), getattr(stmt, "col_offset", 0)) > end
+
+
+def _leaves_as_tensor(model: FileModel, target: ast.AST, loop: ast.AST) -> bool:
+    """After ``loop``, is the accumulator handed as it is to a call that is neither a
+    builtin nor a torch function (a logger, a tracker: ``writer.add_scalar("loss",
+    total, step)``) or stored on an object? Then the sum of one update's graphs is kept
+    past it, not read on the spot (``sum(losses).item()``, ``torch.cat(outputs)``)."""
+    name = dotted(target)
+    fn = model.function_of(loop)
+    if name is None or fn is None:
+        return False
+    end = (getattr(loop, "end_lineno", 0) or 0, getattr(loop, "end_col_offset", 0) or 0)
+    for node in walk_local(fn):
+        if isinstance(node, ast.Call) and (node.lineno, node.col_offset) > end:
+            if (model.qualname(node.func) or "").startswith(("builtins.", "torch.")):
+                continue  # `sum(losses)`, `torch.cat(outputs)`: a new value, read on the spot
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                if dotted(arg) == name and not _rebound_after(model, arg, end):
+                    return True
+        elif isinstance(node, ast.Assign) and (node.lineno, node.col_offset) > end:
+            if dotted(node.value) == name and any(
+                isinstance(t, (ast.Attribute, ast.Subscript)) for t in node.targets
+            ):
+                return True
+    return False
 
 
 def _reset_with_each_update(model: FileModel, target: ast.AST, loops: Sequence[ast.AST]) -> bool:
@@ -320,8 +358,6 @@ def kept_by_calls(model: FileModel) -> Iterator[tuple[ast.Call, ast.expr, str, s
     can be named: `meter.history` for `self.history`): a same-file function or method, or one of another
     project file (the project index's view): `meter.update(loss)` where `update` does
     `self.history.append(loss)`."""
-    from trainlint.analysis.effects import argument, resolve_foreign
-
     view_calls = model.project.get("calls") if model.project else None
     if not view_calls and not _kept_by_function(model):
         return  # no function here keeps a parameter, and the view knows none elsewhere
@@ -412,8 +448,6 @@ def backpropagated_later(model: FileModel, name: str, after: ast.AST) -> bool:
     """``total.backward()`` after the loop, or a loss built from the accumulator
     (``loss = (torch.stack(buf.log_probs) * adv).mean(); loss.backward()``):
     accumulating the graph was the point."""
-    from trainlint.analysis.steps import backward_value
-
     fn = model.function_of(after)
     by_function = model.memo(_backward_calls_by_function, _backward_calls_by_function)
     for call in by_function.get(id(fn), ()):
@@ -457,6 +491,116 @@ def defined_without_grad(model: FileModel, value: ast.AST) -> bool:
     return found is not None and not grad_enabled_at(model, found[0])[0]
 
 
+def _backpropagated_names(model: FileModel, fn: FunctionNode) -> set[str]:
+    """The local names (parameters included) ``fn`` calls backward on, directly or through
+    a value made from them (``with amp.scale_loss(loss, opt) as scaled:
+    scaled.backward()``)."""
+    by_function = model.memo(_backward_calls_by_function, _backward_calls_by_function)
+    found: set[str] = set()
+    for call in by_function.get(id(fn), ()):
+        start = backward_value(model, call)
+        todo: list[ast.AST] = [start] if start is not None else []
+        budget = 8
+        while todo and budget > 0:
+            budget -= 1
+            names = {n for n in value_names(todo.pop())[0] if "." not in n}
+            found |= names
+            for n in names:
+                there = model.flow.definition(n, call)
+                origin = defined_from(there[1]) if there is not None else None
+                if origin is not None:
+                    todo.append(origin)
+    return found
+
+
+def _uncut_names(expr: ast.AST) -> set[str]:
+    """The plain names ``expr`` reads other than through a cut (``loss.item() * n`` reads
+    ``n`` only: the loss leaves its graph behind)."""
+    found: set[str] = set()
+    stack = [expr]
+    while stack:
+        sub = stack.pop()
+        if isinstance(sub, ast.Call):
+            func = sub.func
+            if (isinstance(func, ast.Attribute) and func.attr in CUT_METHODS) or (
+                isinstance(func, ast.Name) and func.id in ("float", "int")
+            ):
+                continue
+        if isinstance(sub, ast.Name):
+            found.add(sub.id)
+        stack.extend(ast.iter_child_nodes(sub))
+    return found
+
+
+def returns_backpropagated(model: FileModel, fn: FunctionNode) -> bool:
+    """Does ``fn`` return (uncut) a value it calls backward on: a per-batch step that
+    ends in ``return loss`` after ``loss.backward()``. Its caller receives that batch's
+    graph."""
+    backpropagated = _backpropagated_names(model, fn)
+    if not backpropagated:
+        return False
+    for ret in model.returns_in(fn):
+        if ret.value is None:
+            continue
+        for name in _uncut_names(ret.value) & backpropagated:
+            # the definition the return sees: `loss = loss.item()` before it returns a number
+            found = model.flow.definition(name, ret)
+            if found is None or not _is_cut(found[1]):
+                return True
+    return False
+
+
+def _is_cut(value: ast.AST) -> bool:
+    """``x.item()``, ``x.detach()``, ``float(x)``: a value with no graph, whatever ``x``."""
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    return (isinstance(func, ast.Attribute) and func.attr in CUT_METHODS) or (
+        isinstance(func, ast.Name) and func.id in ("float", "int")
+    )
+
+
+def backpropagated_by_helper(model: FileModel, value: ast.AST) -> bool:
+    """Does ``value`` carry a graph because a same-file helper backpropagates it: it is
+    that helper's result built from what it backpropagates (``total += self.train_step(b)``
+    where ``train_step`` returns the loss it called backward on; ``self._backward(loss,
+    opt)`` returning ``loss * n``), or a name the same function hands to such a helper
+    (``self._backward(loss, opt); total += loss``)."""
+    if isinstance(value, ast.Call):
+        fn = model.resolve_call(value)
+        if fn is not None:
+            return returns_backpropagated(model, fn)
+        found = resolve_foreign(model, value)  # another project file's function
+        return found is not None and bool(found[0].get("returns_graph"))
+    if not isinstance(value, ast.Name):
+        return False
+    here = model.flow.definition(value.id, value)
+    fn = model.function_of(value)
+    if here is None or fn is None:
+        return False
+    if isinstance(here[1], ast.Call) and backpropagated_by_helper(model, here[1]):
+        return True  # `loss = train_step(batch)`: the step's loss, with its graph
+    for call in walk_local(fn):
+        if not isinstance(call, ast.Call) or (call.lineno, call.col_offset) > (
+            value.lineno,
+            value.col_offset,
+        ):
+            continue
+        for i, arg in enumerate(call.args):
+            if not (isinstance(arg, ast.Name) and arg.id == value.id):
+                continue
+            there = model.flow.definition(arg.id, arg)
+            helper = model.resolve_call(call)
+            if there is None or there[0] is not here[0] or helper is None:
+                continue
+            positional = [a.arg for a in (*helper.args.posonlyargs, *helper.args.args)]
+            if positional[:1] == ["self"] and isinstance(call.func, ast.Attribute):
+                positional = positional[1:]
+            if i < len(positional) and positional[i] in _backpropagated_names(model, helper):
+                return True
+    return False
+
+
 def _latest_entry_of(value: ast.AST | None, name: str) -> bool:
     """``value`` is ``name[-1]``: the entry appended last."""
     if not isinstance(value, ast.Subscript) or dotted(value.value) != name:
@@ -479,6 +623,8 @@ def carries_graph(model: FileModel, value: ast.AST, accumulator: ast.AST) -> boo
     from trainlint.analysis.steps import backpropagated, backward_calls, backward_value
 
     if model.flow.value(value).taint is Taint.GRAD or backpropagated(model, value):
+        return True
+    if backpropagated_by_helper(model, value):
         return True
     name = dotted(accumulator)
     fn = model.function_of(value)

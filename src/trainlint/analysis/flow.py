@@ -80,7 +80,13 @@ _NO_GRAD_RESULT = {
     "logical_and",
     "logical_or",
     "signbit",
+    "histc",
+    "bincount",
+    "argsort",
 }
+#: Tensor methods and torch functions whose result has no gradient (sizes, indices,
+#: comparisons, counts), for analyses that read expressions themselves.
+NO_GRAD_RESULTS = frozenset(_NO_GRAD_RESULT)
 _LOADER_WORDS = ("loader", "batches", "dataset", "data_iter", "dataloader")
 _MODEL_NAME = re.compile(
     r"^(model|net|network|encoder|decoder|backbone|generator|discriminator|policy|critic|"
@@ -644,6 +650,15 @@ def unpacked_from(value: ast.AST) -> tuple[ast.Call, int, int] | None:
 def is_parameter(value: ast.AST) -> bool:
     """Whether a value :meth:`Flow.definition` gives is the function's parameter itself."""
     return isinstance(value, _Marker) and value.kind == "param"
+
+
+def defined_from(value: ast.AST) -> ast.AST | None:
+    """For a value :meth:`Flow.definition` gives that is not an expression itself: the
+    expression it was taken from (the iterable of a ``for``, the unpacked call, the
+    context manager of a ``with``); None for a parameter or an augmented assignment."""
+    if isinstance(value, _Marker) and value.kind in ("iter", "unpack", "with"):
+        return value.node
+    return None
 
 
 def _position(node: ast.AST) -> tuple[int, int]:

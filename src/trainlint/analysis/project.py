@@ -461,6 +461,8 @@ class ProjectIndex:
             entry["imprecise"] = True
         if keeps:
             entry["keeps"] = keeps
+        if fn.get("returns_graph"):  # the caller receives the graph of the step's loss
+            entry["returns_graph"] = True
         out[key] = entry
 
     def _effects(

@@ -441,11 +441,13 @@ def _function(
         if ret is not None:
             out["returns"] = ret
     if model is not None:
-        from trainlint.analysis.accumulation import kept_parameters
+        from trainlint.analysis.accumulation import kept_parameters, returns_backpropagated
 
         kept = kept_parameters(model, fn)
         if kept:  # `self.history.append(loss)`: what a caller passes there is kept
             out["keeps"] = kept
+        if returns_backpropagated(model, fn):  # `return loss` after `loss.backward()`
+            out["returns_graph"] = True
         if model.imports_training_library and fn.name != "__init__":  # (never followed)
             from trainlint.analysis.effects import effects_of
 

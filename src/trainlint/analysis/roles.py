@@ -510,6 +510,20 @@ def parameter_owners(call: ast.Call) -> list[ast.expr]:
     return out
 
 
+#: The public classes of ``torch.nn`` that are not modules.
+_NOT_MODULES = frozenset(("Parameter", "UninitializedParameter", "UninitializedBuffer", "Buffer"))
+
+
+def _is_torch_layer(qualname: str | None) -> bool:
+    """``torch.nn.Conv2d``, ``torch.nn.Sequential``: a layer class of ``torch.nn`` (every
+    public class there is a module but parameters and buffers), so a subclass of one, a
+    spectral-norm conv or a custom ``Linear``, is a module too."""
+    if qualname is None or not qualname.startswith("torch.nn."):
+        return False
+    parts = qualname.split(".")
+    return len(parts) == 3 and parts[2][:1].isupper() and parts[2] not in _NOT_MODULES
+
+
 def class_role(model: FileModel, cls: ast.ClassDef) -> Role | None:
     """The role of the objects a same-file class builds, from its bases alone (a torch
     module, optimizer or scheduler base, or a same-file class that has one): no role
@@ -522,7 +536,7 @@ def class_role(model: FileModel, cls: ast.ClassDef) -> Role | None:
     role: Role | None = None
     for base in cls.bases:
         q = model.qualname(base)
-        if q in _MODULE_BASES:
+        if q in _MODULE_BASES or _is_torch_layer(q):
             role = Role.MODEL
         elif q in _OPTIMIZER_BASES:
             role = Role.OPTIMIZER

@@ -344,11 +344,15 @@ class StepModel:
     @cached_property
     def _may_train_owners(self) -> set[int]:
         """The nodes (by id) whose walk_local meets something `_may_train` stops at: a
-        call named like an event, a call that may resolve to a same-file function, a
-        `.grad`. Found from the model's tables: for most loops and functions of a file
+        call named like an event, a call that may resolve to a same-file function or to
+        a project function the view names, a `.grad`. Found from the model's tables: for most loops and functions of a file
         there is none, and `_may_train` need not walk them."""
         m = self.model
         names = _EVENT_CALLS | {fn.name for fn in m.functions}
+        calls = m.project.get("calls") if m.project else None
+        if calls:
+            # another file's function that trains (`loss = train_step(model, opt, b)`)
+            names = names | {key.rsplit(".", 1)[-1] for key in calls}
         found: list[ast.AST] = [c for n in names for c in m.calls.get(n, ())]
         found.extend(m.attributes.get("grad", ()))
         owners: set[int] = set()

@@ -1,13 +1,22 @@
-"""Expressions that build `nn.Module`s: one module construction, or a plain ``list``,
-``tuple`` or ``dict`` of freshly built ones. Parameter-free data transforms do not count:
-nothing of theirs can be missing from `.parameters()` or `state_dict()`."""
+"""What `nn.Module`s are built from and what they keep. Expressions that build modules:
+one module construction, or a plain ``list``, ``tuple`` or ``dict`` of freshly built ones
+(parameter-free data transforms do not count: nothing of theirs can be missing from
+`.parameters()` or `state_dict()`). And what a module's forward pass stores on itself,
+with the graph that pass builds."""
 
 from __future__ import annotations
 
 import ast
 
-from trainlint.analysis.model import FileModel, call_name
-from trainlint.analysis.roles import Role
+from trainlint.analysis.flow import (
+    CUT_METHODS,
+    NO_GRAD_RESULTS,
+    Taint,
+    defined_from,
+    is_parameter,
+)
+from trainlint.analysis.model import FileModel, FunctionNode, call_name, dotted, walk_local
+from trainlint.analysis.roles import Role, is_module_class
 
 
 def is_module_construction(model: FileModel, node: ast.AST) -> bool:
@@ -59,6 +68,21 @@ def _is_transform(model: FileModel, call: ast.Call, depth: int = 0) -> bool:
         ):
             built.append(node.value)
     return bool(built) and all(_is_transform(model, b, depth + 1) for b in built)
+
+
+def holds_module_construction(model: FileModel, node: ast.AST) -> bool:
+    """``node`` builds one module, or is a local name whose every assignment before it
+    does (``block = nn.Conv1d(...)`` then ``self.blocks.append(block)``): what a list
+    collects is usually built a line earlier, under a name."""
+    if is_module_construction(model, node):
+        return True
+    if not isinstance(node, ast.Name) or model.function_of(node) is None:
+        return False
+    found = model.flow.definitions_before(node.id, node)
+    return bool(found) and all(
+        isinstance(stmt, ast.Assign) and is_module_construction(model, value)
+        for stmt, value in found
+    )
 
 
 def module_elements(model: FileModel, value: ast.AST) -> str | None:
@@ -131,3 +155,183 @@ def rebound_to_registered(model: FileModel, method: ast.AST, stmt: ast.stmt, att
                     break  # still a plain container (`self.x = self.x + [...]`)
                 return True  # a wrapper call, or a value we cannot see: not a plain list
     return False
+
+
+def _self_rooted(target: ast.AST) -> bool:
+    """``self.x``, ``self.x.y``, ``self.x[i]``, ``self.x[i][:]``: a store that lands on the
+    module (or on a buffer it holds) rather than on a local."""
+    seen_attribute = False
+    while isinstance(target, (ast.Attribute, ast.Subscript)):
+        seen_attribute = seen_attribute or isinstance(target, ast.Attribute)
+        target = target.value
+    return seen_attribute and isinstance(target, ast.Name) and target.id == "self"
+
+
+def _reached(model: FileModel, forward: FunctionNode) -> list[FunctionNode]:
+    cls = model.class_of(forward)
+    reached = [forward]
+    if cls is None:
+        return reached
+    for node in walk_local(forward):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "self"
+            and (method := model.method_of(cls, node.func.attr)) is not None
+            and method not in reached
+        ):
+            reached.append(method)
+    return reached
+
+
+def reached_from_forward(model: FileModel, forward: FunctionNode) -> list[FunctionNode]:
+    """``forward`` and the methods it calls on ``self``, found through same-file bases
+    and mixins (a spectral-norm mixin's ``W_()`` runs inside the conv's forward)."""
+    by_forward: dict[int, list[FunctionNode]] = model.memo(reached_from_forward, lambda _: {})
+    found = by_forward.get(id(forward))
+    if found is None:
+        found = by_forward[id(forward)] = _reached(model, forward)
+    return found
+
+
+def _forward_stores(model: FileModel) -> list[tuple[ast.Assign, FunctionNode]]:
+    out: list[tuple[ast.Assign, FunctionNode]] = []
+    seen: set[int] = set()
+    for cls in model.classes:
+        forward = model.methods(cls).get("forward")
+        if forward is None or not is_module_class(model, cls):
+            continue
+        for fn in reached_from_forward(model, forward):
+            for stmt in model.assignments_in(fn):
+                if (
+                    isinstance(stmt, ast.Assign)
+                    and len(stmt.targets) == 1
+                    and _self_rooted(stmt.targets[0])
+                    and id(stmt) not in seen
+                ):
+                    seen.add(id(stmt))
+                    out.append((stmt, forward))
+    return out
+
+
+def forward_stores(model: FileModel) -> list[tuple[ast.Assign, FunctionNode]]:
+    """Assignments that store on ``self`` while an ``nn.Module`` runs its forward pass
+    (``self.attn = a``, ``self.sv[i][:] = s``): in ``forward`` itself or in a method it
+    calls on ``self``. Each with the forward it runs in."""
+    return model.memo(_forward_stores, _forward_stores)
+
+
+def _read_names(expr: ast.AST) -> list[ast.expr]:
+    """The names and dotted attributes an expression reads (an index carries no graph)."""
+    found: list[ast.expr] = []
+    stack = [expr]
+    while stack:
+        sub = stack.pop()
+        if isinstance(sub, ast.Attribute) and sub.attr == "data":
+            continue  # `.data` reads the tensor without its history
+        if isinstance(sub, (ast.Name, ast.Attribute)) and dotted(sub) is not None:
+            found.append(sub)
+            continue
+        if isinstance(sub, ast.Subscript):
+            stack.append(sub.value)
+            continue
+        if isinstance(sub, ast.Call) and (
+            (isinstance(sub.func, ast.Attribute) and sub.func.attr in _NO_GRAPH_METHODS)
+            or call_name(sub) in NO_GRAD_RESULTS
+            or (isinstance(sub.func, ast.Name) and sub.func.id in ("len", "int", "float"))
+        ):
+            continue  # `.detach()`, `.size(2)`, `torch.histc(i)`: no graph through these
+        stack.extend(ast.iter_child_nodes(sub))
+    return found
+
+
+#: A module's own tensors that take part in its graph (nn.Linear/Conv and the like).
+_OWN_PARAMETERS = frozenset(("self.weight", "self.bias"))
+#: Tensor methods whose result carries no graph: cuts and sizes.
+_NO_GRAPH_METHODS = CUT_METHODS | {"size", "dim", "numel", "nelement", "get_device"}
+#: Attributes of a tensor that carry no graph.
+_METADATA = frozenset(("shape", "dtype", "device", "ndim", "requires_grad", "is_leaf"))
+
+
+def builds_on_forward_graph(model: FileModel, value: ast.AST, forward: FunctionNode) -> bool:
+    """Is ``value``, computed while ``forward`` runs, made of the graph that pass builds:
+    of the forward's tensor inputs, of the module's own ``weight``/``bias``, or of a value
+    the flow knows carries autograd history, through local definitions with no cut
+    (``.detach()``, ``.item()``) on the way? Unknown sources answer no."""
+    # the first input is the batch the pass runs on; the others are often sizes, masks,
+    # flags or a graph structure, and a stored input itself is a reference, not a result
+    inputs = {a.arg for a in (*forward.args.posonlyargs, *forward.args.args)[1:2]}
+    if isinstance(value, ast.Name) and value.id in inputs:
+        return False
+    frontier: list[ast.AST] = [value]
+    budget = 60
+    while frontier and budget > 0:
+        budget -= 1
+        expr = frontier.pop()
+        taint = model.flow.value(expr).taint
+        if taint is Taint.GRAD:
+            return True
+        if taint is not Taint.UNKNOWN:
+            continue  # a cut, or data: no graph through this branch
+        for read in _read_names(expr):
+            parts = (dotted(read) or "").split(".")
+            if ".".join(parts[:2]) in _OWN_PARAMETERS and parts[-1] not in _METADATA:
+                return True
+            if parts[0] in ("", "self") or parts[-1] in _METADATA:
+                continue
+            name = parts[0]
+            found = model.flow.definition(name, read)
+            if found is None:
+                continue
+            stmt, assigned = found
+            if is_parameter(assigned):
+                if stmt is forward and name in inputs:
+                    return True
+                continue
+            origin = defined_from(assigned)
+            frontier.append(origin if origin is not None else assigned)
+    return False
+
+
+def eval_only(model: FileModel, stmt: ast.stmt) -> bool:
+    """``stmt`` runs only in eval mode: under ``if not self.training:`` or in the ``else``
+    of ``if self.training:``, where no backward will follow."""
+    child: ast.AST = stmt
+    for parent in model.ancestors(stmt):
+        if isinstance(parent, ast.If):
+            test = parent.test
+            negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+            inner = test.operand if isinstance(test, ast.UnaryOp) else test
+            if dotted(inner) == "self.training":
+                in_body = any(child is s for s in parent.body)
+                if in_body == negated:
+                    return True
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        child = parent
+    return False
+
+
+def read_elsewhere(
+    model: FileModel, stmt: ast.stmt, attribute: str, forward: FunctionNode | None = None
+) -> bool:
+    """Is ``attribute`` (``self.features``) read outside ``stmt``'s own target, in the
+    function holding ``stmt`` or (given ``forward``) in any method that forward pass
+    runs: a value cached to be used again in the same pass, or state carried from one
+    call to the next (a key/value cache extended each call, a captured graph's output
+    that a replay returns)."""
+    fn = model.function_of(stmt)
+    if fn is None:
+        return False
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+    own = {id(n) for t in targets for n in ast.walk(t)}
+    scopes = [fn, *(reached_from_forward(model, forward) if forward is not None else ())]
+    return any(
+        isinstance(node, ast.Attribute)
+        and isinstance(node.ctx, ast.Load)
+        and id(node) not in own
+        and dotted(node) == attribute
+        for scope in scopes
+        for node in walk_local(scope)
+    )

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from trainlint.analysis.model import FileModel, call_name, walk_local, walk_tree
 from trainlint.analysis.roles import is_module_class, nn_prefix
 from trainlint.analysis.submodules import (
-    is_module_construction,
+    holds_module_construction,
     module_elements,
     rebound_to_registered,
 )
@@ -138,6 +138,32 @@ class Net(Base):
 """,
     ]
     invalid = [
+        # filled in a loop from a name bound a line earlier
+        Invalid(
+            """
+import torch
+
+class Filters(torch.nn.Module):
+    def __init__(self, scales):
+        super().__init__()
+        self.convs = []
+        for k in scales:
+            conv = torch.nn.Conv1d(1, 4, kernel_size=k)
+            self.convs.append(conv)
+""",
+            line=6,
+            fixed="""
+import torch
+
+class Filters(torch.nn.Module):
+    def __init__(self, scales):
+        super().__init__()
+        self.convs = torch.nn.ModuleList()
+        for k in scales:
+            conv = torch.nn.Conv1d(1, 4, kernel_size=k)
+            self.convs.append(conv)
+""",
+        ),
         Invalid(
             """
 from torch import nn
@@ -356,7 +382,7 @@ class Net(torch.nn.Module):
                     and func.value.value.id == "self"
                 ):
                     registered.discard(func.value.attr)
-                    if any(is_module_construction(model, a) for a in node.args) or any(
+                    if any(holds_module_construction(model, a) for a in node.args) or any(
                         module_elements(model, a) for a in node.args
                     ):
                         appended.add(func.value.attr)

@@ -7,10 +7,16 @@ import re
 from collections.abc import Iterator
 
 from trainlint.analysis.accumulation import value_names
-from trainlint.analysis.flow import Taint
+from trainlint.analysis.flow import Taint, grad_enabled_at
 from trainlint.analysis.model import FileModel, dotted, walk_local
 from trainlint.analysis.roles import Role
 from trainlint.analysis.steps import Kind, backpropagated, backward_calls, backward_value
+from trainlint.analysis.submodules import (
+    builds_on_forward_graph,
+    eval_only,
+    forward_stores,
+    read_elsewhere,
+)
 from trainlint.rules.base import Invalid, Report, Rule
 
 #: Values unpacked next to the loss for logging (`loss, loss_items = model(batch)`,
@@ -48,7 +54,12 @@ class TensorKeptOnSelf(Rule):
     object) without `.detach()`, inside a training step. When a helper called from the
     step stores it, the finding is at that call and names the attribute. Logging values
     unpacked next to the loss (`loss, loss_items = model(batch)`, `log_vars`) are
-    detached by convention and not reported.
+    detached by convention and not reported. A module's `forward` (or a method it calls)
+    that stores what the pass computes from its inputs or its own weights on `self`
+    (`self.last_attn = attn`, an in-place copy into a buffer) is reported too, unless the
+    store is detached, under `torch.no_grad()`, on an eval-only path, read again by the
+    same method (a cache, state carried to the next call), or a loss term handed to the
+    step.
 
     ## Why is this bad?
     The attribute keeps the batch's output, and through its `grad_fn` the whole graph
@@ -105,7 +116,7 @@ class GAN:
         self.loss_G.backward()
         self.opt_G.step()
 """,
-        # not a training step: a forward hook caching features
+        # a value cached to be read again in the same forward pass
         """
 import torch
 class Net(torch.nn.Module):
@@ -131,6 +142,17 @@ class Trainer:
         loss.backward()
         self.opt.step()
 """,
+        # a module's forward keeping what it computes, detached or in eval mode only
+        """
+import torch
+class Block(torch.nn.Module):
+    def forward(self, x):
+        attn = torch.softmax(self.proj(x), dim=-1)
+        self.last_attn = attn.detach()
+        if not self.training:
+            self.eval_attn = attn
+        return attn * x
+""",
         # no torch
         """
 class Acc:
@@ -141,6 +163,18 @@ class Acc:
 """,
     ]
     invalid = [
+        # a module's forward keeps what it computes from its input
+        Invalid(
+            """
+import torch
+class Block(torch.nn.Module):
+    def forward(self, x):
+        attn = torch.softmax(self.proj(x), dim=-1)
+        self.last_attn = attn
+        return attn * x
+""",
+            line=5,
+        ),
         Invalid(
             """
 import torch
@@ -194,9 +228,23 @@ class Trainer:
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        if not model.imports_module("torch") or not model.steps.trains:
+        if not model.imports_module("torch"):
+            return
+        reported = set()
+        for stmt in self._kept_by_forward(model):
+            reported.add(id(stmt))
+            name = dotted(stmt.targets[0]) or model.source.segment(stmt.targets[0])
+            yield self.report(
+                stmt,
+                f"`{name}` keeps what this forward pass computes, with its autograd "
+                f"history, on the module: each batch's graph stays alive until the next "
+                f"forward overwrites it; store `.detach()` (or write under `torch.no_grad()`)",
+            )
+        if not model.steps.trains:
             return  # (no training step here: nothing can be kept past one)
         for node in model.assignments:
+            if id(node) in reported:
+                continue
             if not isinstance(node, ast.Assign) or len(node.targets) != 1:
                 continue
             target = node.targets[0]
@@ -214,6 +262,27 @@ class Trainer:
             if self._reaches_backward(model, node, target):
                 continue
             yield self._report_at(model, node, target, anchor)
+
+    @staticmethod
+    def _kept_by_forward(model: FileModel) -> Iterator[ast.Assign]:
+        """Stores on ``self`` during a module's forward of what that pass computes."""
+        for stmt, forward in forward_stores(model):
+            target = stmt.targets[0]
+            root = target
+            while isinstance(root, ast.Subscript):
+                root = root.value  # `self.sv[i][:] = s` writes into the buffer `self.sv`
+            name = dotted(root)
+            if (
+                name is None
+                or "loss" in name.rsplit(".", 1)[-1].lower()  # a term the step backpropagates
+                or not grad_enabled_at(model, stmt)[0]
+                or eval_only(model, stmt)
+                or read_elsewhere(model, stmt, name, forward)
+                or not builds_on_forward_graph(model, stmt.value, forward)
+                or _only_logging_values(model, stmt.value)
+            ):
+                continue
+            yield stmt
 
     def _report_at(
         self, model: FileModel, stmt: ast.Assign, target: ast.Attribute, anchor: ast.AST
