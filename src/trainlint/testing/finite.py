@@ -77,9 +77,10 @@ def assert_finite_grads(
     the gradients are recorded on the device and read after the last step, so the steps
     after a failing one run too. With ``locate=True`` the first step whose backward made a
     non-finite gradient is then rerun from a copy of what it began with (the trainable
-    parameters and the module's buffers, one copy a step into a buffer kept on their
-    device; not the optimizer's state: the rerun stops inside ``backward()``), with the
-    same batch and random state, under ``torch.autograd.detect_anomaly()``, to name the
+    parameters, copied on their device at the end of the first backward that made one
+    and on no other; the module's buffers, copied as each step begins; not the
+    optimizer's state: the rerun stops inside ``backward()``), with the same batch and
+    random state, under ``torch.autograd.detect_anomaly()``, to name the
     backward op that produced it (e.g. ``LogBackward0``) and the forward line that created
     that op; the parameters and buffers are left as that step found them.
     ``locate=False`` only records.
