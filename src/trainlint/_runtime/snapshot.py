@@ -204,21 +204,20 @@ class _Rows:
 
 
 class StepStart:
-    """What a step's forward and backward depend on in the model (its trainable parameters
-    and its buffers: a BatchNorm's running statistics), as it was when the step began, kept
-    for the first step that went wrong, so that a check can rerun that step after the
-    others ran: a non-finite gradient is found once the steps are over, since stopping at
-    it would take a host read per backward (on a GPU, a sync).
+    """Tensors as they were when a step began (a model's buffers: a BatchNorm's running
+    statistics change in the forward pass), kept for the first step that went wrong, so
+    that a check can rerun that step after the others ran (a non-finite gradient is found
+    once the steps are over: stopping at it would take a host read per backward).
 
-    The rerun stops inside backward, before any optimizer runs, so the optimizer's state is
-    not copied. One flat buffer per device and dtype holds the copy (one foreach copy a
-    step). With more steps to come it has two rows: a step's copy goes to row 0 while no
-    earlier step went wrong, else to row 1, chosen on the device (an ``index_copy_`` whose
-    index is the 0-d flag of the steps so far), so that row 0 ends holding the first
-    failing step's start (or the last step's) with nothing read on the host and no more
-    memory traffic than the copy itself. CPU buffers are kept for the next check (a
-    parameter-sized malloc and free per check slows the step's own allocations: see
-    :meth:`Snapshot._copy_off_heap`); others are the caching allocator's to reuse.
+    One flat buffer per device and dtype holds the copy (one foreach copy a step). With
+    more steps to come it has two rows: a step's copy goes to row 0 while no earlier step
+    went wrong, else to row 1, chosen on the device (an ``index_copy_`` whose index is the
+    0-d flag of the steps so far), so that row 0 ends holding the first failing step's
+    start (or the last step's) with nothing read on the host and no more memory traffic
+    than the copy itself (a ``where`` per step read three tensors). CPU buffers are kept
+    for the next check (a parameter-sized malloc and free per check slows the step's own
+    allocations: see :meth:`Snapshot._copy_off_heap`); others are the caching allocator's
+    to reuse.
     """
 
     def __init__(self, tensors: Sequence[torch.Tensor], steps: int) -> None:

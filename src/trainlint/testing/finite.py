@@ -73,17 +73,16 @@ def assert_finite_grads(
 
     On failure names the first parameter (in backward order: the one nearest the loss) and
     the step where a non-finite gradient appeared. Nothing is read on the host while the
-    steps run (on a GPU that would be a sync, on the CPU too, so that both take one path):
-    the gradients are recorded on the device and read after the last step, so the steps
-    after a failing one run too. With ``locate=True`` the first step whose backward made a
-    non-finite gradient is then rerun from a copy of what it began with (the trainable
-    parameters, copied on their device at the end of the first backward that made one
-    and on no other; the module's buffers, copied as each step begins; not the
-    optimizer's state: the rerun stops inside ``backward()``), with the same batch and
-    random state, under ``torch.autograd.detect_anomaly()``, to name the
-    backward op that produced it (e.g. ``LogBackward0``) and the forward line that created
-    that op; the parameters and buffers are left as that step found them.
-    ``locate=False`` only records.
+    steps run (on a GPU each read is a sync; the CPU takes the same path): the gradients
+    are recorded on the device and read after the last step, so the steps after a failing
+    one run too. With ``locate=True`` the first step whose backward made a non-finite
+    gradient is then rerun from a copy of what it began with (the trainable parameters,
+    copied on their device at the end of the first backward that made one and of no
+    other; the module's buffers, copied as each step begins; not the optimizer's state:
+    the rerun stops inside ``backward()``), with the same batch and random state, under
+    ``torch.autograd.detect_anomaly()``, to name the backward op that produced it (e.g.
+    ``LogBackward0``) and the forward line that created that op; the parameters and
+    buffers are left as that step found them. ``locate=False`` only records.
     """
     __tracebackhide__ = True
     run = model_step_runner(CHECK, model, step, steps, batches)
