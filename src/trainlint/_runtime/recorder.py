@@ -63,7 +63,7 @@ class GradRecorder:
     must know whether a step went wrong asks :meth:`nonfinite_since_mark` for a flag kept
     on the device. ``backward_ended``: called at the end of each backward that accumulated
     a gradient (an engine callback, after that backward's gradients are measured, before
-    anything after ``backward()`` in the step runs). ``device_path``: measure CPU gradients
+    anything after ``backward()`` in the step runs) with :meth:`nonfinite_since_mark`. ``device_path``: measure CPU gradients
     the way CUDA ones are (an engine callback per backward), so that the CPU tests cover
     that path too.
     """
@@ -73,7 +73,7 @@ class GradRecorder:
         params: Sequence[torch.Tensor],
         *,
         measure: bool = True,
-        backward_ended: Callable[[], None] | None = None,
+        backward_ended: Callable[[torch.Tensor | None], None] | None = None,
         device_path: bool = False,
     ) -> None:
         self.params = params = list(params)
@@ -225,12 +225,12 @@ class GradRecorder:
     def _end_of_backward(self) -> None:
         """The engine callback of a CPU backward (``backward_ended``)."""
         self._queued = False
-        self._ended()  # type: ignore[misc]
+        self._ended(self.nonfinite_since_mark())  # type: ignore[misc]
 
     def _flush_and_end(self) -> None:
         """The engine callback elsewhere, with ``backward_ended``."""
         self._flush()
-        self._ended()  # type: ignore[misc]
+        self._ended(self.nonfinite_since_mark())  # type: ignore[misc]
 
     def _measure_aside(self, i: int, grad: torch.Tensor) -> None:
         """A gradient the slots did not take: max |grad| as a 0-d tensor, read with the rest

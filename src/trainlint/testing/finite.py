@@ -139,9 +139,7 @@ def _measure(
     starts = None
     if device is not None:
         starts = FirstFailure([p for _, p in named], buffers, steps)
-    ended = (
-        None if starts is None else lambda: starts.backward_ended(recorder.nonfinite_since_mark())
-    )
+    ended = None if starts is None else starts.backward_ended
     recorder = rt.GradRecorder([p for _, p in named], backward_ended=ended)
     losses: list[Any] = []  # what each step returned, as a 0-d tensor or a number
     returned: list[list[tuple[str, Any]]] = []  # the other returned values' flags
