@@ -174,3 +174,19 @@ def test_without_the_fused_kernel_the_copy_is_taken_by_where(monkeypatch):
     failure, seen = _run(2)
     assert "at step 2" in str(failure) and "SqrtBackward0" in str(failure)
     _same(seen[-1], seen[2])
+
+
+def test_a_fused_kernel_that_refuses_the_tensors_gives_way_to_where(monkeypatch):
+    """A device or layout the fused kernel refuses raises before it writes: the group is
+    copied by ``where`` from then on, and the rerun is the same."""
+    from trainlint._runtime import first_failure
+    from trainlint._runtime.pool import KeptPool
+
+    def refuses(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("not on this device")
+
+    monkeypatch.setattr(first_failure, "_fused_sgd", refuses)
+    monkeypatch.setattr(first_failure, "_free_groups", KeptPool(4, per_key=1))
+    failure, seen = _run(1)
+    assert "at step 1" in str(failure) and "SqrtBackward0" in str(failure)
+    _same(seen[-1], seen[1])

@@ -70,23 +70,27 @@ class _Group:
             region = torch.empty(largest, dtype=first.dtype, device=first.device)
             self.scratch = [region[: p.numel()].view(p.shape) for p in params]
 
-    def copy_if(self, skip: torch.Tensor, take: torch.Tensor) -> None:
+    def copy_if(self, skip: torch.Tensor) -> None:
         """Copy the parameters into ``views`` unless ``skip`` (a 0-d float, 1.0: skip)."""
         if self.fused:
-            _fused_sgd(  # type: ignore[misc]
-                self.scratch,
-                self.params,
-                self.views,
-                weight_decay=0.0,
-                momentum=1.0,
-                lr=0.0,
-                dampening=0.0,
-                nesterov=False,
-                maximize=False,
-                is_first_step=True,  # the buffer becomes the "gradient": the parameter
-                found_inf=skip,
-            )
-            return
+            try:
+                _fused_sgd(  # type: ignore[misc]
+                    self.scratch,
+                    self.params,
+                    self.views,
+                    weight_decay=0.0,
+                    momentum=1.0,
+                    lr=0.0,
+                    dampening=0.0,
+                    nesterov=False,
+                    maximize=False,
+                    is_first_step=True,  # the buffer becomes the "gradient": the parameter
+                    found_inf=skip,
+                )
+                return
+            except RuntimeError:  # a device or layout the kernel refuses: where, from now
+                self.fused, self.scratch = False, []
+        take = skip == 0
         for p, view in zip(self.params, self.views, strict=True):
             torch.where(take, p, view, out=view)
 
@@ -102,8 +106,8 @@ class FirstFailure:
     parameters (as the end of that backward found them) and its buffers, kept on their
     devices while the steps run; :meth:`restore` puts them back, after the steps.
 
-    ``backward_ended(bad)`` is called at the end of each backward with a 0-d bool on the
-    device (:meth:`GradRecorder.nonfinite_since_mark`), ``begin_step`` and ``end_step``
+    ``backward_ended(ok)`` is called at the end of each backward with a 0-d bool on the
+    device (:meth:`GradRecorder.finite_since_mark`), ``begin_step`` and ``end_step``
     around each step.
     """
 
@@ -121,45 +125,43 @@ class FirstFailure:
             groups = [_Group(members) for members in _by_group(dense)]
         self._groups = groups
         self._buffers = StepStart(buffers, steps)
-        self._seen: torch.Tensor | None = None  # a backward so far was bad
-        self._step_bad: torch.Tensor | None = None  # a backward of this step was bad
-        self._taken_at: torch.Tensor | None = None  # the step copied (0-d int64), or -1
+        self._clean: torch.Tensor | None = None  # every backward so far was finite
+        # each backward's step and its flag, read once if a step failed
+        self._ends: list[tuple[int, torch.Tensor]] = []
         self._step = 0
 
     def begin_step(self, step: int) -> None:
         self._step = step
-        self._step_bad = None
         self._buffers.take()
 
-    def backward_ended(self, bad: torch.Tensor | None) -> None:
-        """Copy the parameters if ``bad`` and no earlier backward was (on the device)."""
-        if bad is None:
+    def backward_ended(self, ok: torch.Tensor | None) -> None:
+        """Copy the parameters unless ``ok`` (a 0-d bool on the device: every gradient
+        of that backward finite) or an earlier backward was not."""
+        if ok is None:
             return
-        seen = self._seen
-        take = bad if seen is None else bad & ~seen
-        self._seen = bad if seen is None else seen | bad
-        self._step_bad = bad if self._step_bad is None else self._step_bad | bad
-        if self._taken_at is None:
-            self._taken_at = torch.full((), -1, dtype=torch.long, device=bad.device)
-        self._taken_at.masked_fill_(take, self._step)
+        self._ends.append((self._step, ok))
+        clean = self._clean
+        # skip: this backward is fine, or the copy was taken before
+        skip = ok if clean is None else ok | ~clean
+        self._clean = ok if clean is None else clean & ok
         if not self._groups:
             return
         enabled = _grad_enabled()
         _set_grad_enabled(False)  # no_grad
         try:
-            skips: dict[Any, tuple[torch.Tensor, torch.Tensor]] = {}
+            flags: dict[Any, torch.Tensor] = {}
             for group in self._groups:
                 device = group.kept.device
-                if device not in skips:
-                    here = take.to(device, non_blocking=True)
-                    skips[device] = ((~here).to(torch.float32), here)
-                group.copy_if(*skips[device])
+                if device not in flags:
+                    flags[device] = skip.to(device, torch.float32, non_blocking=True)
+                group.copy_if(flags[device])
         finally:
             _set_grad_enabled(enabled)
 
     def end_step(self) -> None:
-        """The step ended (with more to come): its buffers' copy is kept if it was bad."""
-        self._buffers.end_step(self._step_bad)
+        """The step ended (with more to come): the buffers' next copy goes to the spare
+        row once a backward went wrong."""
+        self._buffers.end_step(self._clean)
 
     def restore(self, step: int) -> None:
         """Put back what ``step`` (the first failing one) began with: its buffers, and its
@@ -167,8 +169,13 @@ class FirstFailure:
         its own anomaly detection raised inside backward: its parameters are as it left
         them). One host read."""
         self._buffers.restore()
-        taken = self._taken_at
-        if taken is not None and int(taken) == step:
+        ends = self._ends
+        if not ends:
+            return
+        device = ends[0][1].device
+        oks = torch.stack([ok.to(device) for _, ok in ends]).tolist()
+        copied = next((s for (s, _), ok in zip(ends, oks, strict=True) if not ok), None)
+        if copied == step:
             with torch.no_grad():
                 for group in self._groups:
                     group.restore()

@@ -60,12 +60,12 @@ class GradRecorder:
     when the grad object changed identity.
 
     Nothing is read on the host until the steps are over, on the CPU too: a check that
-    must know whether a step went wrong asks :meth:`nonfinite_since_mark` for a flag kept
+    must know whether a step went wrong asks :meth:`finite_since_mark` for a flag kept
     on the device. ``backward_ended``: called at the end of each backward that accumulated
     a gradient (an engine callback, after that backward's gradients are measured, before
-    anything after ``backward()`` in the step runs) with :meth:`nonfinite_since_mark`. ``device_path``: measure CPU gradients
-    the way CUDA ones are (an engine callback per backward), so that the CPU tests cover
-    that path too.
+    anything after ``backward()`` in the step runs) with :meth:`finite_since_mark`.
+    ``device_path``: measure CPU gradients the way CUDA ones are (an engine callback per
+    backward), so that the CPU tests cover that path too.
     """
 
     def __init__(
@@ -111,7 +111,7 @@ class GradRecorder:
         # measured outside the slots: (slots written before it, step, parameter, max |grad|
         # as a 0-d tensor or None when not measured), in the order backward made them
         self._later: list[tuple[int, int, int, Any]] = []
-        self._marks = (0, 0)  # (slots, _later) already covered by nonfinite_since_mark
+        self._marks = (0, 0)  # (slots, _later) already covered by finite_since_mark
         self._events: list[tuple[int, int, float | None]] | None = None
         # weak: holding last step's grads would keep them alive while the step allocates
         # new ones, doubling gradient memory for the duration of the check
@@ -225,12 +225,12 @@ class GradRecorder:
     def _end_of_backward(self) -> None:
         """The engine callback of a CPU backward (``backward_ended``)."""
         self._queued = False
-        self._ended(self.nonfinite_since_mark())  # type: ignore[misc]
+        self._ended(self.finite_since_mark())  # type: ignore[misc]
 
     def _flush_and_end(self) -> None:
         """The engine callback elsewhere, with ``backward_ended``."""
         self._flush()
-        self._ended(self.nonfinite_since_mark())  # type: ignore[misc]
+        self._ended(self.finite_since_mark())  # type: ignore[misc]
 
     def _measure_aside(self, i: int, grad: torch.Tensor) -> None:
         """A gradient the slots did not take: max |grad| as a 0-d tensor, read with the rest
@@ -295,17 +295,22 @@ class GradRecorder:
                 self._later.append((len(self._slotted), self.step, index, value))
         self._grads_before = []
 
-    def nonfinite_since_mark(self) -> torch.Tensor | None:
-        """A 0-d bool tensor, on the gradients' device: whether any gradient backward made
-        since the last call is NaN or Inf (one assigned directly is not counted: no rerun
+    def finite_since_mark(self) -> torch.Tensor | None:
+        """A 0-d bool tensor, on the gradients' device: whether every gradient backward
+        made since the last call is finite (one assigned directly is not counted: no rerun
         of backward names where it came from); None when none was measured. No host
         read."""
         slots_at, later_at = self._marks
-        self._marks = (len(self._slotted), len(self._later))
-        flags: list[torch.Tensor] = []
+        end, later_end = len(self._slotted), len(self._later)
+        self._marks = (end, later_end)
         n = len(self.params)
+        if later_at == later_end and slots_at < end and slots_at // n == (end - 1) // n:
+            # one buffer's rows, nothing aside (a step's single backward): two ops
+            rows = self._chunks[slots_at // n][0][slots_at % n : (end - 1) % n + 1]
+            return torch.isfinite(rows).all()
+        flags: list[torch.Tensor] = []
         for c, (buffer, _) in enumerate(self._chunks):
-            a, b = max(slots_at - c * n, 0), min(self._marks[0] - c * n, n)
+            a, b = max(slots_at - c * n, 0), min(end - c * n, n)
             if a < b:
                 flags.append(torch.isfinite(buffer[a:b]).all())
         assigned = self.assigned
@@ -324,7 +329,7 @@ class GradRecorder:
         ok = flags[0]
         for flag in flags[1:]:
             ok = ok & flag.to(device, non_blocking=True)
-        return ~ok
+        return ok
 
     # ------------------------------------------------------------------ the record
 

@@ -226,7 +226,6 @@ class StepStart:
         self.params = [t for t in tensors if t.layout is strided]
         key = (tuple((p.device, p.dtype, p.shape) for p in self.params), steps > 1)
         self._key = key
-        self._seen: torch.Tensor | None = None  # any step so far bad (on the device)
         # per device: the row (0 or 1, a 1-element index) the next step's copy goes to
         self._rows: dict[torch.device, torch.Tensor] = {}
         kept = _free_starts.take(key)
@@ -251,13 +250,12 @@ class StepStart:
         finally:
             _set_grad_enabled(enabled)
 
-    def end_step(self, bad: torch.Tensor | None) -> None:
-        """Note whether the step that ends went wrong (``bad``, a 0-d bool on the device):
-        once one did, later copies go to the spare row."""
-        if bad is None or not self._pairs:
+    def end_step(self, clean: torch.Tensor | None) -> None:
+        """Note whether every step so far went well (``clean``, a 0-d bool on the device):
+        once one did not, later copies go to the spare row."""
+        if clean is None or not self._pairs:
             return
-        self._seen = bad if self._seen is None else self._seen | bad
-        row = self._seen.to(torch.long).reshape(1)
+        row = (~clean).to(torch.long).reshape(1)
         self._rows = {b.device: row.to(b.device, non_blocking=True) for b in self._buffers}
 
     def restore(self) -> None:
