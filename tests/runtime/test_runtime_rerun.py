@@ -190,3 +190,27 @@ def test_a_fused_kernel_that_refuses_the_tensors_gives_way_to_where(monkeypatch)
     failure, seen = _run(1)
     assert "at step 1" in str(failure) and "SqrtBackward0" in str(failure)
     _same(seen[-1], seen[1])
+
+
+def test_a_fused_kernel_that_ignores_the_skip_flag_is_not_used(monkeypatch):
+    """Tried once a device and dtype before the steps: a kernel that copied on every
+    backward would keep the last backward's parameters, not the first failing one's."""
+    from trainlint._runtime import first_failure
+    from trainlint._runtime.pool import KeptPool
+
+    real = first_failure._fused_sgd
+    used: list[int] = []
+
+    def ignores_skip(*args: Any, found_inf: torch.Tensor, **kwargs: Any) -> None:
+        used.append(1)
+        real(*args, found_inf=torch.zeros_like(found_inf), **kwargs)
+
+    monkeypatch.setattr(first_failure, "_fused_sgd", ignores_skip)
+    monkeypatch.setattr(first_failure, "_FUSED_OK", {})
+    monkeypatch.setattr(first_failure, "_free_groups", KeptPool(4, per_key=1))
+    assert not first_failure._fused_copies(torch.device("cpu"), torch.float32)
+    used.clear()
+    failure, seen = _run(1)
+    assert "at step 1" in str(failure)
+    _same(seen[-1], seen[1])
+    assert not used  # the steps copied by where

@@ -24,6 +24,7 @@ the first failing step's copy on the device too); they are small next to the par
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,6 +62,7 @@ class _Group:
             _fused_sgd is not None
             and first.dtype in _FUSED_DTYPES
             and all(p.is_contiguous() for p in params)
+            and _fused_copies(first.device, first.dtype)
         )
         self.scratch: list[torch.Tensor] = []
         if self.fused:
@@ -99,6 +101,46 @@ class _Group:
 
 
 _free_groups: KeptPool[list[_Group]] = KeptPool(4, per_key=1)
+_FUSED_OK: dict[tuple[torch.device, torch.dtype], bool] = {}
+
+
+def _fused_copies(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the fused kernel, on this device and dtype, copies exactly when told to and
+    writes nothing when told to skip: tried once a process on four values (an Inf and a
+    negative zero among them), read on the host before any step runs; else ``where``."""
+    known = _FUSED_OK.get((device, dtype))
+    if known is None:
+        try:
+            values = torch.tensor([1.5, -0.0, math.inf, -3.25], dtype=dtype, device=device)
+            kept = torch.zeros_like(values)
+            calls = []
+            for skip in (1.0, 0.0):
+                flag = torch.tensor(skip, device=device)
+                _fused_sgd(  # type: ignore[misc]
+                    [torch.zeros_like(values)],
+                    [values],
+                    [kept],
+                    weight_decay=0.0,
+                    momentum=1.0,
+                    lr=0.0,
+                    dampening=0.0,
+                    nesterov=False,
+                    maximize=False,
+                    is_first_step=True,
+                    found_inf=flag,
+                )
+                calls.append(kept.clone())
+            skipped, copied = calls
+            known = (
+                bool((skipped == 0).all())
+                and not bool(torch.signbit(skipped).any())
+                and torch.equal(copied, values)
+                and bool(torch.signbit(copied[1]))
+            )
+        except RuntimeError:
+            known = False
+        _FUSED_OK[(device, dtype)] = known
+    return known
 
 
 class FirstFailure:
