@@ -15,7 +15,9 @@ and, on its first step, a momentum buffer set to the gradient exactly (its ``lr`
 and the parameter it updates is a scratch tensor). So a check that passes pays a few
 microseconds a backward instead of a parameter-sized copy a step (1.6 ms a step on a
 4M-parameter CPU model, 5% of its step). A dtype that kernel does not take is copied by
-``torch.where`` on the flag.
+``torch.where`` on the flag. A step that changes its parameters before the backward that
+fails (a GAN's discriminator step between two backwards) is rerun from the parameters
+that backward saw, where stopping the step there used to leave them.
 
 The buffers (a BatchNorm's running statistics) change in the forward pass, so they are
 copied as each step begins (:class:`~trainlint._runtime.snapshot.StepStart`, which keeps
