@@ -463,11 +463,11 @@ def _nan_at(bad: int, steps: int = 4, after: Callable[[int], None] | None = None
 def test_finite_grads_reruns_the_first_failing_step_from_the_weights_it_began_with(
     bad, device_path, monkeypatch
 ):
-    """The first failing step is rerun to name the op, and the weights are left as that
-    step found them: on the CPU it was stopped inside backward; on the device path
-    (``device_path``: CPU gradients measured as CUDA ones are) the steps ran on and the
-    weights come back from the copy made when it began (the last step's copy, or the one
-    kept on the device for an earlier one)."""
+    """Read after the steps, the first failing step is rerun from a copy of the weights it
+    began with (kept in row 0 of the copy while no earlier step failed): the op is named,
+    and the weights are left as that step found them. One path on the CPU and off it;
+    ``device_path``: the gradients measured as CUDA ones are (one engine callback per
+    backward)."""
     if device_path:
         rt = runtime()
         recorder = functools.partial(rt.GradRecorder, device_path=True)
@@ -488,8 +488,7 @@ def test_finite_grads_reruns_the_first_failing_step_from_the_weights_it_began_wi
     assert "SqrtBackward0 turned finite gradients into" in message
     assert info.value.result.steps == bad + 1
     assert len(info.value.result.losses) == bad
-    # the CPU stops the failing step inside backward; the device path runs every step
-    assert len(calls) == (4 if device_path else bad + 1) + 1  # and the rerun
+    assert len(calls) == 4 + 1  # every step ran, and the rerun
     for name, param in model.named_parameters():
         assert torch.equal(param.detach(), before[name]), name
 

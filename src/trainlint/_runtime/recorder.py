@@ -51,14 +51,6 @@ _ref = weakref.ref
 _get_ident = threading.get_ident
 
 
-class NonFiniteGradient(BaseException):
-    """Raised at the end of a CPU backward that made a NaN or Inf gradient, to stop the
-    step before the optimizer spreads it (``stop_on_nonfinite``); the record says which.
-
-    A BaseException so that a step's own ``except Exception`` does not swallow it.
-    """
-
-
 class GradRecorder:
     """Sees each parameter's ``.grad`` as autograd accumulates into it.
 
@@ -67,11 +59,13 @@ class GradRecorder:
     computed elsewhere and copied in) fires no hook; it is picked up at the end of the step
     when the grad object changed identity.
 
-    ``stop_on_nonfinite``: on the CPU, where a host read is no sync (nothing runs ahead of
-    it), stop the step at the end of a backward that made a non-finite gradient; elsewhere
-    nothing is read until the steps are over, and ``stops`` is False. ``device_path``:
-    measure CPU gradients the way CUDA ones are (an engine callback per backward), so that
-    the CPU tests cover that path too.
+    Nothing is read on the host until the steps are over, on the CPU too: a check that
+    must know whether a step went wrong asks :meth:`finite_since_mark` for a flag kept
+    on the device. ``backward_ended``: called at the end of each backward that accumulated
+    a gradient (an engine callback, after that backward's gradients are measured, before
+    anything after ``backward()`` in the step runs) with :meth:`finite_since_mark`.
+    ``device_path``: measure CPU gradients the way CUDA ones are (an engine callback per
+    backward), so that the CPU tests cover that path too.
     """
 
     def __init__(
@@ -79,10 +73,11 @@ class GradRecorder:
         params: Sequence[torch.Tensor],
         *,
         measure: bool = True,
-        stop_on_nonfinite: bool = False,
+        backward_ended: Callable[[torch.Tensor | None], None] | None = None,
         device_path: bool = False,
     ) -> None:
         self.params = params = list(params)
+        self._ended = backward_ended
         self.measure = measure
         self.step = 0
         self.assigned: set[tuple[int, int]] = set()
@@ -93,7 +88,6 @@ class GradRecorder:
         # CPU gradients are measured in their hooks (into the slots); small_dense is asked
         # only elsewhere, where it picks foreach ops
         self._on_cpu = measure and not device_path and all(map(_is_cpu, params))
-        self.stops = stop_on_nonfinite and self._on_cpu
         # elsewhere: one foreach inf-norm for all the gradients of a backward (a launch or a
         # few, no copy), where the device's kernel keeps a NaN; else max_abs (an aminmax
         # per large gradient: three launches each)
@@ -117,7 +111,7 @@ class GradRecorder:
         # measured outside the slots: (slots written before it, step, parameter, max |grad|
         # as a 0-d tensor or None when not measured), in the order backward made them
         self._later: list[tuple[int, int, int, Any]] = []
-        self._marks = (0, 0)  # (slots, _later) already covered by nonfinite_since_mark
+        self._marks = (0, 0)  # (slots, _later) already covered by finite_since_mark
         self._events: list[tuple[int, int, float | None]] | None = None
         # weak: holding last step's grads would keep them alive while the step allocates
         # new ones, doubling gradient memory for the duration of the check
@@ -161,7 +155,7 @@ class GradRecorder:
     def _make_hook(self, index: dict[int, int]) -> Callable[[torch.Tensor], None]:
         fired = self._fired
         pending = self._pending
-        flush = self._flush
+        flush = self._flush if self._ended is None else self._flush_and_end
 
         if not self.measure:
             ever = self._ever
@@ -202,7 +196,7 @@ class GradRecorder:
         aminmax = _aminmax
         grow = self._grow
         aside = self._measure_aside
-        stops = self.stops
+        ended = self._end_of_backward if self._ended is not None else None
 
         def hook(param: torch.Tensor) -> None:
             i = index[id(param)]
@@ -213,9 +207,9 @@ class GradRecorder:
             if _get_ident() != owner:
                 aside(i, grad)
                 return
-            if stops and not self._queued:
+            if ended is not None and not self._queued:
                 self._queued = True
-                _queue_callback(self._end_of_backward)
+                _queue_callback(ended)
             k = len(slotted)
             if k == len(views):
                 grow()
@@ -229,26 +223,14 @@ class GradRecorder:
         return hook
 
     def _end_of_backward(self) -> None:
-        """An engine callback (``stops``): stop the step if this backward made a NaN or Inf."""
+        """The engine callback of a CPU backward (``backward_ended``)."""
         self._queued = False
-        self._check_stop()
+        self._ended(self.finite_since_mark())  # type: ignore[misc]
 
-    def _check_stop(self) -> None:
-        """Raise NonFiniteGradient if what was measured since the last call holds a NaN or
-        Inf (on the CPU: a read, not a sync)."""
-        at, n = self._marks[0], len(self.params)  # n: the slots of a buffer
-        end = len(self._slotted)
-        if len(self._later) == self._marks[1] and end - at <= n and at // n == (end - 1) // n:
-            # one buffer's rows, nothing aside: a sum is finite iff every value is (or it
-            # overflowed: then the exact test), two ops where that test takes four
-            rows = self._chunks[at // n][0][at % n : (end - 1) % n + 1]
-            self._marks = (end, self._marks[1])
-            if math.isfinite(rows.sum().item()) or bool(torch.isfinite(rows).all()):
-                return
-            raise NonFiniteGradient
-        bad = self.nonfinite_since_mark()
-        if bad is not None and bool(bad):
-            raise NonFiniteGradient
+    def _flush_and_end(self) -> None:
+        """The engine callback elsewhere, with ``backward_ended``."""
+        self._flush()
+        self._ended(self.finite_since_mark())  # type: ignore[misc]
 
     def _measure_aside(self, i: int, grad: torch.Tensor) -> None:
         """A gradient the slots did not take: max |grad| as a 0-d tensor, read with the rest
@@ -295,8 +277,6 @@ class GradRecorder:
         if self._pending:  # a backward that raised, or ran outside the engine's callbacks
             self._flush()
         self._queued = False
-        if self.stops:  # what another thread's backward made, measured aside
-            self._check_stop()
         fired = self._fired
         if len(fired) == len(self.params):
             self._grads_before = []
@@ -315,17 +295,22 @@ class GradRecorder:
                 self._later.append((len(self._slotted), self.step, index, value))
         self._grads_before = []
 
-    def nonfinite_since_mark(self) -> torch.Tensor | None:
-        """A 0-d bool tensor, on the gradients' device: whether any gradient backward made
-        since the last call is NaN or Inf (one assigned directly is not counted: no rerun
+    def finite_since_mark(self) -> torch.Tensor | None:
+        """A 0-d bool tensor, on the gradients' device: whether every gradient backward
+        made since the last call is finite (one assigned directly is not counted: no rerun
         of backward names where it came from); None when none was measured. No host
         read."""
         slots_at, later_at = self._marks
-        self._marks = (len(self._slotted), len(self._later))
-        flags: list[torch.Tensor] = []
+        end, later_end = len(self._slotted), len(self._later)
+        self._marks = (end, later_end)
         n = len(self.params)
+        if later_at == later_end and slots_at < end and slots_at // n == (end - 1) // n:
+            # one buffer's rows, nothing aside (a step's single backward): two ops
+            rows = self._chunks[slots_at // n][0][slots_at % n : (end - 1) % n + 1]
+            return torch.isfinite(rows).all()
+        flags: list[torch.Tensor] = []
         for c, (buffer, _) in enumerate(self._chunks):
-            a, b = max(slots_at - c * n, 0), min(self._marks[0] - c * n, n)
+            a, b = max(slots_at - c * n, 0), min(end - c * n, n)
             if a < b:
                 flags.append(torch.isfinite(buffer[a:b]).all())
         assigned = self.assigned
@@ -344,7 +329,7 @@ class GradRecorder:
         ok = flags[0]
         for flag in flags[1:]:
             ok = ok & flag.to(device, non_blocking=True)
-        return ~ok
+        return ok
 
     # ------------------------------------------------------------------ the record
 

@@ -204,99 +204,101 @@ class _Rows:
 
 
 class StepStart:
-    """The parameters as they were when a step began, kept for the first step that went
-    wrong, so that a check can rerun that step after the others ran (a non-finite gradient
-    is found once the steps are over: stopping at it would take a host read per backward).
+    """Tensors as they were when a step began (a model's buffers: a BatchNorm's running
+    statistics change in the forward pass), kept for the first step that went wrong, so
+    that a check can rerun that step after the others ran (a non-finite gradient is found
+    once the steps are over: stopping at it would take a host read per backward).
 
-    One flat buffer per device and dtype holds the copy made at the start of each step
-    (one foreach copy); with more steps to come, a second keeps the copy of the first step
-    whose ``bad`` flag was set, chosen on the device (one ``where`` per buffer), so that
-    nothing is read on the host while the steps run. CPU buffers are kept for the next
-    check (a parameter-sized malloc and free per check slows the step's own allocations:
-    see :meth:`Snapshot._copy_off_heap`); others are the caching allocator's to reuse.
+    One flat buffer per device and dtype holds the copy (one foreach copy a step). With
+    more steps to come it has two rows: a step's copy goes to row 0 while no earlier step
+    went wrong, else to row 1, chosen on the device (an ``index_copy_`` whose index is the
+    0-d flag of the steps so far), so that row 0 ends holding the first failing step's
+    start (or the last step's) with nothing read on the host and no more memory traffic
+    than the copy itself (a ``where`` per step read three tensors). CPU buffers are kept
+    for the next check (a parameter-sized malloc and free per check slows the step's own
+    allocations: see :meth:`Snapshot._copy_off_heap`); others are the caching allocator's
+    to reuse.
     """
 
-    def __init__(self, params: Sequence[torch.Tensor], steps: int) -> None:
+    def __init__(self, tensors: Sequence[torch.Tensor], steps: int) -> None:
         # dense tensors only: a sparse parameter is rerun as it is now
         strided = torch.strided
-        self.params = [p for p in params if p.layout is strided]
+        self.params = [t for t in tensors if t.layout is strided]
         key = (tuple((p.device, p.dtype, p.shape) for p in self.params), steps > 1)
         self._key = key
-        self._seen: torch.Tensor | None = None  # any step so far bad (on the device)
-        # per device and dtype: this step's copy and the kept one (None for one step);
-        # the views of each parameter in them, in the order of self.params
+        # per device: the row (0 or 1, a 1-element index) the next step's copy goes to
+        self._rows: dict[torch.device, torch.Tensor] = {}
         kept = _free_starts.take(key)
         if kept is None:
             kept = _layout(self.params, steps > 1)
-        self._groups, self.views, self._kept_views = kept
+        # the buffers; each tensor's view in row 0, and (two rows) its (2, n) view
+        self._buffers, self.views, self._pairs = kept
 
     def take(self) -> None:
-        """Copy the parameters (at the start of a step)."""
+        """Copy the tensors (at the start of a step) into the row the steps so far chose."""
         if not self.params:
             return
         enabled = _grad_enabled()
         _set_grad_enabled(False)  # no_grad
         try:
-            torch._foreach_copy_(self.views, self.params)
+            if not self._rows:  # the first step, or a single row: row 0
+                torch._foreach_copy_(self.views, self.params)
+                return
+            rows = self._rows
+            for pair, p in zip(self._pairs, self.params, strict=True):
+                pair.index_copy_(0, rows[p.device], p.reshape(1, -1))
         finally:
             _set_grad_enabled(enabled)
 
-    def end_step(self, bad: torch.Tensor | None) -> None:
-        """Keep this step's copy when ``bad`` (a 0-d bool) is set and no earlier step's was."""
-        if bad is None:
+    def end_step(self, clean: torch.Tensor | None) -> None:
+        """Note whether every step so far went well (``clean``, a 0-d bool on the device):
+        once one did not, later copies go to the spare row."""
+        if clean is None or not self._pairs:
             return
-        first = bad if self._seen is None else bad & ~self._seen
-        self._seen = bad if self._seen is None else self._seen | bad
-        for current, kept in self._groups:
-            if kept is not None:
-                torch.where(first.to(current.device), current, kept, out=kept)
+        row = (~clean).to(torch.long).reshape(1)
+        self._rows = {b.device: row.to(b.device, non_blocking=True) for b in self._buffers}
 
-    def restore(self, *, kept: bool) -> None:
-        """Put a copy back into the parameters: the kept one (an earlier step's) or the
-        last step's."""
-        views = self._kept_views if kept else self.views
-        if self.params and len(views) == len(self.params):
+    def restore(self) -> None:
+        """Put the kept copy (row 0) back."""
+        if self.params and len(self.views) == len(self.params):
             with torch.no_grad():
-                torch._foreach_copy_(self.params, views)
+                torch._foreach_copy_(self.params, self.views)
 
     def release(self) -> None:
         """Give the CPU buffers back for the next check."""
-        groups, self._groups = self._groups, []
-        if groups and all(
-            c.is_cpu and c.numel() * c.element_size() <= _SPARE_MAX for c, _ in groups
+        buffers, self._buffers = self._buffers, []
+        if buffers and all(
+            b.is_cpu and b.numel() * b.element_size() <= _SPARE_MAX for b in buffers
         ):
-            _free_starts.give(self._key, (groups, self.views, self._kept_views))
-        self.views, self._kept_views = [], []
+            _free_starts.give(self._key, (buffers, self.views, self._pairs))
+        self.views, self._pairs = [], []
 
 
-Layout = tuple[
-    list[tuple[torch.Tensor, "torch.Tensor | None"]], list[torch.Tensor], list[torch.Tensor]
-]
+Layout = tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]
 
 
 def _layout(params: list[torch.Tensor], keep: bool) -> Layout:
-    """Buffers for :class:`StepStart`, one (two with ``keep``) per device and dtype, and
-    each parameter's views in them."""
+    """Buffers for :class:`StepStart`, one per device and dtype ((2, n) with ``keep``),
+    each tensor's view in row 0 and (``keep``) its (2, numel) view of both rows."""
     groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
     for at, p in enumerate(params):
         groups.setdefault((p.device, p.dtype), []).append(at)
-    buffers: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+    buffers: list[torch.Tensor] = []
     views: list[Any] = [None] * len(params)
-    kept_views: list[Any] = [None] * len(params) if keep else []
+    pairs: list[Any] = [None] * len(params) if keep else []
     for (device, dtype), members in groups.items():
         total = sum(params[at].numel() for at in members)
-        current = torch.empty(total, dtype=dtype, device=device)
-        kept = torch.empty(total, dtype=dtype, device=device) if keep else None
-        buffers.append((current, kept))
+        buffer = torch.empty((2 if keep else 1, total), dtype=dtype, device=device)
+        buffers.append(buffer)
         offset = 0
         for at in members:
             p = params[at]
             n = p.numel()
-            views[at] = current[offset : offset + n].view(p.shape)
-            if kept is not None:
-                kept_views[at] = kept[offset : offset + n].view(p.shape)
+            views[at] = buffer[0, offset : offset + n].view(p.shape)
+            if keep:
+                pairs[at] = buffer[:, offset : offset + n]
             offset += n
-    return buffers, views, kept_views
+    return buffers, views, pairs
 
 
 _free_starts: KeptPool[Layout] = KeptPool(4)

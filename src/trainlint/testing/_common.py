@@ -62,7 +62,6 @@ class Runtime:
         "model_device",
         "match_params",
         "GradRecorder",
-        "NonFiniteGradient",
         "HookSet",
         "Snapshot",
         "register_optimizer_step_pre_hook",
@@ -73,7 +72,7 @@ class Runtime:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         from trainlint._runtime.arguments import check_count, check_model
-        from trainlint._runtime.recorder import GradRecorder, HookSet, NonFiniteGradient
+        from trainlint._runtime.recorder import GradRecorder, HookSet
         from trainlint._runtime.snapshot import Snapshot
         from trainlint._runtime.steps import StepRunner, match_params, model_device
 
@@ -84,7 +83,6 @@ class Runtime:
         self.model_device = model_device
         self.match_params = match_params
         self.GradRecorder = GradRecorder
-        self.NonFiniteGradient = NonFiniteGradient
         self.HookSet = HookSet
         self.Snapshot = Snapshot
         self.register_optimizer_step_pre_hook = register_optimizer_step_pre_hook

@@ -50,17 +50,16 @@ def cut(
 
 
 class Rewind:
-    """Puts back what a stopped step began with (its parameters; its batch), and gives
-    what reruns it."""
+    """Puts back what a stopped step began with (its parameters and buffers; its batch),
+    and gives what reruns it."""
 
-    def __init__(self, run: StepRunner, starts: Any, step: int, last: int, batch: Any) -> None:
-        self.run, self.starts, self.step, self.last, self.batch = run, starts, step, last, batch
+    def __init__(self, run: StepRunner, starts: Any, step: int, batch: Any) -> None:
+        self.run, self.starts, self.step, self.batch = run, starts, step, batch
 
     def __call__(self) -> Rewind:
-        # this step's copy is the last one taken, or the one kept for an earlier step; no
-        # copy: the step was stopped inside backward, its parameters untouched
+        # the copy kept for the first failing step (see FirstFailure)
         if self.starts is not None:
-            self.starts.restore(kept=self.step < self.last)
+            self.starts.restore(self.step)
             self.starts.release()
         return self
 

@@ -72,16 +72,17 @@ def assert_finite_grads(
     """No NaN or Inf in any gradient, nor in the loss when the step returns it.
 
     On failure names the first parameter (in backward order: the one nearest the loss) and
-    the step where a non-finite gradient appeared. With ``locate=True`` the step that made
-    it is rerun with the same batch and random state under
-    ``torch.autograd.detect_anomaly()`` to name the backward op that produced it (e.g.
-    ``LogBackward0``) and the forward line that created that op. On the CPU the step is
-    stopped inside ``backward()`` at the first non-finite gradient, before the optimizer
-    spreads it to the weights. Elsewhere (CUDA) nothing is read on the host while the steps
-    run, which would be a sync: the gradients are recorded on the device and read after
-    the last step, so the steps after a failing one run too; the first failing step is
-    rerun from a copy of the parameters it began with (one kept on the device, two with
-    ``steps > 1``), which are left as that step found them. ``locate=False`` only records.
+    the step where a non-finite gradient appeared. Nothing is read on the host while the
+    steps run (on a GPU each read is a sync; the CPU takes the same path): the gradients
+    are recorded on the device and read after the last step, so the steps after a failing
+    one run too. With ``locate=True`` the first step whose backward made a non-finite
+    gradient is then rerun from a copy of what it began with (the trainable parameters,
+    copied on their device at the end of the first backward that made one and of no
+    other; the module's buffers, copied as each step begins; not the optimizer's state:
+    the rerun stops inside ``backward()``), with the same batch and random state, under
+    ``torch.autograd.detect_anomaly()``, to name the backward op that produced it (e.g.
+    ``LogBackward0``) and the forward line that created that op; the parameters and
+    buffers are left as that step found them. ``locate=False`` only records.
     """
     __tracebackhide__ = True
     run = model_step_runner(CHECK, model, step, steps, batches)
@@ -89,7 +90,9 @@ def assert_finite_grads(
     every = named_parameters(model) if locate else None
     named = trainable(model, walked=every)
     device = first_device(model, every) if every is not None else None
-    measured = _measure(run, named, steps, device)
+    # locate: the buffers too (a BatchNorm's statistics), copied with the parameters
+    buffers = list(model.buffers()) if every is not None else []
+    measured = _measure(run, named, buffers, steps, device)
     first = _diagnose(measured, named)
     if first is None and not measured.bad_losses and measured.stopped_at is None:
         return measured.result
@@ -118,6 +121,7 @@ class _Measured:
 def _measure(
     run: StepRunner,
     named: list[tuple[str, torch.Tensor]],
+    buffers: list[torch.Tensor],
     steps: int,
     device: torch.device | None,
 ) -> _Measured:
@@ -126,40 +130,33 @@ def _measure(
     non-finite loss or (when locating, i.e. given the model's ``device``) gradient, as if
     the check had stopped there: inside that step's backward for a gradient."""
     __tracebackhide__ = True
-    from trainlint._runtime.snapshot import StepStart
+    from trainlint._runtime.first_failure import FirstFailure
 
     rt = runtime()
-    torch, NonFiniteGradient = rt.torch, rt.NonFiniteGradient
-    # locating on the CPU the step stops inside backward (a read there is no sync, and a
-    # copy of the parameters each step cost 2-4 ms a step on a 4M-parameter model);
-    # elsewhere the steps run on, and the first failing one is rerun from a copy
-    recorder = rt.GradRecorder([p for _, p in named], stop_on_nonfinite=device is not None)
+    torch = rt.torch
+    # locating: what each step began with (parameters, buffers, random state, batch), kept
+    # for the first step whose backward made a NaN or Inf, to rerun it after the last step
+    starts = None
+    if device is not None:
+        starts = FirstFailure([p for _, p in named], buffers, steps)
+    ended = None if starts is None else starts.backward_ended
+    recorder = rt.GradRecorder([p for _, p in named], backward_ended=ended)
     losses: list[Any] = []  # what each step returned, as a 0-d tensor or a number
     returned: list[list[tuple[str, Any]]] = []  # the other returned values' flags
     keys: dict[int, str] = {}  # step -> the returned key holding NaN/Inf (not the loss)
-    # locating: the random state, batch and parameters each step began with, to rerun the
-    # first failing one
     rngs: list[Any] = []
     batches: list[Any] = []
-    starts = None
-    if device is not None and not recorder.stops:
-        starts = StepStart([p for _, p in named], steps)
     stopped_at: int | None = None
     raised: tuple[int, Exception] | None = None
     try:
         with recorder:
             for i in range(steps):
-                if device is not None:
+                if starts is not None and device is not None:
                     rngs.append(_rng_state(torch, device))
-                if starts is not None:
-                    starts.take()
+                    starts.begin_step(i)
                 recorder.begin_step(i)
                 try:
                     out = run()
-                    recorder.end_step()
-                except NonFiniteGradient:
-                    stopped_at = i
-                    break
                 except Exception as error:
                     # The user's own anomaly detection stopped backward at a NaN first.
                     if isinstance(error, RuntimeError) and re.search(
@@ -171,11 +168,12 @@ def _measure(
                     break
                 finally:
                     batches.append(run.last_batch)
+                recorder.end_step()
                 losses.append(loss_later(torch, out))
                 returned.append(returned_later(torch, out))
                 del out
                 if starts is not None and i < steps - 1:
-                    starts.end_step(recorder.nonfinite_since_mark())
+                    starts.end_step()
         numbers = with_returned(torch, read_losses(torch, losses), returned, keys)
         ran, stopped_at = cut(recorder, numbers, stopped_at, raised, device is not None)
         if stopped_at is None and starts is not None:
@@ -196,7 +194,7 @@ def _measure(
     )
     rewind = None
     if stopped_at is not None and device is not None:
-        rewind = Rewind(run, starts, stopped_at, len(batches) - 1, batches[stopped_at])
+        rewind = Rewind(run, starts, stopped_at, batches[stopped_at])
     rng = rngs[stopped_at] if stopped_at is not None and rngs else None
     return _Measured(result, recorder, stopped_at, rng, device, keys, rewind)
 
