@@ -478,6 +478,12 @@ def _is_none(expr: ast.AST) -> bool:
     return isinstance(expr, ast.Constant) and expr.value is None
 
 
+#: The library's names before it was `transformers`: its schedules were classes
+#: (`WarmupLinearSchedule(optimizer, warmup_steps, t_total)`, LambdaLR subclasses).
+LEGACY_TRANSFORMERS = ("pytorch_transformers.", "pytorch_pretrained_bert.", "transformers.")
+LEGACY_SCHEDULE = re.compile(r"^Warmup\w*Schedule$")
+
+
 def constructor_role(qual: str) -> Role | None:
     """The role of what calling ``qual`` builds, by its name alone (the same in every
     file: remembered for the run)."""
@@ -489,7 +495,9 @@ def constructor_role(qual: str) -> Role | None:
         return Role.OPTIMIZER
     if qual.startswith("transformers") and re.match(r"get_\w*schedule", last):
         return Role.SCHEDULER
-    if qual.startswith("transformers") and last in ("AdamW", "Adafactor"):
+    if qual.startswith(LEGACY_TRANSFORMERS) and LEGACY_SCHEDULE.match(last):
+        return Role.SCHEDULER
+    if qual.startswith(("transformers", *LEGACY_TRANSFORMERS)) and last in ("AdamW", "Adafactor"):
         return Role.OPTIMIZER
     if re.search(r"(^|\.)(optim|optimizers)\.[A-Z]", qual) and "lr_scheduler" not in qual:
         return Role.OPTIMIZER

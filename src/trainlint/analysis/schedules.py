@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from trainlint._record import Record
 from trainlint.analysis.model import FileModel, call_name, dotted, keyword
-from trainlint.analysis.roles import Binding, Role
+from trainlint.analysis.roles import LEGACY_SCHEDULE, LEGACY_TRANSFORMERS, Binding, Role
 
 LR_SCHEDULER = "torch.optim.lr_scheduler."
 EPOCH_CLASSES = {"StepLR", "MultiStepLR", "ExponentialLR", "ReduceLROnPlateau"}
@@ -219,6 +219,8 @@ def schedule_of(model: FileModel, binding: Binding, depth: int = 0) -> Schedule 
         if cls in COMPOSITE_CLASSES:
             return Schedule(binding, cls, _composite_unit(model, call, depth))
         return Schedule(binding, cls, None)
+    if qual.startswith(LEGACY_TRANSFORMERS) and LEGACY_SCHEDULE.match(cls):
+        return Schedule(binding, cls, "iteration")  # `t_total` counts optimizer steps
     if qual.startswith("transformers") and (re.match(r"get_\w*schedule", cls)):
         # sized by its training-step count: in epochs when that count is an epoch count
         total = keyword(call, "num_training_steps") or (
@@ -254,8 +256,10 @@ def compute_schedules(model: FileModel) -> dict[int, Schedule]:
 
 def is_scheduler_qualname(qual: str) -> bool:
     last = qual.rsplit(".", 1)[-1]
-    return (qual.startswith(LR_SCHEDULER) and last[:1].isupper()) or bool(
-        qual.startswith("transformers") and re.match(r"get_\w*schedule", last)
+    return (
+        (qual.startswith(LR_SCHEDULER) and last[:1].isupper())
+        or bool(qual.startswith("transformers") and re.match(r"get_\w*schedule", last))
+        or bool(qual.startswith(LEGACY_TRANSFORMERS) and LEGACY_SCHEDULE.match(last))
     )
 
 
