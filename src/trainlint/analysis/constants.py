@@ -6,6 +6,7 @@ import ast
 import math
 
 from trainlint.analysis.model import FileModel, call_name, dotted, keyword
+from trainlint.analysis.settings import POSITIVE as POSITIVE_SETTING
 
 POS = object()  # an unknown quantity known to be > 0
 NONNEG = object()  # an unknown quantity >= 0 (a warmup length: it may well be 0)
@@ -74,6 +75,13 @@ class ConstantEvaluator:
             if self.tested_positive(node):
                 return POS
             return self._attribute_default(node.attr)
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, (ast.Name, ast.Attribute))
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)
+        ):
+            return self.project_setting(node.slice.value)  # `CONFIG["warmup_steps"]`
         if isinstance(node, ast.UnaryOp):
             v = self.expr(node.operand, env)
             if isinstance(node.op, ast.USub) and is_number(v):
@@ -203,7 +211,18 @@ class ConstantEvaluator:
                 return value
         if found and all(is_number(v) and v > 0 for v in found):  # type: ignore[operator]
             return POS
+        if not found:
+            return self.project_setting(attr)
         return NONNEG
+
+    def project_setting(self, name: str) -> object:
+        """A setting this file does not declare: the project's default for it, when the
+        project decides it (see :mod:`trainlint.analysis.settings`); else unknown."""
+        view = self.model.project
+        value = (view.get("settings") or {}).get(name) if view else None
+        if value == POSITIVE_SETTING:
+            return POS
+        return value if is_number(value) else NONNEG
 
     @staticmethod
     def _minmax(name: str, args: list[object]) -> object:
