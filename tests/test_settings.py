@@ -92,9 +92,23 @@ def test_view_gives_a_file_only_the_settings_it_reads():
     joined = settings.ProjectSettings()
     joined.add(settings.summary(ast.parse(CONFIG)))
     reader = settings.summary(ast.parse("x = cfg.warmup_epochs\n"))
-    assert joined.view(reader) == {"warmup_epochs": 5}
+    assert joined.view(reader) == {"settings": {"warmup_epochs": 5}}
 
 
 def test_a_classmethod_building_from_a_splat_opens_its_class():
     src = CONFIG + "\n    @classmethod\n    def load(cls, path):\n        return cls(**read(path))\n"
     assert "warmup_epochs" not in decided(src)
+
+
+def test_constructor_arguments_every_call_site_agrees_on():
+    joined = settings.ProjectSettings()
+    lib = "class WarmupDecay:\n    def __init__(self, opt, warmup, start_step):\n        pass\n"
+    joined.add(settings.summary(ast.parse(lib)))
+    caller = "def build(opt):\n    first = 0\n    return WarmupDecay(opt, 100, start_step=first)\n"
+    joined.add(settings.summary(ast.parse(caller)))
+    view = joined.view(settings.summary(ast.parse(lib)))
+    assert view["arguments"] == {"WarmupDecay": {"1": 100, "start_step": 0}}
+    joined.add(settings.summary(ast.parse("s = WarmupDecay(o, 100, start_step=resume_at)\n")))
+    assert joined.view(settings.summary(ast.parse(lib)))["arguments"] == {"WarmupDecay": {"1": 100}}
+    joined.add(settings.summary(ast.parse("s = WarmupDecay(*args)\n")))
+    assert "arguments" not in joined.view(settings.summary(ast.parse(lib)))

@@ -134,7 +134,7 @@ class ConstantEvaluator:
         child: ast.AST = node
         for anc in self.model.ancestors(node):
             if isinstance(anc, ast.If) and any(child is s for s in anc.body):
-                if _positive_test(anc.test, text):
+                if positive_test(anc.test, text):
                     return True
             child = anc
         return False
@@ -363,10 +363,10 @@ def literal_value(model: FileModel, node: ast.AST) -> object:
     return None
 
 
-def _positive_test(test: ast.AST, text: str) -> bool:
+def positive_test(test: ast.AST, text: str) -> bool:
     """``text > 0``, ``text >= 1`` or ``0 < text``, alone or in an ``and``."""
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        return any(_positive_test(v, text) for v in test.values)
+        return any(positive_test(v, text) for v in test.values)
     if not isinstance(test, ast.Compare) or len(test.ops) != 1:
         return False
     left, op, right = test.left, test.ops[0], test.comparators[0]

@@ -23,7 +23,7 @@ import ast
 from collections.abc import Iterable
 from typing import Any
 
-from trainlint.analysis.model import walk_tree
+from trainlint.analysis.model import walk_local, walk_tree
 
 #: Calls whose keywords declare a namespace's values rather than change a setting.
 NAMESPACE_CALLS = frozenset({"SimpleNamespace", "Namespace", "EasyDict", "edict", "dict", "Box"})
@@ -73,6 +73,7 @@ class _Collector:
         self.declared: set[int] = set()
         self.classes: list[str] = []
         self.cls_splat = False
+        self.passed: dict[str, list[dict[str, object]]] = {}  # class name -> call sites
 
     def default(self, name: str, owner: str, value: ast.AST | None) -> None:
         self.defaults.setdefault(name, []).append([owner, _number(value)])
@@ -150,6 +151,24 @@ class _Collector:
         elif isinstance(node, ast.Call):
             self.call(node)
 
+    def arguments(self, call: ast.Call, name: str, constants: dict[str, object]) -> None:
+        """``Cls(opt, 0, start_step=init_step)``: what a constructor call passes, by
+        keyword or position (``"0"`` is the first after ``self``), as numbers (a name
+        bound once in the function to a number counts) or None."""
+        passed: dict[str, object] = {}
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(
+            k.arg is None for k in call.keywords
+        ):
+            passed["*"] = None
+        pairs = [(str(i), a) for i, a in enumerate(call.args)]
+        pairs += [(k.arg, k.value) for k in call.keywords if k.arg is not None]
+        for key, arg in pairs:
+            value = _number(arg)
+            if value is None and isinstance(arg, ast.Name):
+                value = constants.get(arg.id)  # type: ignore[assignment]
+            passed[key] = value
+        self.passed.setdefault(name, []).append(passed)
+
     def call(self, call: ast.Call) -> None:
         name = _last_name(call.func)
         declared = id(call) in self.declared
@@ -187,6 +206,34 @@ class _Collector:
                 self.open.add(handed)  # a class handed to a parser or a loader
 
 
+def _constructions(c: _Collector, scope: ast.AST) -> None:
+    """The calls of capitalised names directly in ``scope`` (a function or the module),
+    with the names it binds once, to a number, resolved."""
+    once: dict[str, list[ast.AST]] = {}
+    calls: list[tuple[ast.Call, str]] = []
+    for node in walk_local(scope):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            once.setdefault(node.id, []).append(node)
+        elif isinstance(node, ast.Call):
+            name = _last_name(node.func)
+            if name[:1].isupper():
+                calls.append((node, name))
+    if not calls:
+        return
+    constants: dict[str, object] = {}
+    for stmt in walk_local(scope):
+        if (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and len(once.get(stmt.targets[0].id, ())) == 1
+            and _number(stmt.value) is not None
+        ):
+            constants[stmt.targets[0].id] = _number(stmt.value)
+    for call, name in calls:
+        c.arguments(call, name, constants)
+
+
 def summary(tree: ast.Module) -> dict[str, Any] | None:
     """A file's settings as plain data: ``defaults`` (name -> [[class, number or None]]),
     ``changed`` (names it may change), ``open`` (classes it builds from splats or hands to
@@ -202,11 +249,13 @@ def summary(tree: ast.Module) -> dict[str, Any] | None:
         if isinstance(node, ast.ClassDef):
             c.class_body(node)
             c.classes.append(node.name)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+            _constructions(c, node)
         else:
             c.node(node)
     if c.cls_splat:  # `cls(**loaded)` in a classmethod: its class (this file's) is open
         c.open.update(c.classes)
-    if not (c.defaults or c.changed or c.open or c.dynamic or c.reads):
+    if not (c.defaults or c.changed or c.open or c.dynamic or c.reads or c.passed or c.classes):
         return None
     out: dict[str, Any] = {
         "defaults": c.defaults,
@@ -214,6 +263,10 @@ def summary(tree: ast.Module) -> dict[str, Any] | None:
         "open": sorted(c.open),
         "reads": sorted(c.reads),
     }
+    if c.passed:
+        out["passed"] = c.passed
+    if c.classes:
+        out["classes"] = sorted(set(c.classes))
     if c.dynamic:
         out["dynamic"] = True
     return out
@@ -228,6 +281,7 @@ class ProjectSettings:
         self.changed: set[str] = set()
         self.open: set[str] = set()
         self.dynamic = False
+        self.passed: dict[str, list[dict[str, Any]]] = {}
 
     def add(self, file_summary: dict[str, Any] | None) -> None:
         if not file_summary:
@@ -237,6 +291,8 @@ class ProjectSettings:
             self.defaults.setdefault(name, []).extend(found)
         self.changed.update(file_summary["changed"])
         self.open.update(file_summary["open"])
+        for name, sites in file_summary.get("passed", {}).items():
+            self.passed.setdefault(name, []).extend(sites)
 
     def value(self, name: str) -> Any:
         """A number, ``POSITIVE``, or None (undecided)."""
@@ -252,15 +308,40 @@ class ProjectSettings:
             return values.pop()
         return POSITIVE if all(v > 0 for v in values) else None
 
+    def passed_to(self, cls: str) -> dict[str, Any]:
+        """The arguments every construction of ``cls`` in the project passes as the same
+        number (by keyword, or ``"0"``... by position); nothing when any site splats."""
+        sites = self.passed.get(cls, ())
+        if not sites or any("*" in site for site in sites):
+            return {}
+        keys = set(sites[0]).intersection(*sites[1:])
+        out: dict[str, Any] = {}
+        for key in keys:
+            values = {site[key] for site in sites}
+            if len(values) == 1 and None not in values:
+                out[key] = values.pop()
+        return out
+
     def view(self, file_summary: dict[str, Any] | None) -> dict[str, Any]:
-        """The decided settings a file reads."""
+        """A file's part: ``settings`` (the decided settings it reads) and ``arguments``
+        (for each class it defines, the numbers all its constructions agree on)."""
         if not file_summary:
             return {}
-        out = {}
+        settings: dict[str, Any] = {}
         for name in file_summary["reads"]:
             value = self.value(name)
             if value is not None:
-                out[name] = value
+                settings[name] = value
+        arguments = {}
+        for cls in file_summary.get("classes", ()):
+            passed = self.passed_to(cls)
+            if passed:
+                arguments[cls] = passed
+        out: dict[str, Any] = {}
+        if settings:
+            out["settings"] = settings
+        if arguments:
+            out["arguments"] = arguments
         return out
 
 
