@@ -96,7 +96,9 @@ def test_view_gives_a_file_only_the_settings_it_reads():
 
 
 def test_a_classmethod_building_from_a_splat_opens_its_class():
-    src = CONFIG + "\n    @classmethod\n    def load(cls, path):\n        return cls(**read(path))\n"
+    src = (
+        CONFIG + "\n    @classmethod\n    def load(cls, path):\n        return cls(**read(path))\n"
+    )
     assert "warmup_epochs" not in decided(src)
 
 

@@ -58,9 +58,7 @@ def _construction_writes(model: FileModel) -> list[ConstructionWrite]:
         return []
     out: list[ConstructionWrite] = []
     for cls in model.classes:
-        methods = {
-            s.name: s for s in cls.body if isinstance(s, ast.FunctionDef)
-        }
+        methods = {s.name: s for s in cls.body if isinstance(s, ast.FunctionDef)}
         init = methods.get("__init__")
         if init is None:
             continue
@@ -132,7 +130,9 @@ def _parameters(model: FileModel, cls: ast.ClassDef, init: ast.FunctionDef) -> d
             env[name] = values[0]
         elif not values and name in defaults:
             d = ev.expr(defaults[name], {})
-            env[name] = d if is_number(d) or isinstance(d, bool) else _default_object(defaults[name])
+            env[name] = (
+                d if is_number(d) or isinstance(d, bool) else _default_object(defaults[name])
+            )
         else:
             env[name] = NONNEG
     return env
@@ -205,11 +205,11 @@ class _Run(ConstantEvaluator):
         a = fn.args
         positional = [p.arg for p in (*a.posonlyargs, *a.args)][1:]
         local = {k: v for k, v in env.items() if k.startswith("self.")}
-        defaults = dict(zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=True))
+        defaults = dict(
+            zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=True)
+        )
         for name in positional:
-            local[name] = (
-                self.expr(defaults[name], {}) if name in defaults else _UNKNOWN
-            )
+            local[name] = self.expr(defaults[name], {}) if name in defaults else _UNKNOWN
             if name in defaults and local[name] is None:
                 local[name] = _default_object(defaults[name])
         for name, arg in zip(positional, call.args, strict=False):
@@ -253,7 +253,9 @@ class _Run(ConstantEvaluator):
             if isinstance(stmt, ast.AugAssign):
                 key = dotted(stmt.target)
                 if key is not None:
-                    env[key] = self._binop(stmt.op, self.expr(stmt.target, env), self.expr(stmt.value, env))
+                    env[key] = self._binop(
+                        stmt.op, self.expr(stmt.target, env), self.expr(stmt.value, env)
+                    )
                 continue
             if isinstance(stmt, ast.If):
                 if not self._branch(stmt, env):
@@ -294,7 +296,9 @@ class _Run(ConstantEvaluator):
 
     def _warmup_on(self, test: ast.expr, env: dict[str, object]) -> dict[str, object] | None:
         """``X > 0 and ...`` on an unknown length X: the environment where X is on."""
-        tests = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+        tests = (
+            test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+        )
         on = dict(env)
         for t in tests:
             for sub in ast.walk(t):
