@@ -23,7 +23,7 @@ import ast
 from collections.abc import Iterable
 from typing import Any
 
-from trainlint.analysis.model import walk_local, walk_tree
+from trainlint.analysis.walk import walk_local, walk_tree
 
 #: Calls whose keywords declare a namespace's values rather than change a setting.
 NAMESPACE_CALLS = frozenset({"SimpleNamespace", "Namespace", "EasyDict", "edict", "dict", "Box"})
