@@ -119,7 +119,9 @@ def _parameters(model: FileModel, cls: ast.ClassDef, init: ast.FunctionDef) -> d
             arg = next((k.value for k in site.keywords if k.arg == name), None)
             if arg is None and i < len(positional) and i < len(site.args):
                 arg = site.args[i]
-            if arg is None or any(k.arg is None for k in site.keywords):
+            if arg is None and name in defaults and not _splats(site):
+                arg = defaults[name]  # this site leaves it at its default
+            if arg is None or _splats(site):
                 values.append(_UNKNOWN)
             else:
                 values.append(ev.expr(arg, {}))
@@ -136,6 +138,12 @@ def _parameters(model: FileModel, cls: ast.ClassDef, init: ast.FunctionDef) -> d
         else:
             env[name] = NONNEG
     return env
+
+
+def _splats(call: ast.Call) -> bool:
+    return any(isinstance(a, ast.Starred) for a in call.args) or any(
+        k.arg is None for k in call.keywords
+    )
 
 
 def _default_object(node: ast.AST) -> object:
