@@ -91,8 +91,10 @@ def test_the_evaluator_reads_the_view_for_settings_the_file_does_not_declare():
 def test_view_gives_a_file_only_the_settings_it_reads():
     joined = settings.ProjectSettings()
     joined.add(settings.summary(ast.parse(CONFIG)))
-    reader = settings.summary(ast.parse("x = cfg.warmup_epochs\n"))
+    reader = settings.summary(ast.parse("s = LambdaLR(opt, lambda e: e / cfg.warmup_epochs)\n"))
     assert joined.view(reader) == {"settings": {"warmup_epochs": 5}}
+    # a file that evaluates no schedule is given nothing: its view stays as it was
+    assert joined.view(settings.summary(ast.parse("x = cfg.warmup_epochs\n"))) == {}
 
 
 def test_a_classmethod_building_from_a_splat_opens_its_class():
@@ -104,7 +106,10 @@ def test_a_classmethod_building_from_a_splat_opens_its_class():
 
 def test_constructor_arguments_every_call_site_agrees_on():
     joined = settings.ProjectSettings()
-    lib = "class WarmupDecay:\n    def __init__(self, opt, warmup, start_step):\n        pass\n"
+    lib = (
+        "class WarmupDecay:\n    def __init__(self, opt, warmup, start_step):\n"
+        "        opt.param_groups[0]['lr'] = 0.1\n"
+    )
     joined.add(settings.summary(ast.parse(lib)))
     caller = "def build(opt):\n    first = 0\n    return WarmupDecay(opt, 100, start_step=first)\n"
     joined.add(settings.summary(ast.parse(caller)))
@@ -114,3 +119,20 @@ def test_constructor_arguments_every_call_site_agrees_on():
     assert joined.view(settings.summary(ast.parse(lib)))["arguments"] == {"WarmupDecay": {"1": 100}}
     joined.add(settings.summary(ast.parse("s = WarmupDecay(*args)\n")))
     assert "arguments" not in joined.view(settings.summary(ast.parse(lib)))
+
+
+def test_the_model_tables_give_the_summary_the_walk_gives():
+    src = CONFIG + (
+        "\n\nclass Opts:\n    def __init__(self, warmup_steps=500):\n"
+        "        self.warmup_steps = warmup_steps\n\n"
+        "HP = SimpleNamespace(warmup_iters=200)\n"
+        "def build(opt, args):\n    first = 0\n"
+        "    cfg = TrainConfig(epochs=args.epochs)\n    cfg.name = 'x'\n"
+        "    cfg.update({'k': 1})\n    p.add_argument('--lr-steps', default=3)\n"
+        "    return LambdaLR(opt, lambda e: e / cfg.warmup_epochs), Sched(opt, 7, start=first)\n"
+    )
+    tree = ast.parse(src)
+    walked = settings.summary(tree)
+    tabled = settings.summary(tree, FileModel(tree, Source(src)), src)
+    assert walked == tabled
+    assert walked is not None and walked["passed"]["Sched"] == [{"0": None, "1": 7, "start": 0}]

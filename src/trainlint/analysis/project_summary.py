@@ -204,7 +204,7 @@ def summarize(
     ck = checkpoints.summary(model) if model is not None else None
     if ck:
         out["ckpt"] = ck
-    st = settings_summary(tree)
+    st = settings_summary(tree, model, text)
     if st:  # config defaults declared, settings changed and read (analysis.settings)
         out["settings"] = st
     if keep is not None:

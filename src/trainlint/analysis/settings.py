@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainlint.analysis.walk import walk_local, walk_tree
+from trainlint.analysis.walk import walk_tree
+
+if TYPE_CHECKING:
+    from trainlint.analysis.model import FileModel
 
 #: Calls whose keywords declare a namespace's values rather than change a setting.
 NAMESPACE_CALLS = frozenset({"SimpleNamespace", "Namespace", "EasyDict", "edict", "dict", "Box"})
@@ -60,6 +63,13 @@ def _field_value(value: ast.AST | None) -> ast.AST | None:
                 return k.value
         return None
     return value
+
+
+#: Names a file that evaluates learning-rate multipliers or writes LRs by hand uses:
+#: only such a file is given settings and constructor arguments in its view.
+CONSUMERS = frozenset({"param_groups", "LambdaLR", "MultiplicativeLR", "lr_lambda"})
+#: The nodes :meth:`_Collector.node` looks at.
+_NODE_TYPES = frozenset({ast.Attribute, ast.Subscript, ast.Call})
 
 
 class _Collector:
@@ -144,10 +154,6 @@ class _Collector:
                     self.reads.add(key.value)
                 else:
                     self.changed.add(key.value)
-        elif isinstance(node, ast.Dict) and id(node) not in self.declared:
-            for k in node.keys:
-                if isinstance(k, ast.Constant) and isinstance(k.value, str):
-                    self.changed.add(k.value)
         elif isinstance(node, ast.Call):
             self.call(node)
 
@@ -187,6 +193,13 @@ class _Collector:
             else:
                 self.dynamic = True
         if name == "update" and isinstance(call.func, ast.Attribute):
+            for arg in call.args:  # `cfg.update({"warmup": 3})`
+                if isinstance(arg, ast.Dict):
+                    self.changed.update(
+                        k.value
+                        for k in arg.keys
+                        if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                    )
             base = call.func.value
             if (isinstance(base, ast.Attribute) and base.attr == "__dict__") or (
                 isinstance(base, ast.Call) and _last_name(base.func) == "vars"
@@ -206,70 +219,128 @@ class _Collector:
                 self.open.add(handed)  # a class handed to a parser or a loader
 
 
-def _constructions(c: _Collector, scope: ast.AST) -> None:
-    """The calls of capitalised names directly in ``scope`` (a function or the module),
-    with the names it binds once, to a number, resolved."""
-    once: dict[str, list[ast.AST]] = {}
-    calls: list[tuple[ast.Call, str]] = []
-    for node in walk_local(scope):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            once.setdefault(node.id, []).append(node)
-        elif isinstance(node, ast.Call):
-            name = _last_name(node.func)
-            if name[:1].isupper():
-                calls.append((node, name))
-    if not calls:
-        return
-    constants: dict[str, object] = {}
-    for stmt in walk_local(scope):
-        if (
-            isinstance(stmt, ast.Assign)
-            and len(stmt.targets) == 1
-            and isinstance(stmt.targets[0], ast.Name)
-            and len(once.get(stmt.targets[0].id, ())) == 1
-            and _number(stmt.value) is not None
-        ):
-            constants[stmt.targets[0].id] = _number(stmt.value)
-    for call, name in calls:
-        c.arguments(call, name, constants)
-
-
-def summary(tree: ast.Module) -> dict[str, Any] | None:
+def summary(
+    tree: ast.Module, model: FileModel | None = None, text: str | None = None
+) -> dict[str, Any] | None:
     """A file's settings as plain data: ``defaults`` (name -> [[class, number or None]]),
     ``changed`` (names it may change), ``open`` (classes it builds from splats or hands to
-    parsers), ``reads`` (names it reads as an attribute or constant key), ``dynamic``."""
+    parsers), ``passed`` (constructor arguments), ``dynamic``; and, for a file that
+    evaluates schedules (see ``CONSUMERS``), ``reads`` and ``classes``. With the file's
+    model, its tables of calls and assignments serve (no walk of the tree, except the
+    reads of a file whose ``text`` names a consumer)."""
     c = _Collector()
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
             if isinstance(stmt.targets[0], ast.Name):
                 c.module_literal(stmt)
-    # one walk: a class is met before its statements, so the stores its `__init__`
-    # declares are known when they come
-    for node in walk_tree(tree):
-        if isinstance(node, ast.ClassDef):
-            c.class_body(node)
-            c.classes.append(node.name)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
-            _constructions(c, node)
-        else:
-            c.node(node)
+    if model is None:
+        _walk(c, tree)
+    else:
+        _tables(c, model)
+        if text is None or any(word in text for word in CONSUMERS):
+            _reads(c, tree)
     if c.cls_splat:  # `cls(**loaded)` in a classmethod: its class (this file's) is open
         c.open.update(c.classes)
-    if not (c.defaults or c.changed or c.open or c.dynamic or c.reads or c.passed or c.classes):
+    # Only a file that evaluates schedules asks for values: the others' views stay as
+    # they were (a view that changes as the project's files come in costs a re-lint)
+    consumer = not CONSUMERS.isdisjoint(c.reads)
+    if not (c.defaults or c.changed or c.open or c.dynamic or c.passed or consumer):
         return None
     out: dict[str, Any] = {
         "defaults": c.defaults,
         "changed": sorted(c.changed),
         "open": sorted(c.open),
-        "reads": sorted(c.reads),
     }
+    if consumer:
+        out["reads"] = sorted(c.reads)
+        if c.classes:
+            out["classes"] = sorted(set(c.classes))
     if c.passed:
         out["passed"] = c.passed
-    if c.classes:
-        out["classes"] = sorted(set(c.classes))
     if c.dynamic:
         out["dynamic"] = True
     return out
+
+
+def _walk(c: _Collector, tree: ast.Module) -> None:
+    """Everything from one walk of the tree (a file without a model): a class is met
+    before its statements, so the stores its ``__init__`` declares are known when they
+    come."""
+    stores: dict[str, int] = {}  # how often each plain name is bound in the file
+    numbers: dict[str, object] = {}  # `first_step = 0`: names assigned a number
+    built: list[tuple[ast.Call, str]] = []  # calls of capitalised names (constructions)
+    node_types = _NODE_TYPES
+    for node in walk_tree(tree):
+        kind = type(node)
+        if kind is ast.Name:
+            if type(node.ctx) is not ast.Load:  # type: ignore[attr-defined]
+                stores[node.id] = stores.get(node.id, 0) + 1  # type: ignore[attr-defined]
+            elif node.id in CONSUMERS:  # type: ignore[attr-defined]
+                c.reads.add(node.id)  # type: ignore[attr-defined]
+        elif kind is ast.ClassDef:
+            c.class_body(node)  # type: ignore[arg-type]
+            c.classes.append(node.name)  # type: ignore[attr-defined]
+        elif kind is ast.Assign:
+            target = node.targets[0]  # type: ignore[attr-defined]
+            if type(target) is ast.Name and len(node.targets) == 1:  # type: ignore[attr-defined]
+                value = _number(node.value)  # type: ignore[attr-defined]
+                if value is not None:
+                    numbers[target.id] = value
+        elif kind in node_types:
+            c.node(node)
+            if kind is ast.Call:
+                name = _last_name(node.func)  # type: ignore[attr-defined]
+                if name[:1].isupper():
+                    built.append((node, name))  # type: ignore[arg-type]
+    # a name bound once in the file, to a number, stands for it at the constructions
+    constants = {n: v for n, v in numbers.items() if stores.get(n) == 1}
+    for call, name in built:
+        c.arguments(call, name, constants)
+
+
+def _tables(c: _Collector, model: FileModel) -> None:
+    """The same from the model's tables: its classes, assignments and calls."""
+    for cls in model.classes:
+        c.class_body(cls)
+        c.classes.append(cls.name)
+    stores: dict[str, int] = {}
+    numbers: dict[str, object] = {}
+    for node in model.assignments:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            for sub in ast.walk(target) if not isinstance(target, ast.Name) else (target,):
+                if isinstance(sub, ast.Name):
+                    stores[sub.id] = stores.get(sub.id, 0) + 1
+                elif isinstance(sub, (ast.Attribute, ast.Subscript)):
+                    c.node(sub)
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            value = _number(node.value)
+            if isinstance(target, ast.Name) and value is not None:
+                numbers[target.id] = value
+    constants = {n: v for n, v in numbers.items() if stores.get(n) == 1}
+    for name, calls in model.calls.items():
+        for call in calls:
+            c.call(call)
+            if name[:1].isupper():
+                c.arguments(call, _last_name(call.func), constants)
+
+
+def _reads(c: _Collector, tree: ast.Module) -> None:
+    """The names read as attributes or constant keys, and the consumer names used."""
+    for node in walk_tree(tree):
+        kind = type(node)
+        if kind is ast.Attribute:
+            if type(node.ctx) is ast.Load:  # type: ignore[attr-defined]
+                c.reads.add(node.attr)  # type: ignore[attr-defined]
+        elif kind is ast.Name:
+            if node.id in CONSUMERS:  # type: ignore[attr-defined]
+                c.reads.add(node.id)  # type: ignore[attr-defined]
+        elif kind is ast.Subscript:
+            key = node.slice  # type: ignore[attr-defined]
+            if type(key) is ast.Constant and isinstance(key.value, str):
+                if type(node.ctx) is ast.Load:  # type: ignore[attr-defined]
+                    c.reads.add(key.value)
 
 
 class ProjectSettings:
@@ -328,7 +399,7 @@ class ProjectSettings:
         if not file_summary:
             return {}
         settings: dict[str, Any] = {}
-        for name in file_summary["reads"]:
+        for name in file_summary.get("reads", ()):
             value = self.value(name)
             if value is not None:
                 settings[name] = value
