@@ -6,6 +6,7 @@ import ast
 import math
 
 from trainlint.analysis.model import FileModel, call_name, dotted, keyword
+from trainlint.analysis.settings import POSITIVE as POSITIVE_SETTING
 
 POS = object()  # an unknown quantity known to be > 0
 NONNEG = object()  # an unknown quantity >= 0 (a warmup length: it may well be 0)
@@ -74,6 +75,13 @@ class ConstantEvaluator:
             if self.tested_positive(node):
                 return POS
             return self._attribute_default(node.attr)
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, (ast.Name, ast.Attribute))
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)
+        ):
+            return self.project_setting(node.slice.value)  # `CONFIG["warmup_steps"]`
         if isinstance(node, ast.UnaryOp):
             v = self.expr(node.operand, env)
             if isinstance(node.op, ast.USub) and is_number(v):
@@ -126,7 +134,7 @@ class ConstantEvaluator:
         child: ast.AST = node
         for anc in self.model.ancestors(node):
             if isinstance(anc, ast.If) and any(child is s for s in anc.body):
-                if _positive_test(anc.test, text):
+                if positive_test(anc.test, text):
                     return True
             child = anc
         return False
@@ -203,7 +211,18 @@ class ConstantEvaluator:
                 return value
         if found and all(is_number(v) and v > 0 for v in found):  # type: ignore[operator]
             return POS
+        if not found:
+            return self.project_setting(attr)
         return NONNEG
+
+    def project_setting(self, name: str) -> object:
+        """A setting this file does not declare: the project's default for it, when the
+        project decides it (see :mod:`trainlint.analysis.settings`); else unknown."""
+        view = self.model.project
+        value = (view.get("settings") or {}).get(name) if view else None
+        if value == POSITIVE_SETTING:
+            return POS
+        return value if is_number(value) else NONNEG
 
     @staticmethod
     def _minmax(name: str, args: list[object]) -> object:
@@ -344,10 +363,10 @@ def literal_value(model: FileModel, node: ast.AST) -> object:
     return None
 
 
-def _positive_test(test: ast.AST, text: str) -> bool:
+def positive_test(test: ast.AST, text: str) -> bool:
     """``text > 0``, ``text >= 1`` or ``0 < text``, alone or in an ``and``."""
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        return any(_positive_test(v, text) for v in test.values)
+        return any(positive_test(v, text) for v in test.values)
     if not isinstance(test, ast.Compare) or len(test.ops) != 1:
         return False
     left, op, right = test.left, test.ops[0], test.comparators[0]

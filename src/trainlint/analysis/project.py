@@ -52,6 +52,7 @@ from trainlint.analysis.project_views import (  # (re-exported: the importers of
     view_words,  # noqa: F401
 )
 from trainlint.analysis.roles import Role
+from trainlint.analysis.settings import ProjectSettings
 
 #: Resolution hops through re-exports and star imports.
 MAX_HOPS = 6
@@ -89,10 +90,13 @@ class ProjectIndex:
         # growing (see add): (root, module) -> the calls that module may resolve, not
         # resolved yet: [summary, callee, args, done]
         self._pending: dict[tuple[str, str], list[list[Any]]] | None = {} if growing else None
+        # root -> the project's config settings, joined as summaries come
+        self._settings: dict[str, ProjectSettings] = {}
         for s in self.modules.values():
             for callee, args in s["calls"]:
                 self._call_or_wait(s, callee, args)
             self._note_checkpoints(s)
+            self._note_settings(s)
 
     def add(self, summary: dict) -> None:
         """Take one more file's summary, after those it imports: its calls are resolved
@@ -111,6 +115,11 @@ class ProjectIndex:
                 entry[3] = self._add_call(*entry[:3])
         self._effect_memo.clear()
         self._note_checkpoints(summary)
+        self._note_settings(summary)
+
+    def _note_settings(self, s: dict) -> None:
+        if s.get("settings"):
+            self._settings.setdefault(s["root"], ProjectSettings()).add(s["settings"])
 
     def _note_checkpoints(self, s: dict) -> None:
         # only the files that save (or define a saver) take part in the join: it stays
@@ -379,9 +388,14 @@ class ProjectIndex:
         calls = self._calls_of(root, s)
         instances, attrs = self._chains(root, module)
         saves = self._checkpoint_saves(root, module, s)
-        if not refs and not stars and not params and not calls and not instances and not saves:
+        joined = self._settings.get(root)
+        settings = joined.view(s.get("settings")) if joined is not None else {}
+        if not (refs or stars or params or calls or instances or saves or settings):
             return None
         out: dict[str, Any] = {"refs": refs, "stars": stars, "params": params}
+        # the project's defaults for the config values the file reads, and the numbers
+        # the constructions of its classes agree on (analysis.settings)
+        out.update(settings)
         if calls:
             out["calls"] = calls
         if instances:  # `ctx.training.scheduler` (foreign_binding follows the chain)

@@ -23,6 +23,7 @@ from trainlint.analysis.project_modules import (
     absolute,
 )
 from trainlint.analysis.roles import Binding, Role
+from trainlint.analysis.settings import summary as settings_summary
 from trainlint.analysis.torch_table import SAME_OBJECT_METHODS
 
 if TYPE_CHECKING:
@@ -203,6 +204,9 @@ def summarize(
     ck = checkpoints.summary(model) if model is not None else None
     if ck:
         out["ckpt"] = ck
+    st = settings_summary(tree, model, text)
+    if st:  # config defaults declared, settings changed and read (analysis.settings)
+        out["settings"] = st
     if keep is not None:
         out["lean"] = sorted(keep)
     return out

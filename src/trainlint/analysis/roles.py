@@ -85,7 +85,7 @@ _SCHEDULER_BASES = {
     "torch.optim.lr_scheduler._LRScheduler",
     "torch.optim.lr_scheduler.LambdaLR",
 }
-_ROLE_VALUES = (ast.Call, ast.Name, ast.Attribute, ast.Tuple, ast.List)
+_ROLE_VALUES = (ast.Call, ast.Name, ast.Attribute, ast.Tuple, ast.List, ast.IfExp)
 _TRAINING_LIBRARIES = (
     "torch",
     "transformers",
@@ -358,6 +358,8 @@ class Roles:
             return [b] if b is not None else [None]
         if isinstance(value, (ast.Tuple, ast.List)):
             return [self._single(v) for v in value.elts]
+        if isinstance(value, ast.IfExp):
+            return self._optional(value)
         if not isinstance(value, ast.Call):
             return [None]
         call = value
@@ -412,6 +414,17 @@ class Roles:
             return [foreign_binding(m, call)]
         return [None]
 
+    def _optional(self, value: ast.IfExp) -> list[Binding | None]:
+        """``build_scheduler(opt, cfg) if cfg.use_scheduler else None``: one of an object
+        and None. None is no object at all (every use of it is guarded, or fails loudly),
+        so the value is the object's. Two objects (``A() if c else B()``) are not told
+        apart: which one runs is the condition's."""
+        branches = [b for b in (value.body, value.orelse) if not _is_none(b)]
+        if len(branches) != 1:
+            return [None]
+        found = self.classify(branches[0])
+        return found if len(found) == 1 else [None]
+
     def _local_class(self, func: ast.AST) -> ast.ClassDef | None:
         if isinstance(func, ast.Name):
             cls = self.model.class_named(func.id)
@@ -461,6 +474,16 @@ class Roles:
 
 
 @lru_cache(maxsize=4096)
+def _is_none(expr: ast.AST) -> bool:
+    return isinstance(expr, ast.Constant) and expr.value is None
+
+
+#: The library's names before it was `transformers`: its schedules were classes
+#: (`WarmupLinearSchedule(optimizer, warmup_steps, t_total)`, LambdaLR subclasses).
+LEGACY_TRANSFORMERS = ("pytorch_transformers.", "pytorch_pretrained_bert.", "transformers.")
+LEGACY_SCHEDULE = re.compile(r"^Warmup\w*Schedule$")
+
+
 def constructor_role(qual: str) -> Role | None:
     """The role of what calling ``qual`` builds, by its name alone (the same in every
     file: remembered for the run)."""
@@ -472,7 +495,9 @@ def constructor_role(qual: str) -> Role | None:
         return Role.OPTIMIZER
     if qual.startswith("transformers") and re.match(r"get_\w*schedule", last):
         return Role.SCHEDULER
-    if qual.startswith("transformers") and last in ("AdamW", "Adafactor"):
+    if qual.startswith(LEGACY_TRANSFORMERS) and LEGACY_SCHEDULE.match(last):
+        return Role.SCHEDULER
+    if qual.startswith(("transformers", *LEGACY_TRANSFORMERS)) and last in ("AdamW", "Adafactor"):
         return Role.OPTIMIZER
     if re.search(r"(^|\.)(optim|optimizers)\.[A-Z]", qual) and "lr_scheduler" not in qual:
         return Role.OPTIMIZER

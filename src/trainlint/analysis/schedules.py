@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from trainlint._record import Record
 from trainlint.analysis.model import FileModel, call_name, dotted, keyword
-from trainlint.analysis.roles import Binding, Role
+from trainlint.analysis.roles import LEGACY_SCHEDULE, LEGACY_TRANSFORMERS, Binding, Role
 
 LR_SCHEDULER = "torch.optim.lr_scheduler."
 EPOCH_CLASSES = {"StepLR", "MultiStepLR", "ExponentialLR", "ReduceLROnPlateau"}
@@ -87,15 +87,37 @@ def lambda_body(model: FileModel, node: ast.AST | None) -> tuple[ast.AST, set[st
     if isinstance(node, ast.Lambda):
         return node.body, {a.arg for a in node.args.args}
     if isinstance(node, ast.Name):
-        for fn in model.functions:
-            if fn.name == node.id:
-                return fn, {a.arg for a in fn.args.args}
+        fn = _def_in_scope(model, node)
+        if fn is not None:
+            return fn, {a.arg for a in fn.args.args}
         found = model.flow.definition(node.id, node)
         if found is not None and isinstance(found[1], ast.Lambda):
             return found[1].body, {a.arg for a in found[1].args.args}
     if isinstance(node, ast.Call) and call_name(node) == "partial" and node.args:
         return lambda_body(model, node.args[0])
     return None
+
+
+def _def_in_scope(model: FileModel, name: ast.Name) -> ast.FunctionDef | None:
+    """The ``def`` a name refers to: the last one of that name defined before it in its
+    own scope, else in an enclosing one, else any of the file (several factories each
+    define their own ``lr_lambda``: the one beside the use is the one it means)."""
+    named = [f for f in model.functions if f.name == name.id and isinstance(f, ast.FunctionDef)]
+    if len(named) > 1:
+        scope: ast.AST | None = model.function_of(name)
+        while True:
+            here = [
+                f
+                for f in named
+                if (model.function_of(f) or model.tree) is (scope or model.tree)
+                and f.lineno <= name.lineno
+            ]
+            if here:
+                return here[-1]
+            if scope is None:
+                break
+            scope = model.function_of(scope)
+    return named[0] if named else None
 
 
 def lambda_closure(
@@ -197,6 +219,8 @@ def schedule_of(model: FileModel, binding: Binding, depth: int = 0) -> Schedule 
         if cls in COMPOSITE_CLASSES:
             return Schedule(binding, cls, _composite_unit(model, call, depth))
         return Schedule(binding, cls, None)
+    if qual.startswith(LEGACY_TRANSFORMERS) and LEGACY_SCHEDULE.match(cls):
+        return Schedule(binding, cls, "iteration")  # `t_total` counts optimizer steps
     if qual.startswith("transformers") and (re.match(r"get_\w*schedule", cls)):
         # sized by its training-step count: in epochs when that count is an epoch count
         total = keyword(call, "num_training_steps") or (
@@ -232,8 +256,10 @@ def compute_schedules(model: FileModel) -> dict[int, Schedule]:
 
 def is_scheduler_qualname(qual: str) -> bool:
     last = qual.rsplit(".", 1)[-1]
-    return (qual.startswith(LR_SCHEDULER) and last[:1].isupper()) or bool(
-        qual.startswith("transformers") and re.match(r"get_\w*schedule", last)
+    return (
+        (qual.startswith(LR_SCHEDULER) and last[:1].isupper())
+        or bool(qual.startswith("transformers") and re.match(r"get_\w*schedule", last))
+        or bool(qual.startswith(LEGACY_TRANSFORMERS) and LEGACY_SCHEDULE.match(last))
     )
 
 

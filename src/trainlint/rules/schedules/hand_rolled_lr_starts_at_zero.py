@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from trainlint.analysis.constants import is_zero
 from trainlint.analysis.lr_assignments import FirstStep, first_iteration_env, lr_writes
+from trainlint.analysis.lr_objects import construction_writes
 from trainlint.analysis.model import FileModel
 from trainlint.rules.base import Invalid, Report, Rule
 
@@ -24,6 +25,11 @@ class HandRolledLrStartsAtZero(Rule):
     loop body and simple same-file functions such as `get_lr(it)`. A value that is
     still 0 on the second iteration (a group frozen on purpose) or that cannot be
     evaluated is not reported.
+
+    A schedule object that writes the LR into its optimizer's groups from a method its
+    constructor calls (`self.step(self.num_iters)` in `__init__`, Megatron's
+    `AnnealingLR`) is run statically from its construction: its counter's first value
+    comes from the constant every construction in the project passes, or the default.
 
     ## Why is this bad?
     The first optimizer update runs at LR 0 and does nothing: with Adam the moment
@@ -68,6 +74,26 @@ class HandRolledLrStartsAtZero(Rule):
     test_files = False
     confirm_with = "assert_weights_updated"
     valid = [
+        # the same object, its warmup counted from max(1, it)
+        """
+class WarmupLR:
+    def __init__(self, optimizer, base_lr, warmup, start_iter=0):
+        self.optimizer = optimizer
+        self.base_lr = base_lr
+        self.warmup = warmup
+        self.it = start_iter
+        self.step(self.it)
+
+    def get_lr(self):
+        if self.warmup > 0 and self.it < self.warmup:
+            return self.base_lr * max(1, self.it) / self.warmup
+        return self.base_lr
+
+    def step(self, it=None):
+        self.it = self.it + 1 if it is None else it
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.get_lr()
+""",
         # warmup from (it + 1): above 0 on the first step
         """
 import torch
@@ -159,6 +185,30 @@ fit(state, optimizer, loader)
 """,
     ]
     invalid = [
+        # a schedule object that writes the LR while it is built (Megatron's AnnealingLR
+        # shape): the constructor's first write, at the counter's start, is 0
+        Invalid(
+            """
+class WarmupLR:
+    def __init__(self, optimizer, base_lr, warmup, start_iter=0):
+        self.optimizer = optimizer
+        self.base_lr = base_lr
+        self.warmup = warmup
+        self.it = start_iter
+        self.step(self.it)
+
+    def get_lr(self):
+        if self.warmup > 0 and self.it < self.warmup:
+            return self.base_lr * self.it / self.warmup
+        return self.base_lr
+
+    def step(self, it=None):
+        self.it = self.it + 1 if it is None else it
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.get_lr()
+""",
+            line=17,
+        ),
         # litgpt-style: the counter is an entry of a state dict built by the caller
         Invalid(
             """
@@ -231,6 +281,11 @@ for epoch in range(num_epochs):
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
+        for built in construction_writes(model):
+            # a schedule object that writes the LR while it is built: the first update
+            # runs at that LR (a param-groups write is evidence enough, torch or not)
+            if is_zero(built.first) and not is_zero(built.later):
+                yield self.report(built.node)
         if not model.imports_training_library:
             return
         training = model.steps.step_loop_ids | {id(e) for e in model.steps.epoch_loops}
