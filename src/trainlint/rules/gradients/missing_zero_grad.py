@@ -6,9 +6,10 @@ import ast
 import re
 from collections.abc import Iterator
 
+from trainlint.analysis.grad_clearing import misses_optimizer
 from trainlint.analysis.model import FileModel, call_name
 from trainlint.analysis.paths import Reported, precise_step_loops
-from trainlint.analysis.steps import STEP_LOOP_TRIGGERS, Kind
+from trainlint.analysis.steps import STEP_LOOP_TRIGGERS, Event, Kind
 from trainlint.rules.base import Invalid, Report, Rule
 
 _HOOK_NAME = re.compile(
@@ -278,7 +279,13 @@ for batch in loader:
             has_guarded_zero = any(e.under_counter_guard() for e in loop.of(Kind.ZERO))
             for path in loop.paths:
                 kinds = {e.kind for e in path}
-                if Kind.STEP not in kinds or Kind.ZERO in kinds:
+                if Kind.STEP not in kinds:
+                    continue
+                if Kind.ZERO in kinds:
+                    # one optimizer cleared, another never: report the other's step
+                    node = _uncleared_step(model, path)
+                    if node is not None and seen.first(node):
+                        yield self.report(node)
                     continue
                 if not any(e.kind is Kind.BACKWARD and isinstance(e.node, ast.Call) for e in path):
                     continue  # `p.grad = g` overwrites: nothing accumulates
@@ -292,3 +299,15 @@ for batch in loader:
                 node = model.steps.anchor(step)
                 if seen.first(node):
                     yield self.report(node)
+
+
+def _uncleared_step(model: FileModel, path: tuple[Event, ...]) -> ast.AST | None:
+    """The anchor of a step on ``path`` whose optimizer no clearing on the path covers,
+    where every clearing provably misses it (see ``misses_optimizer``)."""
+    zeros = [e for e in path if e.kind is Kind.ZERO]
+    for step in (e for e in path if e.kind is Kind.STEP):
+        if step.under_counter_guard():
+            continue
+        if all(misses_optimizer(model, z, step) for z in zeros):
+            return model.steps.anchor(step)
+    return None
