@@ -157,7 +157,7 @@ def run_fold(cfg, loader):
                 name = dotted(stmt.targets[0])
                 if (
                     name is None
-                    or name not in owners
+                    or not any(_rebinds(name, o) for o in owners)
                     or (stmt.lineno, stmt.col_offset) <= (opt_stmt.lineno, opt_stmt.col_offset)
                 ):
                     continue  # a rebinding before the optimizer was built is harmless
@@ -239,3 +239,10 @@ def run_fold(cfg, loader):
                     ):
                         return True
         return False
+
+
+def _rebinds(name: str, owner: str) -> bool:
+    """Assigning ``name`` replaces the object whose parameters the optimizer holds: the
+    owner itself, or an object on its attribute path (``self.posterior`` for an
+    optimizer over ``self.posterior.net.parameters()``)."""
+    return owner == name or owner.startswith(name + ".")
