@@ -316,6 +316,51 @@ class Flow:
             return None
         return [v for _, v in found]  # type: ignore[misc]
 
+    def branch_alternatives(self, stmt: ast.AST) -> list[ast.expr]:
+        """The values the other branches of the ``if``/``elif``/``else`` chain around
+        ``stmt`` (``x = value``, at the top of its branch) assign to the same name, at the
+        top of theirs: what else ``x`` may hold after the chain (``agent = torch.load(p)``
+        on one branch, ``agent = Agent(cfg)`` on the other). Empty when ``stmt`` is not
+        such an assignment, or no other branch assigns the name."""
+        if not (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+        ):
+            return []
+        name = stmt.targets[0].id
+        branch = self._enclosing_branch(stmt)
+        if branch is None:
+            return []
+        # climb to the head of an elif chain, then collect every branch below it
+        head = branch[0]
+        parent = self.model.parent_of(head)
+        while isinstance(parent, ast.If) and parent.orelse == [head]:
+            head, parent = parent, self.model.parent_of(parent)
+        blocks: list[list[ast.stmt]] = []
+        node: ast.If | None = head
+        while node is not None:
+            blocks.append(node.body)
+            nested = node.orelse
+            if len(nested) == 1 and isinstance(nested[0], ast.If):
+                node = nested[0]
+            else:
+                blocks.append(nested)
+                node = None
+        out: list[ast.expr] = []
+        for block in blocks:
+            if any(s is stmt for s in block):
+                continue
+            for s in block:
+                if (
+                    isinstance(s, ast.Assign)
+                    and len(s.targets) == 1
+                    and isinstance(s.targets[0], ast.Name)
+                    and s.targets[0].id == name
+                ):
+                    out.append(s.value)
+        return out
+
     # -- evaluation ------------------------------------------------------------------
     def value(self, expr: ast.AST, depth: int = 0) -> Value:
         # Definition chains only go backwards in the file, so recursion ends; the budget

@@ -6,6 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.checkpoints import Item, Save, pickled_loads
+from trainlint.analysis.loaded_objects import loads_of_branch_objects
 from trainlint.analysis.model import FileModel
 from trainlint.config import OLDEST_TORCH, TARGET_TORCH, torch_version
 from trainlint.findings import Fix
@@ -245,8 +246,12 @@ class CheckpointNeedsPickle(Rule):
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        for call, save in pickled_loads(model).items():
+        found = pickled_loads(model)
+        for call, save in found.items():
             yield self.report(call, self._message(save), fix=self._fix(model, call))
+        for call, save in loads_of_branch_objects(model).items():
+            if call not in found:
+                yield self.report(call, self._message(save), fix=self._fix(model, call))
 
     def _message(self, save: Save) -> str:
         # the object a reader recognises first (the command line, the model) leads
