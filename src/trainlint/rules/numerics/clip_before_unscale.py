@@ -5,7 +5,12 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from trainlint.analysis.amp import Scalers, contains_in_order, off_amp_branch
+from trainlint.analysis.amp import (
+    Scalers,
+    contains_in_order,
+    off_amp_branch,
+    scaled_update_functions,
+)
 from trainlint.analysis.model import FileModel, dotted
 from trainlint.analysis.paths import Reported, precise_step_loops
 from trainlint.analysis.reordering import jumps
@@ -318,7 +323,9 @@ for step, (x, y) in enumerate(loader):
     def check(self, model: FileModel) -> Iterator[Report]:
         scalers = Scalers(model)
         seen = Reported()
-        for loop in precise_step_loops(model):
+        loops = [*precise_step_loops(model)]
+        loops += [sl for sl in scaled_update_functions(model, scalers) if sl.precise]
+        for loop in loops:
             if not any(
                 e.kind is Kind.CLIP or (e.kind is Kind.READ and _is_norm_read(model, e))
                 for e in loop.events
