@@ -42,7 +42,9 @@ def _distributed_autograd(model: FileModel, node: ast.AST) -> bool:
 class MissingZeroGrad(Rule):
     """## What it does
     Flags an optimizer step in a training loop where, on some path through the loop body
-    (helpers included), backward and the step run but nothing clears the gradients.
+    (helpers included), backward and the step run but nothing clears the gradients, or
+    only another optimizer's are cleared (`opt_g.zero_grad()` each step, never
+    `opt_d.zero_grad()`, the two built over the parameters of separate models).
     Distributed-autograd steps (`dist_autograd.backward` in a `dist_autograd.context()`)
     keep their gradients per context and are not reported, nor are loops that fire
     hooks (`call_hook(...)`, `on_*`, `before_*`) when a hook in the file calls

@@ -20,7 +20,9 @@ class OptimizerOnStaleParams(Rule):
     Flags rebinding a model name to a different module object (`model = Net()`,
     `copy.deepcopy(model)`, a whole model unpickled with `torch.load`, a new object
     from a factory) after an optimizer was built from `model.parameters()`, when that
-    optimizer is stepped afterwards.
+    optimizer is stepped afterwards. Rebinding an object on the owner's attribute path
+    counts too (`self.posterior = deepcopy(self.posterior)` after an optimizer over
+    `self.posterior.net.parameters()`).
 
     ## Why is this bad?
     The optimizer holds the *old* parameter tensors. The new model's forward and

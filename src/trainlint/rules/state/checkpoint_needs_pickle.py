@@ -69,7 +69,9 @@ class CheckpointNeedsPickle(Rule):
     A load is also reported when the code right after it shows the checkpoint holds such
     an object, whoever saved it: a module method called on the loaded value or one of its
     entries (`ckpt["model"].float().state_dict()`, `torch.load(p).eval()`), or an
-    attribute read from its command-line entry (`ckpt["args"].arch`). The message names
+    attribute read from its command-line entry (`ckpt["args"].arch`), or another branch
+    of the same `if`/`else` assigning the name an object of a class of the file
+    (`agent = torch.load(cfg.resume)` / `else: agent = Agent(cfg)`). The message names
     the object, what it is and where it is saved (or used).
 
     ## Why is this bad?
