@@ -526,8 +526,9 @@ def hooks_left_in_eval(model: FileModel) -> list[ast.Call]:
     ``*_stop``; its own or a same-file base's) does not call `train()` and no per-step
     hook does: the framework that drives the hooks (its loop in another module) comes
     back to train mode only at the next epoch's begin hook, so a validation run in the
-    middle of an epoch leaves the rest of it training in eval mode. A class with a base
-    of another file stays silent: the end hook may be there."""
+    middle of an epoch leaves the rest of it training in eval mode. An epoch-level
+    validation hook (``on_validation_epoch_start``) runs between epochs and stays silent,
+    as does a class with a base of another file (the end hook may be there)."""
 
     def build(m: FileModel) -> list[ast.Call]:
         out: list[ast.Call] = []
@@ -542,8 +543,8 @@ def hooks_left_in_eval(model: FileModel) -> list[ast.Call]:
                 continue
             for name, fn in m.methods(cls).items():
                 hook = _BEGIN_HOOK.match(name)
-                if hook is None or Kind.EVAL not in kinds[name]:
-                    continue
+                if hook is None or "epoch" in name or Kind.EVAL not in kinds[name]:
+                    continue  # (a validation epoch runs between epochs: the next restores)
                 stem = hook.group("stem")
                 ends = [stem + s for s in _END_SUFFIXES if stem + s in methods]
                 if any(Kind.TRAIN in kinds[e] for e in ends):
