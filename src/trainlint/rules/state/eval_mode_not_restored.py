@@ -87,6 +87,7 @@ class EvalModeNotRestored(Rule):
     fix_safety = "safe"
     confirm_with = None  # weights still update in eval mode
     valid = [
+        "for e in range(3):\n    for x in data:\n        x.backward()\n    model.eval()\n",  # no torch
         """
 import torch
 for epoch in range(10):
