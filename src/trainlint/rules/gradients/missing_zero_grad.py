@@ -285,9 +285,9 @@ for batch in loader:
                     continue
                 if Kind.ZERO in kinds:
                     # one optimizer cleared, another never: report the other's step
-                    node = _uncleared_step(model, path)
-                    if node is not None and seen.first(node):
-                        yield self.report(node)
+                    found = _uncleared_step(model, path)
+                    if found is not None and seen.first(found[0]):
+                        yield self.report(found[0], found[1])
                     continue
                 if not any(e.kind is Kind.BACKWARD and isinstance(e.node, ast.Call) for e in path):
                     continue  # `p.grad = g` overwrites: nothing accumulates
@@ -303,13 +303,18 @@ for batch in loader:
                     yield self.report(node)
 
 
-def _uncleared_step(model: FileModel, path: tuple[Event, ...]) -> ast.AST | None:
+def _uncleared_step(model: FileModel, path: tuple[Event, ...]) -> tuple[ast.AST, str] | None:
     """The anchor of a step on ``path`` whose optimizer no clearing on the path covers,
-    where every clearing provably misses it (see ``misses_optimizer``)."""
+    where every clearing provably misses it (see ``misses_optimizer``), and the message."""
     zeros = [e for e in path if e.kind is Kind.ZERO]
     for step in (e for e in path if e.kind is Kind.STEP):
         if step.under_counter_guard():
             continue
         if all(misses_optimizer(model, z, step) for z in zeros):
-            return model.steps.anchor(step)
+            cleared = ", ".join(f"`{z.target}.zero_grad()`" for z in zeros)
+            return model.steps.anchor(step), (
+                f"`{step.target}` is stepped but its gradients are never cleared on this path "
+                f"of the training loop (only {cleared} runs, over other parameters): they "
+                f"accumulate across batches; call `{step.target}.zero_grad()` once per step"
+            )
     return None
