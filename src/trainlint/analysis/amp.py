@@ -7,7 +7,14 @@ import re
 
 from trainlint.analysis.model import FileModel, call_name, is_false, keyword
 from trainlint.analysis.roles import Role, name_role
-from trainlint.analysis.steps import Event, Path, backward_value, condition_literal
+from trainlint.analysis.steps import (
+    Event,
+    Kind,
+    Path,
+    StepLoop,
+    backward_value,
+    condition_literal,
+)
 
 AMP_WORD = re.compile(
     r"(^|_)amp($|_)|fp16|bf16|float16|(^|_)half$|mixed|precision|scaler|"
@@ -92,6 +99,48 @@ class Scalers:
             )
             self._scaled[id(event.node)] = cached
         return cached
+
+
+def scaled_update_functions(model: FileModel, scalers: Scalers) -> list[StepLoop]:
+    """Functions that run a whole mixed-precision update themselves (a scaled backward,
+    then ``scaler.step(...)``, on one path) and that no step loop of this file reaches: an
+    optimizer wrapper's ``step(loss)`` whose training loop lives in another file. Each
+    comes as a step loop over the function's own paths, as the step functions that
+    ``steps`` finds by their names do."""
+
+    def build(m: FileModel) -> list[StepLoop]:
+        steps = m.steps
+        covered = {id(sl.node) for sl in steps.step_loops}
+        for sl in steps.step_loops:
+            for e in sl.events:
+                for site in e.chain:
+                    target = m.resolve_call(site)
+                    if target is not None:
+                        covered.add(id(target))
+        out: list[StepLoop] = []
+        seen: set[int] = set()
+        for call in m.calls.get("scale", ()):
+            fn = m.function_of(call)
+            if fn is None or id(fn) in seen or id(fn) in covered:
+                continue
+            seen.add(id(fn))
+            if m.loop_contexts(fn.body[0] if fn.body else fn):
+                continue  # a loop of this file calls it: that loop's paths hold it
+            paths, precise = steps.function_paths(fn)
+            if any(_scaled_update(scalers, p) for p in paths):
+                out.append(StepLoop(fn, paths, precise))
+        return out
+
+    return model.memo(scaled_update_functions, build)
+
+
+def _scaled_update(scalers: Scalers, path: Path) -> bool:
+    backward = next(
+        (i for i, e in enumerate(path) if e.kind is Kind.BACKWARD and scalers.scaled(e)), None
+    )
+    return backward is not None and any(
+        e.kind is Kind.STEP and e.scaled for e in path[backward + 1 :]
+    )
 
 
 def guard_condition(guard: tuple[ast.If, bool]) -> tuple[str, bool, ast.expr]:

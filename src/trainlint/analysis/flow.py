@@ -18,6 +18,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from trainlint._record import Record
+from trainlint.analysis.dominance import dominates
 from trainlint.analysis.model import FUNCTION_NODES, call_name, dotted, walk_local
 from trainlint.analysis.roles import Role, is_module_class
 
@@ -270,6 +271,95 @@ class Flow:
             and d[1] is not at
             and (isinstance(d[1], _COMPOUND) or id(d[1]) not in holders)
         ]
+
+    def reaching_definitions(self, name: str, at: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
+        """Every (statement, value) assigning ``name`` that may reach ``at``, latest first:
+        the last assignment before it and, while that one sits on a branch ``at`` does not
+        run through (``if c: loss = a + b`` / ``else: loss = a``), the ones before it, up
+        to one that runs on every way to ``at`` or an ``if``/``else`` that assigns the name
+        on both of its branches. Assignments later in a loop body are not followed."""
+        out: list[tuple[ast.AST, ast.AST]] = []
+        covered: dict[int, set[str]] = defaultdict(set)
+        for stmt, value in self.definitions_before(name, at):
+            out.append((stmt, value))
+            if isinstance(value, _Marker) and value.kind == "param":
+                break
+            if dominates(self.model, stmt, at):
+                break
+            branch = self._enclosing_branch(stmt)
+            if branch is not None:
+                iff, field = branch
+                covered[id(iff)].add(field)
+                if len(covered[id(iff)]) == 2 and dominates(self.model, iff, at):
+                    break
+        return out
+
+    def _enclosing_branch(self, stmt: ast.AST) -> tuple[ast.If, str] | None:
+        """The ``if`` whose body or ``else`` block holds ``stmt`` directly, and which."""
+        parent = self.model.parent_of(stmt)
+        if isinstance(parent, ast.If):
+            if any(s is stmt for s in parent.body):
+                return parent, "body"
+            if any(s is stmt for s in parent.orelse):
+                return parent, "orelse"
+        return None
+
+    def joined_values(self, name: ast.Name) -> list[ast.expr] | None:
+        """The values ``name`` may hold where it is read, when branches assign it
+        differently (each an expression of its own branch); None when one assignment
+        reaches it, or when one that reaches it is not a plain expression (a loop target,
+        an unpacked element, an augmented assignment, a parameter)."""
+        found = self.reaching_definitions(name.id, name)
+        if len(found) < 2 or any(isinstance(v, _Marker) for _, v in found):
+            return None
+        if not all(isinstance(s, (ast.Assign, ast.AnnAssign)) for s, _ in found):
+            return None
+        return [v for _, v in found]  # type: ignore[misc]
+
+    def branch_alternatives(self, stmt: ast.AST) -> list[ast.expr]:
+        """The values the other branches of the ``if``/``elif``/``else`` chain around
+        ``stmt`` (``x = value``, at the top of its branch) assign to the same name, at the
+        top of theirs: what else ``x`` may hold after the chain (``agent = torch.load(p)``
+        on one branch, ``agent = Agent(cfg)`` on the other). Empty when ``stmt`` is not
+        such an assignment, or no other branch assigns the name."""
+        if not (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+        ):
+            return []
+        name = stmt.targets[0].id
+        branch = self._enclosing_branch(stmt)
+        if branch is None:
+            return []
+        # climb to the head of an elif chain, then collect every branch below it
+        head = branch[0]
+        parent = self.model.parent_of(head)
+        while isinstance(parent, ast.If) and parent.orelse == [head]:
+            head, parent = parent, self.model.parent_of(parent)
+        blocks: list[list[ast.stmt]] = []
+        node: ast.If | None = head
+        while node is not None:
+            blocks.append(node.body)
+            nested = node.orelse
+            if len(nested) == 1 and isinstance(nested[0], ast.If):
+                node = nested[0]
+            else:
+                blocks.append(nested)
+                node = None
+        out: list[ast.expr] = []
+        for block in blocks:
+            if any(s is stmt for s in block):
+                continue
+            for s in block:
+                if (
+                    isinstance(s, ast.Assign)
+                    and len(s.targets) == 1
+                    and isinstance(s.targets[0], ast.Name)
+                    and s.targets[0].id == name
+                ):
+                    out.append(s.value)
+        return out
 
     # -- evaluation ------------------------------------------------------------------
     def value(self, expr: ast.AST, depth: int = 0) -> Value:
@@ -529,6 +619,14 @@ class Flow:
                     return self.terms(expr.right, depth + 1)
             return [expr]
         if isinstance(expr, ast.Name):
+            joined = self.joined_values(expr)
+            if joined is not None:
+                # a loss assigned on both branches of an if/else: the terms of each
+                return [
+                    t
+                    for v in joined
+                    for t in (self.terms(v, depth + 1) if isinstance(v, ast.BinOp) else [v])
+                ]
             found = self.definition(expr.id, expr)
             if found is not None and isinstance(found[1], ast.BinOp):
                 return self.terms(found[1], depth + 1)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import ast
 
 from trainlint.analysis.model import NESTED_SCOPES, FileModel, call_name, dotted
-from trainlint.analysis.steps import Event
+from trainlint.analysis.roles import Binding, Role, parameter_owners
+from trainlint.analysis.steps import Event, Kind
 
 _PARAMETER_METHODS = ("parameters", "named_parameters")
 
@@ -36,6 +37,71 @@ def clears_some_only(model: FileModel, zero: Event) -> bool:
     if _is_submodule(source):
         return True
     return any(not _only_tests_existence(g.test) for g, _ in zero.guards)
+
+
+def misses_optimizer(model: FileModel, zero: Event, step: Event) -> bool:
+    """Does the clearing ``zero`` provably leave the gradients ``step`` applies: both are
+    calls on two optimizers of this file (``opt_e.zero_grad()``, ``opt_d.step()``) built
+    over the parameters of disjoint objects (``E.net.parameters()``, ``D.net.parameters()``:
+    neither holds the other)? Any doubt (a module's ``zero_grad()``, an optimizer of
+    unknown construction, parameters passed in a list) answers False."""
+    if zero.kind is not Kind.ZERO or step.kind is not Kind.STEP:
+        return False
+    if zero.via is not None or step.via is not None:
+        return False
+    zeroed = _optimizer_of_call(model, zero.node, "zero_grad")
+    stepped = _stepped_optimizer(model, step)
+    if zeroed is None or stepped is None or zeroed == stepped:
+        return False
+    zero_owners = _owner_paths(zeroed)
+    step_owners = _owner_paths(stepped)
+    if not zero_owners or not step_owners:
+        return False
+    return not any(_nested(a, b) for a in zero_owners for b in step_owners)
+
+
+def _optimizer_of_call(model: FileModel, node: ast.AST, method: str) -> Binding | None:
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == method
+    ):
+        return None
+    return _optimizer_binding(model, node.func.value)
+
+
+def _stepped_optimizer(model: FileModel, step: Event) -> Binding | None:
+    node = step.node
+    if step.scaled:
+        if isinstance(node, ast.Call) and node.args:
+            return _optimizer_binding(model, node.args[0])
+        return None
+    return _optimizer_of_call(model, node, "step")
+
+
+def _optimizer_binding(model: FileModel, expr: ast.AST) -> Binding | None:
+    binding = model.roles.lookup(expr)
+    if binding is None or binding.role is not Role.OPTIMIZER or binding.call is None:
+        return None
+    return binding
+
+
+def _owner_paths(binding: Binding) -> list[str]:
+    """``X`` of each ``X.parameters()`` the optimizer was built over; empty when any
+    parameter source is not of that form (a list built elsewhere, a filter)."""
+    call = binding.call
+    if call is None:
+        return []
+    owners = parameter_owners(call)
+    names = [dotted(o) for o in owners]
+    if not names or any(n is None for n in names):
+        return []
+    return [n for n in names if n is not None]
+
+
+def _nested(a: str, b: str) -> bool:
+    """One parameter source holds the other (``net`` and ``net.head``), or they are one."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
 def _grad_attribute(node: ast.AST) -> ast.Attribute | None:

@@ -9,9 +9,11 @@ from collections.abc import Iterator
 from trainlint.analysis.model import (
     NESTED_SCOPES,
     FileModel,
+    FunctionNode,
     call_name,
     dotted,
     is_false,
+    walk_local,
 )
 from trainlint.analysis.steps import Event, Kind
 
@@ -509,3 +511,89 @@ def _settles(stmt: ast.stmt, loop: ast.AST, target: str) -> bool:
     if isinstance(stmt, (ast.With, ast.AsyncWith)):
         return _block_settles(stmt.body, loop, target)
     return False
+
+
+# A framework's validation hooks: `train_validation_begin`, `on_validation_start`, ...
+_BEGIN_HOOK = re.compile(r"^(?P<stem>\w*(valid|eval|test)\w*?)_(begin|start)$")
+_END_SUFFIXES = ("_end", "_stop", "_finish", "_done")
+_PER_STEP_HOOK = re.compile(r"step|batch|iter")
+
+
+def hooks_left_in_eval(model: FileModel) -> list[ast.Call]:
+    """`eval()` calls in a validation begin hook (``train_validation_begin``,
+    ``on_validation_start``) of a class that trains (a method backpropagates or steps)
+    and sets train mode in some other hook, where the matching end hook (``*_end``,
+    ``*_stop``; its own or a same-file base's) does not call `train()` and no per-step
+    hook does: the framework that drives the hooks (its loop in another module) comes
+    back to train mode only at the next epoch's begin hook, so a validation run in the
+    middle of an epoch leaves the rest of it training in eval mode. An epoch-level
+    validation hook (``on_validation_epoch_start``) runs between epochs and stays silent,
+    as does a class with a base of another file (the end hook may be there)."""
+
+    def build(m: FileModel) -> list[ast.Call]:
+        out: list[ast.Call] = []
+        if not m.imports_training_library:
+            return out
+        for cls in m.classes:
+            methods = _class_methods(m, cls)
+            if methods is None:
+                continue
+            kinds = {name: _mode_kinds(m, fn) for name, fn in methods.items()}
+            if not any(k & {Kind.BACKWARD, Kind.STEP} for k in kinds.values()):
+                continue
+            for name, fn in m.methods(cls).items():
+                hook = _BEGIN_HOOK.match(name)
+                if hook is None or "epoch" in name or Kind.EVAL not in kinds[name]:
+                    continue  # (a validation epoch runs between epochs: the next restores)
+                stem = hook.group("stem")
+                ends = [stem + s for s in _END_SUFFIXES if stem + s in methods]
+                if any(Kind.TRAIN in kinds[e] for e in ends):
+                    continue
+                restorers = [n for n, k in kinds.items() if Kind.TRAIN in k and n != name]
+                if not restorers or any(_PER_STEP_HOOK.search(n) for n in restorers):
+                    continue
+                out.extend(
+                    n
+                    for n in walk_local(fn)
+                    if isinstance(n, ast.Call) and _kind(m, n) is Kind.EVAL
+                )
+        return out
+
+    return model.memo(hooks_left_in_eval, build)
+
+
+def _class_methods(model: FileModel, cls: ast.ClassDef) -> dict[str, FunctionNode] | None:
+    """The methods of ``cls`` and its same-file bases (the nearest definition of each
+    name); None when a base is not a class of this file."""
+    out: dict[str, FunctionNode] = {}
+    seen: set[int] = set()
+    cur: ast.ClassDef | None = cls
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        bases = [b for b in cur.bases if not (isinstance(b, ast.Name) and b.id == "object")]
+        if len(bases) > 1:
+            return None
+        for name, fn in model.methods(cur).items():
+            out.setdefault(name, fn)
+        if not bases:
+            return out
+        base = model.local_base(cur)
+        if base is None:
+            return None
+        cur = base
+    return out
+
+
+def _mode_kinds(model: FileModel, fn: FunctionNode) -> set[Kind]:
+    kinds: set[Kind] = set()
+    for n in walk_local(fn):
+        if isinstance(n, ast.Call):
+            k = _kind(model, n)
+            if k is not None:
+                kinds.add(k)
+    return kinds
+
+
+def _kind(model: FileModel, call: ast.Call) -> Kind | None:
+    e = model.steps.classify(call)
+    return e.kind if e is not None else None

@@ -677,3 +677,59 @@ def queue_drained_before(model: FileModel, node: ast.AST) -> bool:
                 return False
             cur = anc
     return False
+
+
+def timing_only_kept(model: FileModel, sync: ast.AST, loop: ast.AST) -> bool:
+    """Is the clock read right after ``sync`` (``t = start.elapsed_time(end)``) only kept
+    for later: every use of the name it assigns, in ``loop``, appends it to a container
+    (``times.append(t)``) that nothing else in the loop reads? The per-step reading then
+    serves a summary after the loop, which wall-clock time at the end gives without a
+    synchronize per step. False where the time is logged, compared or read per step."""
+    stmt = model.statement_of(sync)
+    parent = model.parent_of(stmt)
+    block = next(
+        (
+            b
+            for b in (getattr(parent, f, None) for f in ("body", "orelse", "finalbody"))
+            if isinstance(b, list) and any(s is stmt for s in b)
+        ),
+        None,
+    )
+    if block is None:
+        return False
+    i = next(k for k, s in enumerate(block) if s is stmt)
+    nxt = block[i + 1] if i + 1 < len(block) else None
+    if not (
+        isinstance(nxt, ast.Assign)
+        and len(nxt.targets) == 1
+        and isinstance(nxt.targets[0], ast.Name)
+    ):
+        return False
+    name = nxt.targets[0].id
+    after = (nxt.lineno, nxt.col_offset)
+    containers: set[str] = set()
+    for n in walk_local(loop):
+        if not (isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)):
+            continue
+        if (n.lineno, n.col_offset) <= after:
+            return False  # read before it is assigned again: last step's time, per step
+        call = model.parent_of(n)
+        if not (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "append"
+            and call.args == [n]
+        ):
+            return False
+        container = dotted(call.func.value)
+        if container is None:
+            return False
+        containers.add(container)
+    if not containers:
+        return False
+    for n in walk_local(loop):
+        if isinstance(n, (ast.Name, ast.Attribute)) and dotted(n) in containers:
+            up = model.parent_of(n)
+            if not (isinstance(up, ast.Attribute) and up.attr == "append"):
+                return False
+    return True

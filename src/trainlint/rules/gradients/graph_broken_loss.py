@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.flow import Taint
@@ -146,6 +147,8 @@ for x, y in loader:
             return
         flow = model.flow
         seen = Reported()
+        # `t.detach().item()` is two cuts that start at one place: one report
+        places: set[tuple[int, int]] = set()
         for call in backward_calls(model):
             value = backward_value(model, call)
             if value is None:
@@ -156,10 +159,18 @@ for x, y in loader:
                 v = flow.value(term)
                 if v.taint is Taint.CUT and v.cuts:
                     node = v.cuts[0]
-                    if seen.first(node):
+                    if seen.first(node) and _first_at(places, node):
                         yield self.report(node)
             # a term cut where the flow cannot tell it had a graph, but made from the
             # same forward pass as a term that still trains
             for node in cut_terms_of_trained_graph(model, value):
-                if seen.first(node):
+                if seen.first(node) and _first_at(places, node):
                     yield self.report(node)
+
+
+def _first_at(places: set[tuple[int, int]], node: ast.AST) -> bool:
+    place = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+    if place in places:
+        return False
+    places.add(place)
+    return True

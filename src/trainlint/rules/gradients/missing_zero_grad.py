@@ -6,9 +6,10 @@ import ast
 import re
 from collections.abc import Iterator
 
+from trainlint.analysis.grad_clearing import misses_optimizer
 from trainlint.analysis.model import FileModel, call_name
 from trainlint.analysis.paths import Reported, precise_step_loops
-from trainlint.analysis.steps import STEP_LOOP_TRIGGERS, Kind
+from trainlint.analysis.steps import STEP_LOOP_TRIGGERS, Event, Kind
 from trainlint.rules.base import Invalid, Report, Rule
 
 _HOOK_NAME = re.compile(
@@ -41,7 +42,9 @@ def _distributed_autograd(model: FileModel, node: ast.AST) -> bool:
 class MissingZeroGrad(Rule):
     """## What it does
     Flags an optimizer step in a training loop where, on some path through the loop body
-    (helpers included), backward and the step run but nothing clears the gradients.
+    (helpers included), backward and the step run but nothing clears the gradients, or
+    only another optimizer's are cleared (`opt_g.zero_grad()` each step, never
+    `opt_d.zero_grad()`, the two built over the parameters of separate models).
     Distributed-autograd steps (`dist_autograd.backward` in a `dist_autograd.context()`)
     keep their gradients per context and are not reported, nor are loops that fire
     hooks (`call_hook(...)`, `on_*`, `before_*`) when a hook in the file calls
@@ -278,7 +281,13 @@ for batch in loader:
             has_guarded_zero = any(e.under_counter_guard() for e in loop.of(Kind.ZERO))
             for path in loop.paths:
                 kinds = {e.kind for e in path}
-                if Kind.STEP not in kinds or Kind.ZERO in kinds:
+                if Kind.STEP not in kinds:
+                    continue
+                if Kind.ZERO in kinds:
+                    # one optimizer cleared, another never: report the other's step
+                    found = _uncleared_step(model, path)
+                    if found is not None and seen.first(found[0]):
+                        yield self.report(found[0], found[1])
                     continue
                 if not any(e.kind is Kind.BACKWARD and isinstance(e.node, ast.Call) for e in path):
                     continue  # `p.grad = g` overwrites: nothing accumulates
@@ -292,3 +301,20 @@ for batch in loader:
                 node = model.steps.anchor(step)
                 if seen.first(node):
                     yield self.report(node)
+
+
+def _uncleared_step(model: FileModel, path: tuple[Event, ...]) -> tuple[ast.AST, str] | None:
+    """The anchor of a step on ``path`` whose optimizer no clearing on the path covers,
+    where every clearing provably misses it (see ``misses_optimizer``), and the message."""
+    zeros = [e for e in path if e.kind is Kind.ZERO]
+    for step in (e for e in path if e.kind is Kind.STEP):
+        if step.under_counter_guard():
+            continue
+        if all(misses_optimizer(model, z, step) for z in zeros):
+            cleared = ", ".join(f"`{z.target}.zero_grad()`" for z in zeros)
+            return model.steps.anchor(step), (
+                f"`{step.target}` is stepped but its gradients are never cleared on this path "
+                f"of the training loop (only {cleared} runs, over other parameters): they "
+                f"accumulate across batches; call `{step.target}.zero_grad()` once per step"
+            )
+    return None

@@ -20,7 +20,9 @@ class OptimizerOnStaleParams(Rule):
     Flags rebinding a model name to a different module object (`model = Net()`,
     `copy.deepcopy(model)`, a whole model unpickled with `torch.load`, a new object
     from a factory) after an optimizer was built from `model.parameters()`, when that
-    optimizer is stepped afterwards.
+    optimizer is stepped afterwards. Rebinding an object on the owner's attribute path
+    counts too (`self.posterior = deepcopy(self.posterior)` after an optimizer over
+    `self.posterior.net.parameters()`).
 
     ## Why is this bad?
     The optimizer holds the *old* parameter tensors. The new model's forward and
@@ -157,7 +159,7 @@ def run_fold(cfg, loader):
                 name = dotted(stmt.targets[0])
                 if (
                     name is None
-                    or name not in owners
+                    or not any(_rebinds(name, o) for o in owners)
                     or (stmt.lineno, stmt.col_offset) <= (opt_stmt.lineno, opt_stmt.col_offset)
                 ):
                     continue  # a rebinding before the optimizer was built is harmless
@@ -239,3 +241,10 @@ def run_fold(cfg, loader):
                     ):
                         return True
         return False
+
+
+def _rebinds(name: str, owner: str) -> bool:
+    """Assigning ``name`` replaces the object whose parameters the optimizer holds: the
+    owner itself, or an object on its attribute path (``self.posterior`` for an
+    optimizer over ``self.posterior.net.parameters()``)."""
+    return owner == name or owner.startswith(name + ".")

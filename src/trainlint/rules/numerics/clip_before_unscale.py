@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from trainlint.analysis import amp
 from trainlint.analysis.amp import Scalers, contains_in_order, off_amp_branch
 from trainlint.analysis.model import FileModel, dotted
 from trainlint.analysis.paths import Reported, precise_step_loops
@@ -58,7 +59,8 @@ class ClipBeforeUnscale(Rule):
     """## What it does
     Flags gradient clipping (`clip_grad_norm_`/`clip_grad_value_`), or a gradient-norm
     read, after `scaler.scale(loss).backward()` with no `scaler.unscale_(optimizer)` in
-    between, in the same training step.
+    between, in the same training step, or in a function that runs the whole scaled
+    update for a loop elsewhere (an optimizer wrapper's `step(loss)`).
 
     ## Why is this bad?
     A `GradScaler` multiplies the loss, and so every gradient, by the loss scale
@@ -318,7 +320,9 @@ for step, (x, y) in enumerate(loader):
     def check(self, model: FileModel) -> Iterator[Report]:
         scalers = Scalers(model)
         seen = Reported()
-        for loop in precise_step_loops(model):
+        loops = [*precise_step_loops(model)]
+        loops += [sl for sl in amp.scaled_update_functions(model, scalers) if sl.precise]
+        for loop in loops:
             if not any(
                 e.kind is Kind.CLIP or (e.kind is Kind.READ and _is_norm_read(model, e))
                 for e in loop.events

@@ -6,6 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.checkpoints import Item, Save, pickled_loads
+from trainlint.analysis.loaded_objects import loads_of_branch_objects
 from trainlint.analysis.model import FileModel
 from trainlint.config import OLDEST_TORCH, TARGET_TORCH, torch_version
 from trainlint.findings import Fix
@@ -68,7 +69,9 @@ class CheckpointNeedsPickle(Rule):
     A load is also reported when the code right after it shows the checkpoint holds such
     an object, whoever saved it: a module method called on the loaded value or one of its
     entries (`ckpt["model"].float().state_dict()`, `torch.load(p).eval()`), or an
-    attribute read from its command-line entry (`ckpt["args"].arch`). The message names
+    attribute read from its command-line entry (`ckpt["args"].arch`), or another branch
+    of the same `if`/`else` assigning the name an object of a class of the file
+    (`agent = torch.load(cfg.resume)` / `else: agent = Agent(cfg)`). The message names
     the object, what it is and where it is saved (or used).
 
     ## Why is this bad?
@@ -245,8 +248,12 @@ class CheckpointNeedsPickle(Rule):
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        for call, save in pickled_loads(model).items():
+        found = pickled_loads(model)
+        for call, save in found.items():
             yield self.report(call, self._message(save), fix=self._fix(model, call))
+        for call, save in loads_of_branch_objects(model).items():
+            if call not in found:
+                yield self.report(call, self._message(save), fix=self._fix(model, call))
 
     def _message(self, save: Save) -> str:
         # the object a reader recognises first (the command line, the model) leads

@@ -9,6 +9,7 @@ from trainlint.analysis.modes import (
     copy_or_frozen,
     eval_targets,
     frozen_modules,
+    hooks_left_in_eval,
     left_in_eval,
     outside_optimizers,
     resolved_target,
@@ -38,7 +39,9 @@ class EvalModeNotRestored(Rule):
     and modules training does not update: an EMA/SWA copy, a `deepcopy`, a model rebuilt
     in the loop from a state dict, a teacher or target network, a module frozen with
     `requires_grad_(False)`, a module none of the file's optimizers holds (the backbone
-    of a linear probe, when every optimizer stepped is built in the file).
+    of a linear probe, when every optimizer stepped is built in the file). A framework's
+    validation begin hook (`train_validation_begin`) that calls `eval()` is reported when
+    its end hook does not call `train()` and only an epoch begin hook does.
 
     ## Why is this bad?
     `eval()` switches dropout off and makes batch-norm use its running statistics. If
@@ -84,6 +87,7 @@ class EvalModeNotRestored(Rule):
     fix_safety = "safe"
     confirm_with = None  # weights still update in eval mode
     valid = [
+        "for e in range(3):\n    for x in data:\n        x.backward()\n    model.eval()\n",  # no torch
         """
 import torch
 for epoch in range(10):
@@ -208,14 +212,6 @@ for epoch in range(10):
     eval_net.load_state_dict(model.state_dict())
     eval_net.eval()
     evaluate(eval_net, val_loader)
-""",
-        # no torch
-        """
-for epoch in range(3):
-    for x in data:
-        x.backward()
-        opt.step()
-    model.eval()
 """,
     ]
     invalid = [
@@ -395,6 +391,10 @@ for step, (x, y) in enumerate(loader):
                             else (),
                             fix=fix,
                         )
+        for call in hooks_left_in_eval(model):  # the loop that drives them is elsewhere
+            if id(call) not in seen and id(call) not in reported:
+                yield self.report(call, _HOOK_MESSAGE)
 
 
+_HOOK_MESSAGE = "`eval()` in a validation begin hook whose end hook never calls `train()`: after a validation in the middle of an epoch, training runs in eval mode until the next epoch; call `.train()` in the end hook"
 _HELPER_MESSAGE = "this call leaves {what} in eval mode (its `eval()` has no `train()` after it) before the next training step: dropout and batch norm stay in eval mode; call `.train()` after evaluating"

@@ -8,10 +8,14 @@ from collections.abc import Iterator
 from trainlint.analysis.model import FUNCTION_NODES, FileModel, call_name
 from trainlint.analysis.paths import Reported
 from trainlint.analysis.steps import after_limiting_exit
-from trainlint.analysis.syncs import queue_drained_before, reads_clock
+from trainlint.analysis.syncs import queue_drained_before, reads_clock, timing_only_kept
 from trainlint.rules.base import Invalid, Report, Rule
 
 _COST = "the host waits for the GPU each batch; remove it or run it only when timing"
+_KEPT_COST = (
+    "the host waits for the GPU each batch to time a step whose time is only kept for "
+    "after the loop; take the wall-clock time of the whole run instead"
+)
 
 
 def _times_next(model: FileModel, call: ast.Call) -> bool:
@@ -41,7 +45,8 @@ class SynchronizeInLoop(Rule):
     before a clock read (`torch.cuda.synchronize(); t0 = time.perf_counter()`, or a
     `time_sync()` helper that synchronizes and returns `time.time()`, or CUDA events'
     `start.elapsed_time(end)`, a CUDA event's `start.record()`, a timer's `tic()`/`toc()`)
-    is deliberate timing and is not reported; neither is one under a rate-limiting `if`,
+    is deliberate timing and is not reported, unless the time read is only appended to a
+    list that nothing in the loop reads (a summary after training); neither is one under a rate-limiting `if`,
     nor one right after a host read of a tensor (`loss.item()`) with no device work
     queued since: the host already waited there, so it waits for nothing more.
 
@@ -271,12 +276,16 @@ class Trainer:
         seen = Reported()
         for call in calls:
             found = model.steps.per_step(call)
-            if found is None or _times_next(model, call) or queue_drained_before(model, call):
+            if found is None or queue_drained_before(model, call):
                 continue
             loop, anchor = found
+            timed = _times_next(model, call)
+            if timed and not timing_only_kept(model, call, loop.node):
+                continue  # deliberate timing, unless the time only feeds an end summary
             if after_limiting_exit(model, call, loop.node) or not seen.first(anchor):
                 continue
             what = f"`{ast.unparse(call.func)}()`"
             if anchor is not call and isinstance(anchor, ast.Call) and call_name(anchor):
                 what += f" (in `{call_name(anchor)}()`)"
-            yield self.report(anchor, f"{what} on every training step: {_COST}")
+            cost = _KEPT_COST if timed else _COST
+            yield self.report(anchor, f"{what} on every training step: {cost}")
