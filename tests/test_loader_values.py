@@ -99,3 +99,11 @@ def test_a_loader_iterated_once_here_is_not_judged_by_the_project() -> None:
 def test_a_file_that_reseeds_says_so() -> None:
     src = "def each_epoch(loader, epoch):\n    loader.sampler.set_epoch(epoch)\n"
     assert epoch_facts(_model(src)) == {"sets": True}
+
+
+def test_a_held_out_split_leaving_the_file_is_not_judged_by_the_project() -> None:
+    for held_out in (
+        RETURNED.replace("DistributedSampler(ds,", "DistributedSampler(val_ds,"),
+        RETURNED.replace("batch_size=8,", "batch_size=8, shuffle=False,"),
+    ):
+        assert _tl504(held_out, {"sets_epoch": False}) == []

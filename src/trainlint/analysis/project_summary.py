@@ -23,6 +23,7 @@ from trainlint.analysis.project_modules import (
     absolute,
 )
 from trainlint.analysis.roles import Binding, Role
+from trainlint.analysis.sampler_epochs import EPOCH_WORDS, epoch_facts
 from trainlint.analysis.torch_table import SAME_OBJECT_METHODS
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ EFFECT_WORDS = (
     b".append(",
     b"+=",
     *CHECKPOINT_WORDS,  # saves and loads are summarised from the model (analysis.checkpoints)
+    *EPOCH_WORDS,  # who builds and who reseeds distributed samplers (analysis.sampler_epochs)
 )
 #: Star imports pass on these libraries' names (``from common import *`` where
 #: ``common`` does ``import torch``).
@@ -203,6 +205,9 @@ def summarize(
     ck = checkpoints.summary(model) if model is not None else None
     if ck:
         out["ckpt"] = ck
+    epochs = epoch_facts(model) if model is not None else None
+    if epochs:
+        out["epochs"] = epochs
     if keep is not None:
         out["lean"] = sorted(keep)
     return out

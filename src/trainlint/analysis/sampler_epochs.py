@@ -7,7 +7,10 @@ reseed it either."""
 
 from __future__ import annotations
 
-from trainlint.analysis.model import FileModel
+import ast
+import re
+
+from trainlint.analysis.model import FileModel, is_false, keyword
 
 DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
 #: A file without these bytes has nothing to say about sampler epochs.
@@ -33,3 +36,26 @@ def project_sets_epoch(model: FileModel) -> bool | None:
     if not view or "sets_epoch" not in view:
         return None
     return bool(view["sets_epoch"])
+
+
+# Identifier parts that name a held-out split: its order does not change what it measures.
+_HELD_OUT = re.compile(r"^(val|valid|validation|test|eval|evaluation|dev|holdout)$", re.IGNORECASE)
+
+
+def reads_held_out(model: FileModel, sampler: ast.Call, loaders: list[ast.Call]) -> bool:
+    """Does the sampler read a held-out split: its name, or its dataset's, says so
+    (``val_sampler``, ``DistributedSampler(test_set)``), or every loader that holds it
+    says ``shuffle=False`` (the author wants one fixed pass)? Its order then changes
+    nothing that is measured."""
+    if loaders and all(is_false(keyword(c, "shuffle")) for c in loaders):
+        return True
+    spelled: list[ast.AST] = [sampler.args[0]] if sampler.args else []
+    spelled += [kw.value for kw in sampler.keywords if kw.arg == "dataset"]
+    parent = model.parent_of(sampler)
+    if isinstance(parent, ast.Assign):
+        spelled += parent.targets
+    for node in spelled:
+        name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+        if name and any(_HELD_OUT.match(part) for part in name.split("_")):
+            return True
+    return False

@@ -9,7 +9,7 @@ from trainlint.analysis.loaders import loops_iterating, reaching_keys
 from trainlint.analysis.model import FileModel, is_false, keyword
 from trainlint.analysis.objects import Obj, Objects, objects
 from trainlint.analysis.roles import Role
-from trainlint.analysis.sampler_epochs import project_sets_epoch
+from trainlint.analysis.sampler_epochs import project_sets_epoch, reads_held_out
 from trainlint.analysis.torch_table import LOADER_PREPARE_METHODS
 from trainlint.rules.base import Invalid, Report, Rule
 
@@ -25,7 +25,8 @@ class SamplerWithoutSetEpoch(Rule):
     or directly) when `set_epoch` is never called on it, nor on `loader.sampler`,
     anywhere in the file. A loader (or sampler) that leaves the file, returned by a
     helper, kept on an object or handed to another module, is reported when no file of
-    the linted project calls `set_epoch` at all. Samplers built with `shuffle=False` are not reported.
+    the linted project calls `set_epoch` at all, unless it reads a held-out split (its
+    name or its dataset's says `val`/`test`, or its loader says `shuffle=False`). Samplers built with `shuffle=False` are not reported.
 
     ## Why is this bad?
     `DistributedSampler` shuffles with a generator seeded by `seed + epoch`, and the
@@ -254,8 +255,9 @@ Fit(dl={"train": DataLoader(ds, sampler=sampler)}).run()
                 continue
             # iterated per epoch in sight, or out of sight in a project that never reseeds
             here = loaders if held_by else s_obj
-            if self._iterated_per_epoch(model, query, s_obj | loaders) or self._passes_elsewhere(
-                model, query, here
+            if self._iterated_per_epoch(model, query, s_obj | loaders) or (
+                self._passes_elsewhere(model, query, here)
+                and not reads_held_out(model, sampler, held_by)
             ):
                 yield self.report(sampler)
 
