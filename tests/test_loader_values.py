@@ -1,6 +1,6 @@
 """Values the loader rules ask about: the keywords a call receives through a `**opts`
 dict literal (call_keywords), the loaders of other libraries, and whether the project
-reseeds its distributed samplers anywhere (sampler_epochs, read from the project view)."""
+reseeds its distributed samplers anywhere (data_parallel, read from the project view)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import ast
 import pytest
 
 from trainlint.analysis.call_keywords import expanded_keywords
-from trainlint.analysis.loaders import loader_constructions
+from trainlint.analysis.data_parallel import data_facts, project_sets_epoch
+from trainlint.analysis.loaders import loader_constructions, true_by_default
 from trainlint.analysis.model import FileModel
-from trainlint.analysis.sampler_epochs import epoch_facts, project_sets_epoch
 from trainlint.rules.concurrency.sampler_without_set_epoch import SamplerWithoutSetEpoch
 from trainlint.source import Source
 
@@ -77,11 +77,11 @@ def _tl504(src: str, view: dict | None) -> list[int]:
 
 
 def test_a_sampler_that_leaves_the_file_is_judged_by_the_project() -> None:
-    assert epoch_facts(_model(RETURNED)) == {"samples": True}
+    assert data_facts(_model(RETURNED)) == {"samples": True, "loads": True}
     # no view (the file alone) and a project that reseeds somewhere: silent
     assert _tl504(RETURNED, None) == []
-    assert _tl504(RETURNED, {"sets_epoch": True}) == []
-    assert _tl504(RETURNED, {"sets_epoch": False}) == [5]
+    assert _tl504(RETURNED, {"data": ["sets"]}) == []
+    assert _tl504(RETURNED, {"data": []}) == [5]
     assert project_sets_epoch(_model(RETURNED)) is None
 
 
@@ -93,12 +93,12 @@ def test_a_loader_iterated_once_here_is_not_judged_by_the_project() -> None:
         "    model(x).sum().backward()\n"
         "    opt.step()\n"
     )
-    assert _tl504(single_pass, {"sets_epoch": False}) == []
+    assert _tl504(single_pass, {"data": []}) == []
 
 
 def test_a_file_that_reseeds_says_so() -> None:
     src = "def each_epoch(loader, epoch):\n    loader.sampler.set_epoch(epoch)\n"
-    assert epoch_facts(_model(src)) == {"sets": True}
+    assert data_facts(_model(src)) == {"sets": True}
 
 
 def test_a_held_out_split_leaving_the_file_is_not_judged_by_the_project() -> None:
@@ -106,4 +106,29 @@ def test_a_held_out_split_leaving_the_file_is_not_judged_by_the_project() -> Non
         RETURNED.replace("DistributedSampler(ds,", "DistributedSampler(val_ds,"),
         RETURNED.replace("batch_size=8,", "batch_size=8, shuffle=False,"),
     ):
-        assert _tl504(held_out, {"sets_epoch": False}) == []
+        assert _tl504(held_out, {"data": []}) == []
+
+
+@pytest.mark.parametrize(
+    ("signature", "expected"),
+    [
+        ("fixed=False", True),
+        ("fixed=None", True),
+        ("*, fixed=False", True),
+        ("fixed=True", False),
+        ("fixed", False),  # no default: the callers decide
+    ],
+)
+def test_a_negated_parameter_is_judged_by_its_default(signature: str, expected: bool) -> None:
+    model = _model(f"def load(ds, {signature}):\n    return DataLoader(ds, shuffle=not fixed)\n")
+    (call,) = [n for n in ast.walk(model.tree) if isinstance(n, ast.Call)]
+    assert true_by_default(model, call.keywords[0].value) is expected
+
+
+def test_a_rebound_parameter_is_not_its_default() -> None:
+    model = _model(
+        "def load(ds, fixed=False):\n    fixed = cfg.fixed\n"
+        "    return DataLoader(ds, shuffle=not fixed)\n"
+    )
+    call = next(n for n in ast.walk(model.tree) if isinstance(n, ast.Call) and n.keywords)
+    assert not true_by_default(model, call.keywords[0].value)

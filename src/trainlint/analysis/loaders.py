@@ -11,11 +11,12 @@ import ast
 import re
 from collections.abc import Iterable, Iterator
 
+from trainlint.analysis.data_parallel import HANDED_OVER
 from trainlint.analysis.devices import device_copy
 from trainlint.analysis.dominance import dominates
 from trainlint.analysis.escapes import escapes, params_of
-from trainlint.analysis.model import FileModel, call_name, keyword
-from trainlint.analysis.objects import objects
+from trainlint.analysis.model import FileModel, call_name, is_true, keyword
+from trainlint.analysis.objects import Obj, objects
 from trainlint.analysis.roles import Binding, Key, Role
 from trainlint.analysis.torch_table import DATA_LOADER_SUBCLASSES
 
@@ -33,16 +34,6 @@ def is_plain_loader(model: FileModel, call: ast.Call) -> bool:
     (``dataset, batch_size, shuffle, sampler, ...``)?"""
     return model.qualname(call.func) == DATA_LOADER
 
-# Frameworks that take the loader over and shard/re-seed it themselves (accelerate's
-# DataLoaderShard, Fabric's `setup_dataloaders`, ignite's `auto_dataloader`).
-_HANDED_OVER = {
-    "prepare",
-    "prepare_data_loader",
-    "setup_dataloaders",
-    "setup",
-    "auto_dataloader",
-    "MpDeviceLoader",
-}
 
 
 def bound_keys(model: FileModel, call: ast.Call) -> set[Key]:
@@ -165,7 +156,7 @@ def refers(model: FileModel, expr: ast.AST, keys: set[Key], calls: list[ast.Call
 
 def handed_over(model: FileModel, calls: list[ast.Call], keys: set[Key]) -> bool:
     """Is the loader passed to a framework call that takes it over (``accelerator.prepare``)?"""
-    for method in _HANDED_OVER:
+    for method in HANDED_OVER:
         for site in model.calls.get(method, ()):
             args = [*site.args, *(k.value for k in site.keywords)]
             if any(refers(model, a, keys, calls) for a in args):
@@ -537,3 +528,39 @@ def mentions_rank(nodes: Iterable[ast.AST]) -> bool:
         if word and _RANK_WORDS.search(word):
             return True
     return False
+
+
+def true_by_default(model: FileModel, expr: ast.AST | None) -> bool:
+    """Is ``expr`` True when the callers of its function leave its parameters at their
+    defaults: ``True``, or ``not p`` for a parameter ``p`` whose default is ``False`` or
+    ``None`` (``shuffle=not deterministic`` in ``def load(..., deterministic=False)``)?"""
+    if is_true(expr):
+        return True
+    if not (isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not)):
+        return False
+    name = expr.operand
+    fn = model.function_of(expr)
+    if not isinstance(name, ast.Name) or fn is None:
+        return False
+    if any(stmt is not fn for stmt, _ in model.flow.definitions_before(name.id, expr)):
+        return False  # rebound in the function: not the parameter's value
+    args = fn.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults: dict[str, ast.expr | None] = dict(
+        zip([a.arg for a in positional[len(positional) - len(args.defaults) :]], args.defaults, strict=True)
+    )
+    defaults.update((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True))
+    default = defaults.get(name.id)
+    return isinstance(default, ast.Constant) and default.value in (False, None)
+
+
+def leaves_unread(model: FileModel, call: ast.Call, keys: set[Key]) -> bool:
+    """Does the object ``call`` builds leave this file (returned, kept on an object,
+    passed to a call) without a loop here iterating it? Whoever iterates it is elsewhere."""
+    direct, passed = loops_iterating(model, [call], keys, epoch_loops=True)
+    if direct or passed:
+        return False
+    query = objects(model)
+    obj = query.of(call)
+    obj = Obj(obj.calls, obj.keys | frozenset(keys))
+    return any(k[0] == "attr" for k in obj.keys) or query.escapes(obj)

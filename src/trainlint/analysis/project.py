@@ -81,8 +81,8 @@ class ProjectIndex:
         # project directory -> the summaries there that save checkpoints or define savers,
         # and the saves of objects they make (analysis.checkpoints), joined on first ask
         self._ckpt_summaries: dict[str, list[dict]] = {}
-        # project directories where some file calls `.set_epoch(...)` (sampler_epochs)
-        self._epoch_setters: set[str] = set()
+        # project directory -> the facts about its data split some file has (data_parallel)
+        self._data_facts: dict[str, set[str]] = {}
         self._saves: dict[str, list[list[Any]]] = {}
         #: the summaries with lean entries (see ``summarize``) whose left-out facts were
         #: asked for: the views given are not the whole project's until those files are
@@ -115,8 +115,9 @@ class ProjectIndex:
         self._note_checkpoints(summary)
 
     def _note_checkpoints(self, s: dict) -> None:
-        if s.get("epochs", {}).get("sets"):
-            self._epoch_setters.add(checkpoints.project_dir(s["root"]))
+        if s.get("data"):
+            project = checkpoints.project_dir(s["root"])
+            self._data_facts.setdefault(project, set()).update(s["data"])
         # only the files that save (or define a saver) take part in the join: it stays
         # linear in the project's size, and a file without saves changes no join
         ck = s.get("ckpt")
@@ -383,12 +384,14 @@ class ProjectIndex:
         calls = self._calls_of(root, s)
         instances, attrs = self._chains(root, module)
         saves = self._checkpoint_saves(root, module, s)
-        samples = s.get("epochs", {}).get("samples", False)
-        if not (refs or stars or params or calls or instances or saves or samples):
+        own = s.get("data", {})
+        told = own.get("samples") or own.get("loads")
+        if not (refs or stars or params or calls or instances or saves or told):
             return None
         out: dict[str, Any] = {"refs": refs, "stars": stars, "params": params}
-        if samples:  # a file that builds a DistributedSampler: is it reseeded anywhere?
-            out["sets_epoch"] = checkpoints.project_dir(root) in self._epoch_setters
+        if told:  # a file that builds a sampler or a loader: what does the project do?
+            found = self._data_facts.get(checkpoints.project_dir(root), set())
+            out["data"] = sorted(found - {"loads"})
         if calls:
             out["calls"] = calls
         if instances:  # `ctx.training.scheduler` (foreign_binding follows the chain)

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 from trainlint._record import Record
 from trainlint.analysis import checkpoints
 from trainlint.analysis.checkpoints import WORDS as CHECKPOINT_WORDS
+from trainlint.analysis.data_parallel import DATA_WORDS, data_facts
 from trainlint.analysis.model import walk_tree
 from trainlint.analysis.project_modules import (
     absolute,
 )
 from trainlint.analysis.roles import Binding, Role
-from trainlint.analysis.sampler_epochs import EPOCH_WORDS, epoch_facts
 from trainlint.analysis.torch_table import SAME_OBJECT_METHODS
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ EFFECT_WORDS = (
     b".append(",
     b"+=",
     *CHECKPOINT_WORDS,  # saves and loads are summarised from the model (analysis.checkpoints)
-    *EPOCH_WORDS,  # who builds and who reseeds distributed samplers (analysis.sampler_epochs)
+    *DATA_WORDS,  # how the project splits its data across ranks (analysis.data_parallel)
 )
 #: Star imports pass on these libraries' names (``from common import *`` where
 #: ``common`` does ``import torch``).
@@ -205,9 +205,9 @@ def summarize(
     ck = checkpoints.summary(model) if model is not None else None
     if ck:
         out["ckpt"] = ck
-    epochs = epoch_facts(model) if model is not None else None
-    if epochs:
-        out["epochs"] = epochs
+    data = data_facts(model) if model is not None else None
+    if data:
+        out["data"] = data
     if keep is not None:
         out["lean"] = sorted(keep)
     return out

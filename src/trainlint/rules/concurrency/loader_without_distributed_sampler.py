@@ -6,26 +6,20 @@ import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.call_keywords import expanded_keywords
+from trainlint.analysis.data_parallel import DISTRIBUTED_TRAINING, project_data
 from trainlint.analysis.loaders import (
     handed_over,
     is_plain_loader,
+    leaves_unread,
     loader_constructions,
     mentions_rank,
     rank_dependent_data,
     reaching_keys,
     training_loops_over,
+    true_by_default,
 )
 from trainlint.analysis.model import FileModel, is_true
 from trainlint.rules.base import Invalid, Report, Rule
-
-_DISTRIBUTED = (
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel",
-    "torch.distributed.init_process_group",
-    "torch.distributed.fsdp.FullyShardedDataParallel",
-    "torch.distributed.fsdp.fully_shard",
-    "torch.distributed._composable.fsdp.fully_shard",
-)
 
 
 class LoaderWithoutDistributedSampler(Rule):
@@ -40,6 +34,11 @@ class LoaderWithoutDistributedSampler(Rule):
     and the loader is not handed to a framework that shards it
     (`accelerator.prepare`, Fabric's `setup_dataloaders`). A loader built in a branch that
     tests the distributed setup (`if args.distributed: ... else: ...`) is not reported.
+    A loader that leaves its file (returned by a helper, wrapped in a generator, kept on
+    an object) is also reported, in a file without DDP, when it shuffles at its function's
+    defaults (`shuffle=not deterministic`, `deterministic=False`) and another file of the
+    linted project trains under DDP while no file builds a `DistributedSampler`, calls
+    `set_epoch` or hands loaders to such a framework.
 
     ## Why is this bad?
     Every rank runs the same script over the same dataset; with a plain shuffling loader
@@ -311,7 +310,10 @@ Fit(train).epoch()
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        if not model.calls_to(*_DISTRIBUTED):
+        here = bool(model.calls_to(*DISTRIBUTED_TRAINING))
+        # or another file trains under DDP and nothing in the project splits any data
+        elsewhere = not here and self._project_unsplit(model)
+        if not here and not elsewhere:
             return
         for call in loader_constructions(model):
             # keywords, also those a `**opts` dict literal brings; None: cannot tell
@@ -324,15 +326,27 @@ Fit(train).epoch()
             shuffle = kwargs.get("shuffle") or (
                 call.args[2] if plain and len(call.args) > 2 else None
             )
-            if not is_true(shuffle):
+            if not (is_true(shuffle) or elsewhere and true_by_default(model, shuffle)):
                 continue  # unshuffled: may be an IterableDataset that shards itself
             if rank_dependent_data(model, call, kwargs) or self._in_distributed_branch(model, call):
                 continue
             keys = reaching_keys(model, call)
             if handed_over(model, [call], keys):
                 continue
-            if training_loops_over(model, [call], keys):
+            if (
+                training_loops_over(model, [call], keys)
+                if here
+                else leaves_unread(model, call, keys)
+            ):
                 yield self.report(call)
+
+    @staticmethod
+    def _project_unsplit(model: FileModel) -> bool:
+        """Does another file of the project train under DDP/FSDP while no file builds a
+        `DistributedSampler`, reseeds one, or hands loaders to a framework that shards
+        them? Then a loader this file gives away reaches that training unsplit."""
+        facts = [project_data(model, f) for f in ("distributed", "samples", "sets", "hands")]
+        return facts == [True, False, False, False]
 
     @staticmethod
     def _in_distributed_branch(model: FileModel, call: ast.Call) -> bool:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from trainlint.analysis.data_parallel import project_sets_epoch, reads_held_out
 from trainlint.analysis.loaders import loops_iterating, reaching_keys
 from trainlint.analysis.model import FileModel, is_false, keyword
 from trainlint.analysis.objects import Obj, Objects, objects
 from trainlint.analysis.roles import Role
-from trainlint.analysis.sampler_epochs import project_sets_epoch, reads_held_out
 from trainlint.analysis.torch_table import LOADER_PREPARE_METHODS
 from trainlint.rules.base import Invalid, Report, Rule
 
