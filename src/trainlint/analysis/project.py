@@ -390,8 +390,8 @@ class ProjectIndex:
             return None
         out: dict[str, Any] = {"refs": refs, "stars": stars, "params": params}
         if told:  # a file that builds a sampler or a loader: what does the project do?
-            found = self._data_facts.get(checkpoints.project_dir(root), set())
-            out["data"] = sorted(found - {"loads"})
+            split = self._data_facts.get(checkpoints.project_dir(root), set())
+            out["data"] = sorted(split - {"loads"})
         if calls:
             out["calls"] = calls
         if instances:  # `ctx.training.scheduler` (foreign_binding follows the chain)
