@@ -72,7 +72,7 @@ def build(ds, rank, world):
 
 def _tl504(src: str, view: dict | None) -> list[int]:
     model = _model(src)
-    model.project = view
+    model.project_data = view.get("data") if view else None
     return [r.node.lineno for r in SamplerWithoutSetEpoch().check(model)]
 
 

@@ -72,8 +72,7 @@ def project_data(model: FileModel, fact: str) -> bool | None:
     """Does any file of the linted project have ``fact`` (a key of :func:`data_facts`:
     ``sets``, ``samples``, ``distributed``, ``hands``)? None when the file was linted
     without a project view (on its own), or its view does not say."""
-    view = model.project
-    found = view.get("data") if view else None
+    found = model.project_data
     if found is None:
         return None
     return fact in found
