@@ -24,6 +24,7 @@ from trainlint.analysis.project import (
     view_words,
 )
 from trainlint.analysis.project import summarize as project_summary
+from trainlint.analysis.project_views import with_data, without_facts
 from trainlint.config import TARGET_TORCH, RuleSelection, TorchPins
 from trainlint.findings import FileResult, Finding, Fix, InternalError, Related
 from trainlint.noqa import (
@@ -197,10 +198,11 @@ class Linter:
                     result.errors.append(InternalError(path, "project summary", _describe(exc)))
                 own = (
                     self.speculate(result.summary)
-                    if result.summary and not skip_file and view is None
+                    if result.summary and not skip_file and without_facts(view)
                     else None
                 )
                 if own:
+                    own = with_data(own, view)  # the project's data split, when told
                     # What is known of the file's view already: what its own call sites
                     # settle (a helper whose every call passes a model), and what the
                     # files it imports, linted before it, say. Lint with that: when the

@@ -35,19 +35,18 @@ class HeldGenerator(Record, frozen=True):
 def held_generators(model: FileModel) -> list[HeldGenerator]:
     """Generators stored on ``self`` by a dataset class and drawn from in ``__getitem__``
     (or in a method it calls on ``self``), unless the class reseeds them per worker
-    (mentions ``get_worker_info``) or rebinds them outside ``__init__``."""
+    (mentions ``get_worker_info`` outside ``__init__``) or rebinds them outside
+    ``__init__``."""
     out: list[HeldGenerator] = []
     for cls in model.classes:
         methods = model.methods(cls)
         getitem = methods.get("__getitem__") or methods.get("__getitems__")
         if getitem is None:
             continue
+        # `get_worker_info()` asked in `__init__` answers in the main process, where the
+        # dataset is built: there it is None and reseeds nothing
         if any(
-            isinstance(n, ast.Attribute)
-            and n.attr == "get_worker_info"
-            or isinstance(n, ast.Name)
-            and n.id == "get_worker_info"
-            for n in ast.walk(cls)
+            _asks_worker_info(body) for name, body in methods.items() if name != "__init__"
         ):
             continue
         created: dict[str, list[ast.Call]] = {}
@@ -76,6 +75,16 @@ def held_generators(model: FileModel) -> list[HeldGenerator]:
             if use is not None:
                 out.append(HeldGenerator(cls, attr, calls[0], use))
     return out
+
+
+def _asks_worker_info(fn: ast.AST) -> bool:
+    return any(
+        isinstance(n, ast.Attribute)
+        and n.attr == "get_worker_info"
+        or isinstance(n, ast.Name)
+        and n.id == "get_worker_info"
+        for n in ast.walk(fn)
+    )
 
 
 def _self_attr(node: ast.AST) -> str | None:

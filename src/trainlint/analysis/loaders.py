@@ -8,27 +8,32 @@ all, whatever iterable holds it.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 
+from trainlint.analysis.data_parallel import HANDED_OVER
 from trainlint.analysis.devices import device_copy
 from trainlint.analysis.dominance import dominates
 from trainlint.analysis.escapes import escapes, params_of
-from trainlint.analysis.model import FileModel, call_name, keyword
-from trainlint.analysis.objects import objects
+from trainlint.analysis.model import FileModel, call_name, is_true, keyword
+from trainlint.analysis.objects import Obj, objects
 from trainlint.analysis.roles import Binding, Key, Role
+from trainlint.analysis.torch_table import DATA_LOADER_SUBCLASSES
 
 DATA_LOADER = "torch.utils.data.DataLoader"
 
-# Frameworks that take the loader over and shard/re-seed it themselves (accelerate's
-# DataLoaderShard, Fabric's `setup_dataloaders`, ignite's `auto_dataloader`).
-_HANDED_OVER = {
-    "prepare",
-    "prepare_data_loader",
-    "setup_dataloaders",
-    "setup",
-    "auto_dataloader",
-    "MpDeviceLoader",
-}
+
+def loader_constructions(model: FileModel) -> list[ast.Call]:
+    """Every construction of a `DataLoader` or of another library's subclass of it
+    (PyG's `NeighborLoader`, torchdata's `StatefulDataLoader`), in source order."""
+    return model.calls_to(DATA_LOADER, *DATA_LOADER_SUBCLASSES)
+
+
+def is_plain_loader(model: FileModel, call: ast.Call) -> bool:
+    """Is ``call`` torch's own `DataLoader`, whose positional parameters are known
+    (``dataset, batch_size, shuffle, sampler, ...``)?"""
+    return model.qualname(call.func) == DATA_LOADER
+
 
 
 def bound_keys(model: FileModel, call: ast.Call) -> set[Key]:
@@ -151,7 +156,7 @@ def refers(model: FileModel, expr: ast.AST, keys: set[Key], calls: list[ast.Call
 
 def handed_over(model: FileModel, calls: list[ast.Call], keys: set[Key]) -> bool:
     """Is the loader passed to a framework call that takes it over (``accelerator.prepare``)?"""
-    for method in _HANDED_OVER:
+    for method in HANDED_OVER:
         for site in model.calls.get(method, ()):
             args = [*site.args, *(k.value for k in site.keywords)]
             if any(refers(model, a, keys, calls) for a in args):
@@ -456,3 +461,106 @@ def _literal_only(node: ast.AST) -> bool:
         args = [*node.args, *(k.value for k in node.keywords)]
         return bool(args) and all(_literal_only(a) for a in args)
     return False
+
+
+# Spellings that say the data or the branch already depends on the rank.
+_RANK_WORDS = re.compile(
+    r"rank|world|shard|replica|distributed|ddp|is_initialized|split_dataset_by_node|"
+    r"n_?gpu|num_gpu|multi_?gpu|node",
+    re.IGNORECASE,
+)
+# `DataLoader` options that shape batches or workers, never which items a rank reads.
+_OPTIONS = frozenset(
+    {
+        "batch_size", "shuffle", "num_workers", "collate_fn", "pin_memory",
+        "drop_last", "timeout", "worker_init_fn", "multiprocessing_context", "generator",
+        "prefetch_factor", "persistent_workers", "pin_memory_device", "in_order",
+        "num_neighbors",
+    }
+)
+
+
+def rank_dependent_data(model: FileModel, call: ast.Call, kwargs: dict[str, ast.expr]) -> bool:
+    """Does what the loader ``call`` reads (its dataset, or another argument that picks
+    the items, like a subclass's ``input_nodes=``; ``kwargs`` are the keywords it
+    receives), or a value it is built from, up to three assignments back, name the rank,
+    the world size or a shard? Not where the rank only picks the device its tensors are
+    copied to (``x.to(f"cuda:{rank}")``): every rank holds the same data. True when the
+    data cannot be told."""
+    plain = is_plain_loader(model, call)
+    data = [*call.args[:1], *(call.args[3:] if plain else call.args[1:])]
+    data += [v for k, v in kwargs.items() if k not in _OPTIONS]
+    if not data:
+        return True  # cannot tell
+    todo: list[tuple[ast.AST, int]] = [(d, 0) for d in data]
+    scope = model.scope_of(call)
+    while todo:
+        expr, depth = todo.pop()
+        content = list(content_nodes(model, expr))
+        if mentions_rank(content):
+            return True
+        if depth >= 3:
+            continue
+        names = {n.id for n in content if isinstance(n, ast.Name)}
+        for node in model.assignments_in(scope):
+            if node.value is None:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(
+                isinstance(t, ast.Name) and t.id in names for tgt in targets for t in ast.walk(tgt)
+            ):
+                todo.append((node.value, depth + 1))
+    return False
+
+
+def mentions_rank(nodes: Iterable[ast.AST]) -> bool:
+    """Does a name, attribute or keyword among ``nodes`` say rank, world size or shard?"""
+    for n in nodes:
+        word = (
+            n.id
+            if isinstance(n, ast.Name)
+            else n.attr
+            if isinstance(n, ast.Attribute)
+            else n.arg
+            if isinstance(n, ast.keyword)
+            else None
+        )
+        if word and _RANK_WORDS.search(word):
+            return True
+    return False
+
+
+def true_by_default(model: FileModel, expr: ast.AST | None) -> bool:
+    """Is ``expr`` True when the callers of its function leave its parameters at their
+    defaults: ``True``, or ``not p`` for a parameter ``p`` whose default is ``False`` or
+    ``None`` (``shuffle=not deterministic`` in ``def load(..., deterministic=False)``)?"""
+    if is_true(expr):
+        return True
+    if not (isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not)):
+        return False
+    name = expr.operand
+    fn = model.function_of(expr)
+    if not isinstance(name, ast.Name) or fn is None:
+        return False
+    if any(stmt is not fn for stmt, _ in model.flow.definitions_before(name.id, expr)):
+        return False  # rebound in the function: not the parameter's value
+    args = fn.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults: dict[str, ast.expr | None] = dict(
+        zip([a.arg for a in positional[len(positional) - len(args.defaults) :]], args.defaults, strict=True)
+    )
+    defaults.update((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True))
+    default = defaults.get(name.id)
+    return isinstance(default, ast.Constant) and default.value in (False, None)
+
+
+def leaves_unread(model: FileModel, call: ast.Call, keys: set[Key]) -> bool:
+    """Does the object ``call`` builds leave this file (returned, kept on an object,
+    passed to a call) without a loop here iterating it? Whoever iterates it is elsewhere."""
+    direct, passed = loops_iterating(model, [call], keys, epoch_loops=True)
+    if direct or passed:
+        return False
+    query = objects(model)
+    obj = query.of(call)
+    obj = Obj(obj.calls, obj.keys | frozenset(keys))
+    return any(k[0] == "attr" for k in obj.keys) or query.escapes(obj)

@@ -124,6 +124,9 @@ class FileModel:
         self.torch_pin: tuple[int, int] | None = None
         #: What the project index knows for this file (analysis.project); set by the engine.
         self.project: dict[str, Any] | None = None
+        #: How the file's project splits its data across ranks (analysis.data_parallel):
+        #: the facts some file of the project has; None when the view does not say.
+        self.project_data: list[str] | None = None
         self._scope_chains: dict[int, list[ast.AST]] = {}
         self._qualnames: dict[int, str | None] = {}
         self._resolved: dict[tuple[int, str], str | None] = {}  # (scope, name) -> import

@@ -82,6 +82,8 @@ class ProjectIndex:
         # project directory -> the summaries there that save checkpoints or define savers,
         # and the saves of objects they make (analysis.checkpoints), joined on first ask
         self._ckpt_summaries: dict[str, list[dict]] = {}
+        # project directory -> the facts about its data split some file has (data_parallel)
+        self._data_facts: dict[str, set[str]] = {}
         self._saves: dict[str, list[list[Any]]] = {}
         #: the summaries with lean entries (see ``summarize``) whose left-out facts were
         #: asked for: the views given are not the whole project's until those files are
@@ -122,6 +124,9 @@ class ProjectIndex:
             self._settings.setdefault(s["root"], ProjectSettings()).add(s["settings"])
 
     def _note_checkpoints(self, s: dict) -> None:
+        if s.get("data"):
+            project = checkpoints.project_dir(s["root"])
+            self._data_facts.setdefault(project, set()).update(s["data"])
         # only the files that save (or define a saver) take part in the join: it stays
         # linear in the project's size, and a file without saves changes no join
         ck = s.get("ckpt")
@@ -390,12 +395,17 @@ class ProjectIndex:
         saves = self._checkpoint_saves(root, module, s)
         joined = self._settings.get(root)
         settings = joined.view(s.get("settings")) if joined is not None else {}
-        if not (refs or stars or params or calls or instances or saves or settings):
+        own = s.get("data", {})
+        told = own.get("samples") or own.get("loads")
+        if not (refs or stars or params or calls or instances or saves or settings or told):
             return None
         out: dict[str, Any] = {"refs": refs, "stars": stars, "params": params}
         # the project's defaults for the config values the file reads, and the numbers
         # the constructions of its classes agree on (analysis.settings)
         out.update(settings)
+        if told:  # a file that builds a sampler or a loader: what does the project do?
+            split = self._data_facts.get(checkpoints.project_dir(root), set())
+            out["data"] = sorted(split - {"loads"})
         if calls:
             out["calls"] = calls
         if instances:  # `ctx.training.scheduler` (foreign_binding follows the chain)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from trainlint._record import Record
 from trainlint.analysis import checkpoints
 from trainlint.analysis.checkpoints import WORDS as CHECKPOINT_WORDS
+from trainlint.analysis.data_parallel import DATA_WORDS, data_facts
 from trainlint.analysis.model import walk_tree
 from trainlint.analysis.project_modules import (
     absolute,
@@ -45,6 +46,7 @@ EFFECT_WORDS = (
     b".append(",
     b"+=",
     *CHECKPOINT_WORDS,  # saves and loads are summarised from the model (analysis.checkpoints)
+    *DATA_WORDS,  # how the project splits its data across ranks (analysis.data_parallel)
 )
 #: Star imports pass on these libraries' names (``from common import *`` where
 #: ``common`` does ``import torch``).
@@ -207,6 +209,9 @@ def summarize(
     st = settings_summary(tree, model, text)
     if st:  # config defaults declared, settings changed and read (analysis.settings)
         out["settings"] = st
+    data = data_facts(model) if model is not None else None
+    if data:
+        out["data"] = data
     if keep is not None:
         out["lean"] = sorted(keep)
     return out

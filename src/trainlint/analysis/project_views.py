@@ -26,7 +26,13 @@ if TYPE_CHECKING:
 
 def apply_view(model: FileModel, view: dict | None) -> None:
     """Give ``model`` its project view: star-imported names become imports, and roles
-    may ask :func:`foreign_binding`."""
+    may ask :func:`foreign_binding`. The data-split facts (``data``) are kept apart: a
+    view that holds nothing else leaves ``model.project`` None, as it was without them."""
+    model.project_data = view.get("data") if view else None
+    if view and "data" in view:
+        view = {k: v for k, v in view.items() if k != "data"}
+        if not any(view.values()):
+            view = None
     model.project = view
     if not view:
         return
@@ -34,6 +40,19 @@ def apply_view(model: FileModel, view: dict | None) -> None:
     for name, qual in view["stars"].items():
         if name not in b.imports and name not in b.others:
             b.imports[name] = qual
+
+
+def without_facts(view: dict | None) -> bool:
+    """Does ``view`` say nothing about the file's names and calls (None, or only the
+    project's data-split facts)? Then the file's own summary is the best view it has."""
+    return view is None or set(view) <= {"refs", "stars", "params", "data"} and not (
+        view["refs"] or view["stars"] or view["params"]
+    )
+
+
+def with_data(own: dict, view: dict | None) -> dict:
+    """``own`` (a file's view of itself) with the data-split facts ``view`` carries."""
+    return {**own, "data": view["data"]} if view and "data" in view else own
 
 
 _FACT_WORDS = {

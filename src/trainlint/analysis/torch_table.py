@@ -90,6 +90,23 @@ GRAD_SCALERS = frozenset(
     }
 )
 
+# `DataLoader` subclasses of other libraries that take its options (`shuffle`, `sampler`,
+# `num_workers`) as keywords and hand them on: what holds for a `DataLoader` holds for
+# them. Their positional parameters differ, so only keywords are read by name.
+DATA_LOADER_SUBCLASSES = frozenset(
+    {
+        "torch_geometric.loader.DataLoader",
+        "torch_geometric.loader.NeighborLoader",
+        "torch_geometric.loader.LinkNeighborLoader",
+        "torch_geometric.loader.HGTLoader",
+        "torch_geometric.loader.ShaDowKHopSampler",
+        "torch_geometric.loader.dataloader.DataLoader",
+        "torch_geometric.loader.neighbor_loader.NeighborLoader",
+        "torch_geometric.data.DataLoader",
+        "torchdata.stateful_dataloader.StatefulDataLoader",
+    }
+)
+
 # Framework calls that take over a data loader, and call `set_epoch` on its sampler
 # themselves (accelerate's DataLoaderShard, Fabric, Lightning).
 LOADER_PREPARE_METHODS = frozenset({"prepare", "prepare_data_loader", "setup_dataloaders", "setup"})

@@ -202,7 +202,7 @@ RULES: tuple[dict[str, Any], ...] = (
      "module": "trainlint.rules.concurrency.loader_without_distributed_sampler",
      "class": "LoaderWithoutDistributedSampler",
      "message": "shuffling `DataLoader` in a distributed training loop without a distributed sampler: every rank trains on the whole dataset; pass `sampler=DistributedSampler(dataset)`",
-     "triggers": ("DataLoader",), "confirm_with": "assert_ddp_in_sync"},
+     "triggers": ("Loader",), "confirm_with": "assert_ddp_in_sync"},
     {"code": "TL506", "name": "dataset-rng-copied-to-workers",
      "module": "trainlint.rules.concurrency.dataset_rng_copied_to_workers",
      "class": "DatasetRngCopiedToWorkers",

@@ -18,7 +18,8 @@ class DatasetRngCopiedToWorkers(Rule):
     `random.Random(...)`, `torch.Generator()`) and draws from while building items
     (`__getitem__`, or a method it calls), when a `DataLoader` in the same file loads
     that dataset with `num_workers` other than 0 and no `worker_init_fn`. A class that
-    reseeds per worker (it calls `get_worker_info()`) is not reported.
+    reseeds per worker (it calls `get_worker_info()` outside `__init__`, which runs in
+    the main process) is not reported.
 
     ## Why is this bad?
     Each worker process gets a copy of the dataset: a copy-on-write copy with `fork`, a

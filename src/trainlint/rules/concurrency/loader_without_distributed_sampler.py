@@ -3,46 +3,42 @@
 from __future__ import annotations
 
 import ast
-import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
+from trainlint.analysis.call_keywords import expanded_keywords
+from trainlint.analysis.data_parallel import DISTRIBUTED_TRAINING, project_data
 from trainlint.analysis.loaders import (
-    DATA_LOADER,
-    content_nodes,
     handed_over,
+    is_plain_loader,
+    leaves_unread,
+    loader_constructions,
+    mentions_rank,
+    rank_dependent_data,
     reaching_keys,
     training_loops_over,
+    true_by_default,
 )
-from trainlint.analysis.model import FileModel, has_star_kwargs, is_true, keyword
+from trainlint.analysis.model import FileModel, is_true
 from trainlint.rules.base import Invalid, Report, Rule
-
-_DISTRIBUTED = (
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel",
-    "torch.distributed.init_process_group",
-    "torch.distributed.fsdp.FullyShardedDataParallel",
-    "torch.distributed.fsdp.fully_shard",
-    "torch.distributed._composable.fsdp.fully_shard",
-)
-# Spellings that say the data or the branch already depends on the rank.
-_RANK_WORDS = re.compile(
-    r"rank|world|shard|replica|distributed|ddp|is_initialized|split_dataset_by_node|"
-    r"n_?gpu|num_gpu|multi_?gpu|node",
-    re.IGNORECASE,
-)
 
 
 class LoaderWithoutDistributedSampler(Rule):
     """## What it does
-    Flags a shuffling `DataLoader` (`shuffle=True`, no `sampler=`/`batch_sampler=`) that a
-    training loop iterates (also through a progress bar, a same-file factory's return or
+    Flags a shuffling `DataLoader` (`shuffle=True`, no `sampler=`/`batch_sampler=`, also
+    none in a `**opts` dict literal; other libraries' subclasses such as PyG's
+    `NeighborLoader` too) that a training loop iterates (also through a progress bar, a same-file factory's return or
     a trainer object's attribute) in a file that trains with `DistributedDataParallel`/FSDP
     or calls `torch.distributed.init_process_group`, when nothing gives each rank its own
-    part of the data: no `DistributedSampler` (or other sampler), no dataset built from
-    the rank or world size (the device its tensors are copied to does not split them),
+    part of the data: no `DistributedSampler` (or other sampler), no dataset (nor
+    item-picking argument, like `input_nodes=`) built from the rank or world size (the device its tensors are copied to does not split them),
     and the loader is not handed to a framework that shards it
     (`accelerator.prepare`, Fabric's `setup_dataloaders`). A loader built in a branch that
     tests the distributed setup (`if args.distributed: ... else: ...`) is not reported.
+    A loader that leaves its file (returned by a helper, wrapped in a generator, kept on
+    an object) is also reported, in a file without DDP, when it shuffles at its function's
+    defaults (`shuffle=not deterministic`, `deterministic=False`) and another file of the
+    linted project trains under DDP while no file builds a `DistributedSampler`, calls
+    `set_epoch` or hands loaders to such a framework.
 
     ## Why is this bad?
     Every rank runs the same script over the same dataset; with a plain shuffling loader
@@ -83,7 +79,7 @@ class LoaderWithoutDistributedSampler(Rule):
         "sampler: every rank trains on the whole dataset; pass "
         "`sampler=DistributedSampler(dataset)`"
     )
-    triggers = ("DataLoader",)
+    triggers = ("Loader",)
     confirm_with = "assert_ddp_in_sync"
     valid = [
         # the distributed sampler shards the data
@@ -314,76 +310,49 @@ Fit(train).epoch()
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        if not model.calls_to(*_DISTRIBUTED):
+        here = bool(model.calls_to(*DISTRIBUTED_TRAINING))
+        # or another file trains under DDP and nothing in the project splits any data
+        elsewhere = not here and self._project_unsplit(model)
+        if not here and not elsewhere:
             return
-        for call in model.calls_to(DATA_LOADER):
-            if keyword(call, "sampler") is not None or keyword(call, "batch_sampler") is not None:
+        for call in loader_constructions(model):
+            # keywords, also those a `**opts` dict literal brings; None: cannot tell
+            kwargs = expanded_keywords(model, call)
+            if kwargs is None or "sampler" in kwargs or "batch_sampler" in kwargs:
                 continue
-            if has_star_kwargs(call) or len(call.args) > 3:
-                continue  # a sampler may come through **kwargs or positionally
-            if not is_true(
-                keyword(call, "shuffle") or (call.args[2] if len(call.args) > 2 else None)
-            ):
+            plain = is_plain_loader(model, call)
+            if plain and len(call.args) > 3:
+                continue  # a sampler may come positionally
+            shuffle = kwargs.get("shuffle") or (
+                call.args[2] if plain and len(call.args) > 2 else None
+            )
+            if not (is_true(shuffle) or elsewhere and true_by_default(model, shuffle)):
                 continue  # unshuffled: may be an IterableDataset that shards itself
-            if self._rank_dependent_data(model, call) or self._in_distributed_branch(model, call):
+            if rank_dependent_data(model, call, kwargs) or self._in_distributed_branch(model, call):
                 continue
             keys = reaching_keys(model, call)
             if handed_over(model, [call], keys):
                 continue
-            if training_loops_over(model, [call], keys):
+            if (
+                training_loops_over(model, [call], keys)
+                if here
+                else leaves_unread(model, call, keys)
+            ):
                 yield self.report(call)
+
+    @staticmethod
+    def _project_unsplit(model: FileModel) -> bool:
+        """Does another file of the project train under DDP/FSDP while no file builds a
+        `DistributedSampler`, reseeds one, or hands loaders to a framework that shards
+        them? Then a loader this file gives away reaches that training unsplit."""
+        facts = [project_data(model, f) for f in ("distributed", "samples", "sets", "hands")]
+        return facts == [True, False, False, False]
 
     @staticmethod
     def _in_distributed_branch(model: FileModel, call: ast.Call) -> bool:
         for anc in model.ancestors(call):
             if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 return False
-            if isinstance(anc, (ast.If, ast.IfExp)) and _mentions_rank(ast.walk(anc.test)):
+            if isinstance(anc, (ast.If, ast.IfExp)) and mentions_rank(ast.walk(anc.test)):
                 return True
         return False
-
-    @staticmethod
-    def _rank_dependent_data(model: FileModel, call: ast.Call) -> bool:
-        """Does the dataset (or a value it is built from, two assignments deep) name the
-        rank, the world size or a shard? Not where the rank only picks the device its
-        tensors are copied to (``x.to(f"cuda:{rank}")``): every rank holds the same data."""
-        data = keyword(call, "dataset") or (call.args[0] if call.args else None)
-        if data is None:
-            return True  # cannot tell
-        todo: list[tuple[ast.AST, int]] = [(data, 0)]
-        scope = model.scope_of(call)
-        while todo:
-            expr, depth = todo.pop()
-            content = list(content_nodes(model, expr))
-            if _mentions_rank(content):
-                return True
-            if depth >= 3:
-                continue
-            names = {n.id for n in content if isinstance(n, ast.Name)}
-            for node in model.assignments_in(scope):
-                if node.value is None:
-                    continue
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                if any(
-                    isinstance(t, ast.Name) and t.id in names
-                    for tgt in targets
-                    for t in ast.walk(tgt)
-                ):
-                    todo.append((node.value, depth + 1))
-        return False
-
-
-def _mentions_rank(nodes: Iterable[ast.AST]) -> bool:
-    for n in nodes:
-        word = (
-            n.id
-            if isinstance(n, ast.Name)
-            else n.attr
-            if isinstance(n, ast.Attribute)
-            else n.arg
-            if isinstance(n, ast.keyword)
-            else None
-        )
-        if word and _RANK_WORDS.search(word):
-            return True
-    return False

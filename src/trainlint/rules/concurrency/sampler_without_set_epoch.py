@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from trainlint.analysis.data_parallel import project_sets_epoch, reads_held_out
 from trainlint.analysis.loaders import loops_iterating, reaching_keys
 from trainlint.analysis.model import FileModel, is_false, keyword
 from trainlint.analysis.objects import Obj, Objects, objects
@@ -22,7 +23,10 @@ class SamplerWithoutSetEpoch(Rule):
     `DataLoader` it is passed to as `sampler=`, also once that loader is returned by a
     same-file factory, stored on a trainer object or kept in a dict of loaders by split,
     or directly) when `set_epoch` is never called on it, nor on `loader.sampler`,
-    anywhere in the file. Samplers built with `shuffle=False` are not reported.
+    anywhere in the file. A loader (or sampler) that leaves the file, returned by a
+    helper, kept on an object or handed to another module, is reported when no file of
+    the linted project calls `set_epoch` at all, unless it reads a held-out split (its
+    name or its dataset's says `val`/`test`, or its loader says `shuffle=False`). Samplers built with `shuffle=False` are not reported.
 
     ## Why is this bad?
     `DistributedSampler` shuffles with a generator seeded by `seed + epoch`, and the
@@ -249,7 +253,12 @@ Fit(dl={"train": DataLoader(ds, sampler=sampler)}).run()
                 continue
             if self._epoch_set(model, query, sampler, s_obj, loaders, holders):
                 continue
-            if self._iterated_per_epoch(model, query, s_obj | loaders):
+            # iterated per epoch in sight, or out of sight in a project that never reseeds
+            here = loaders if held_by else s_obj
+            if self._iterated_per_epoch(model, query, s_obj | loaders) or (
+                self._passes_elsewhere(model, query, here)
+                and not reads_held_out(model, sampler, held_by)
+            ):
                 yield self.report(sampler)
 
     @staticmethod
@@ -313,6 +322,19 @@ Fit(dl={"train": DataLoader(ds, sampler=sampler)}).run()
                 continue  # another sampler
             return True
         return False
+
+    @staticmethod
+    def _passes_elsewhere(model: FileModel, query: Objects, obj: Obj) -> bool:
+        """Is the loader (or the sampler) handed out of this file (returned, kept on an
+        object, passed to another module's call) and never iterated here, in a project
+        where nothing calls `set_epoch` at all? Whoever iterates it elsewhere cannot be
+        reseeding it."""
+        if project_sets_epoch(model) is not False:
+            return False  # a file linted alone, or a project that reseeds somewhere
+        direct, passed = loops_iterating(model, obj.calls, obj.keys, epoch_loops=True)
+        if direct or passed:
+            return False  # iterated here: the loops in sight decide
+        return any(k[0] == "attr" for k in obj.keys) or query.escapes(obj)
 
     @staticmethod
     def _iterated_per_epoch(model: FileModel, query: Objects, obj: Obj) -> bool:
