@@ -11,19 +11,28 @@ the summaries.
 from __future__ import annotations
 
 import ast
+import json
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from trainlint._record import Record
 from trainlint.analysis import checkpoints
+from trainlint.analysis.accumulation import kept_parameters, returns_backpropagated
+from trainlint.analysis.assignments import single_value
 from trainlint.analysis.checkpoints import WORDS as CHECKPOINT_WORDS
-from trainlint.analysis.model import walk_tree
+from trainlint.analysis.effects import effects_of, not_project
+from trainlint.analysis.escapes import escapes
+from trainlint.analysis.model import walk_local, walk_tree
 from trainlint.analysis.project_modules import (
     absolute,
+    project_candidate,
 )
 from trainlint.analysis.roles import Binding, Role
+from trainlint.analysis.schedule_units import sized_in_iterations
+from trainlint.analysis.schedules import schedule_of
 from trainlint.analysis.settings import summary as settings_summary
+from trainlint.analysis.softmax import softmax_sources
 from trainlint.analysis.torch_table import SAME_OBJECT_METHODS
 
 if TYPE_CHECKING:
@@ -234,8 +243,6 @@ def _uses(model: FileModel, imports: dict[str, list[str]], module: str) -> list[
     (``.engine.train_step``), and ``?.m`` for a method ``m`` called on a name or ``self``
     attribute assigned an imported class's instance somewhere in the file: the view
     carries the effects of these functions only."""
-    from trainlint.analysis.effects import not_project
-
     own = module.split(".", 1)[0]
     imports = {
         k: v
@@ -445,16 +452,12 @@ def _function(
         if ret is not None:
             out["returns"] = ret
     if model is not None:
-        from trainlint.analysis.accumulation import kept_parameters, returns_backpropagated
-
         kept = kept_parameters(model, fn)
         if kept:  # `self.history.append(loss)`: what a caller passes there is kept
             out["keeps"] = kept
         if returns_backpropagated(model, fn):  # `return loss` after `loss.backward()`
             out["returns_graph"] = True
         if model.imports_training_library and fn.name != "__init__":  # (never followed)
-            from trainlint.analysis.effects import effects_of
-
             effects = effects_of(model, fn, qualname, module, is_pkg)
             if effects is not None:
                 out["effects"] = effects
@@ -463,8 +466,6 @@ def _function(
 
 def _kwargs_keys(fn: ast.AST, kwarg: str) -> list[str]:
     """The constant keys ``fn`` reads from its ``**kwarg``."""
-    from trainlint.analysis.model import walk_local
-
     return sorted(
         {
             read[1]
@@ -501,9 +502,6 @@ def fact_of(model: FileModel, binding: Binding | None) -> Fact | None:
     cls = (binding.qualname or "").rsplit(".", 1)[-1] or None
     unit = None
     if binding.role is Role.SCHEDULER:
-        from trainlint.analysis.schedule_units import sized_in_iterations
-        from trainlint.analysis.schedules import schedule_of
-
         sched = schedule_of(model, binding) if binding.call is not None else None
         if sched is not None:
             cls, unit = sched.cls, sched.unit
@@ -532,29 +530,9 @@ def _returned_fact(model: FileModel, fn: ast.AST) -> Fact | None:
 
 
 def _returns_softmax(model: FileModel, forward: ast.AST) -> bool:
-    from trainlint.analysis.softmax import softmax_sources
-
     returns = model.returns_in(forward)
     return bool(returns) and all(
         r.value is not None and softmax_sources(model, r.value) for r in returns
-    )
-
-
-def project_candidate(qual: str) -> bool:
-    top = qual.split(".", 1)[0]
-    return top not in (
-        "builtins",
-        "torch",
-        "os",
-        "sys",
-        "math",
-        "numpy",
-        "np",
-        "typing",
-        "functools",
-        "itertools",
-        "collections",
-        "logging",
     )
 
 
@@ -625,8 +603,6 @@ def _calls(
             if args:
                 _mark_shared(model, call, args)
                 out.append([qual, args])
-    import json
-
     out.sort(key=lambda c: json.dumps(c))
     return out
 
@@ -643,8 +619,6 @@ def _mark_shared(model: FileModel, call: ast.Call, args: list[list[Any]]) -> Non
         for a in model.ancestors(call)
     ):
         return
-    from trainlint.analysis.escapes import escapes
-
     esc = escapes(model)
     if not esc.repeated_at_once(call):
         return
@@ -717,28 +691,3 @@ def _arg_fact(
                 False,
             ]
     return None
-
-
-def single_assignments(model: FileModel) -> dict[tuple[int, str], list[ast.expr]]:
-    """(scope, name) -> the values assigned to the plain name there (cheap, no flow)."""
-
-    def build(m: FileModel) -> dict[tuple[int, str], list[ast.expr]]:
-        out: dict[tuple[int, str], list[ast.expr]] = {}
-        for node in m.assignments:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                if isinstance(t, ast.Name):
-                    value = node.value if not isinstance(node, ast.AugAssign) else None
-                    out.setdefault((id(m.scope_of(node)), t.id), []).append(
-                        value if value is not None else t
-                    )
-        return out
-
-    return model.memo(single_assignments, build)
-
-
-def single_value(model: FileModel, name: ast.Name) -> ast.expr | None:
-    """The one value ``name`` is assigned in its scope; None when it is assigned more
-    than once or never (a parameter, a global)."""
-    values = single_assignments(model).get((id(model.scope_of(name)), name.id))
-    return values[0] if values is not None and len(values) == 1 else None

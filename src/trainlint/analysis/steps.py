@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from trainlint.analysis.flow import Taint
+from trainlint.analysis.hooks import ANSWERS
 from trainlint.analysis.model import (
     LOOP_NODES,
     NESTED_SCOPES,
@@ -307,9 +308,7 @@ class StepModel:
         view = self.model.project
         if not view or not view.get("calls"):
             return None
-        from trainlint.analysis.effects import foreign_paths
-
-        return foreign_paths
+        return ANSWERS.foreign_paths
 
     def body_paths(self, stmts: list[ast.stmt], depth: int = 0) -> tuple[list[Path], bool]:
         """Paths through a statement list. Returns (paths, precise)."""
@@ -388,9 +387,7 @@ class StepModel:
                         found = True
                         break
                 if self._foreign is not None:
-                    from trainlint.analysis.effects import resolve_foreign
-
-                    if resolve_foreign(self.model, sub) is not None:
+                    if ANSWERS.resolve_foreign(self.model, sub) is not None:
                         found = True
                         break
             elif isinstance(sub, ast.Attribute) and sub.attr == "grad":
@@ -793,3 +790,7 @@ def off_training_branch(model: FileModel, node: ast.AST, loop: ast.AST) -> bool:
         return False
     backs = [c for c in backward_calls(model) if any(a is loop for a in model.ancestors(c))]
     return bool(backs) and all(_excludes(here, _branch_facts(model, c, loop)) for c in backs)
+
+
+# The answers this module gives to lower layers (see analysis.hooks).
+ANSWERS.steps = StepModel
