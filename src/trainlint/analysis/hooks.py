@@ -1,8 +1,8 @@
 """Questions a lower layer asks that only a higher layer can answer (dependency inversion).
 
 The layers of ``analysis/`` import only downwards (see :mod:`trainlint.analysis.layers`).
-A few questions still run upwards: the file model hands out its roles, flow and step
-model, which are built by the meaning layer; roles ask the project view what a name
+A few questions still run upwards: the file model hands out its roles and flow (built
+in the values layer) and its step model (the meaning layer); roles ask the project view what a name
 from another file is; the step walker asks what a call into another file does. The
 lower module asks through :data:`ANSWERS`; the module that owns the answer sets its slot
 when it is imported, and ``trainlint.analysis`` (the package) imports every such module
