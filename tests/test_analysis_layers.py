@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from trainlint.analysis.layers import LAYERS, OPTIONAL_IMPORTS, layer_of
+from trainlint.analysis.hooks import PROVIDERS, Answers
+from trainlint.analysis.layers import LAYERS, LAZY_IMPORTS, OPTIONAL_IMPORTS, layer_of
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "trainlint"
 ANALYSIS = SRC / "analysis"
@@ -154,13 +155,15 @@ def cycles(g: dict[str, list[Import]]) -> list[list[str]]:
 
 
 def function_imports(g: dict[str, list[Import]]) -> list[Import]:
-    allowed = OPTIONAL_IMPORTS
+    """Imports inside a function but those of ``OPTIONAL_IMPORTS`` and ``LAZY_IMPORTS``."""
+    none: frozenset[str] = frozenset()
     return [
         imp
         for imps in g.values()
         for imp in imps
         if imp.in_function
-        and not (imp.target == "" and set(imp.names) <= allowed.get(imp.importer, frozenset()))
+        and not (imp.target == "" and set(imp.names) <= OPTIONAL_IMPORTS.get(imp.importer, none))
+        and not (imp.target and imp.target in LAZY_IMPORTS.get(imp.importer, none))
     ]
 
 
@@ -230,19 +233,27 @@ def test_analysis_modules_stay_under_800_lines():
     assert long_modules() == []
 
 
-def test_the_composition_root_imports_every_module_that_answers_a_hook():
-    """A module that sets an ``ANSWERS`` slot must be imported by the package, or a model
-    built before anything imported it would find the slot empty."""
-    root = {i.target for i in imports_of(ANALYSIS / f"{ROOT}.py")}
-    answering = {
-        m
-        for m in modules()
-        if any(
-            line.startswith("ANSWERS.")
-            for line in (ANALYSIS / f"{m}.py").read_text(encoding="utf-8").splitlines()
-        )
-    }
-    assert answering - root == set()
+def test_every_hook_is_answered_from_above_by_the_module_named():
+    """Each slot of ``hooks.Answers`` names the module that sets it; that module sets it
+    (``ANSWERS.slot = ...`` at module level) and sits above every module that asks it."""
+    slots = set(Answers.__annotations__)
+    assert slots == set(PROVIDERS)
+    for slot, provider in PROVIDERS.items():
+        module = provider.rsplit(".", 1)[-1]
+        text = (ANALYSIS / f"{module}.py").read_text(encoding="utf-8")
+        assert any(line.startswith(f"ANSWERS.{slot} = ") for line in text.splitlines()), slot
+        for asker in modules():
+            if asker != module and f"ANSWERS.{slot}" in (ANALYSIS / f"{asker}.py").read_text(
+                encoding="utf-8"
+            ):
+                assert layer_of(asker) <= layer_of(module), (asker, slot, module)
+
+
+def test_lazy_imports_are_listed_only_where_they_are_made(g):
+    """A stale entry of ``LAZY_IMPORTS`` would let a new function-level import in."""
+    made = {(i.importer, i.target) for imps in g.values() for i in imps if i.in_function}
+    listed = {(m, t) for m, targets in LAZY_IMPORTS.items() for t in targets}
+    assert listed <= made
 
 
 def test_the_checks_see_what_they_forbid(tmp_path):

@@ -14,6 +14,7 @@ Each slot is typed here, so a caller knows what it gets without importing the an
 from __future__ import annotations
 
 import ast
+import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +26,20 @@ if TYPE_CHECKING:
     from trainlint.analysis.steps import StepModel
 
 
+#: Slot -> the module that sets it when imported.
+PROVIDERS: dict[str, str] = {
+    "roles": "trainlint.analysis.roles",
+    "flow": "trainlint.analysis.flow",
+    "steps": "trainlint.analysis.steps",
+    "foreign_binding": "trainlint.analysis.project_views",
+    "resolve_foreign": "trainlint.analysis.effects",
+    "foreign_argument": "trainlint.analysis.effects",
+    "foreign_paths": "trainlint.analysis.effects",
+}
+
+
 class Answers:
-    """One slot per upward question; set by the module named in each comment."""
+    """One slot per upward question; set by the module :data:`PROVIDERS` names."""
 
     # analysis.roles, analysis.flow, analysis.steps: the file model's lazy layers
     roles: Callable[[FileModel], Roles]
@@ -40,6 +53,17 @@ class Answers:
     resolve_foreign: Callable[[FileModel, ast.Call], tuple[dict[str, Any], ast.expr | None] | None]
     foreign_argument: Callable[[dict[str, Any], ast.Call, str], ast.expr | None]
     foreign_paths: Foreign
+
+    def __getattr__(self, slot: str) -> Any:
+        # Only reached while the slot is unset: its module was not imported yet.
+        provider = PROVIDERS.get(slot)
+        if provider is None:
+            raise AttributeError(slot)
+        importlib.import_module(provider)
+        try:
+            return self.__dict__[slot]
+        except KeyError:
+            raise AttributeError(f"{provider} does not set ANSWERS.{slot}") from None
 
 
 ANSWERS = Answers()
