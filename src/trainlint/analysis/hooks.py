@@ -2,11 +2,13 @@
 
 The layers of ``analysis/`` import only downwards (see :mod:`trainlint.analysis.layers`).
 A few questions still run upwards: the file model hands out its roles and flow (built
-in the values layer) and its step model (the meaning layer); roles ask the project view what a name
-from another file is; the step walker asks what a call into another file does. The
-lower module asks through :data:`ANSWERS`; the module that owns the answer sets its slot
-when it is imported, and ``trainlint.analysis`` (the package) imports every such module
-before anything else can run, so a slot is never empty when it is asked.
+in the values layer) and its step model (the meaning layer); roles ask the project view
+what a name from another file is; the step walker asks what a call into another file
+does. The lower module asks through :data:`ANSWERS`; the module that owns the answer
+sets its slot when it is imported (``ANSWERS.roles = Roles`` at its end). A slot asked
+before its module was imported loads that module, named in :data:`PROVIDERS`, on first
+use: the lower layer knows the name of the module that answers, never its code, and a
+one-file check imports only the modules it uses (the start-up budget of SPEC section 12).
 
 Each slot is typed here, so a caller knows what it gets without importing the answer.
 """
