@@ -61,7 +61,7 @@ def effects_of(
     """``{"paths": [[effect, ...], ...]}`` (``"imprecise": True`` when cut) for ``fn``;
     None when it has no step event and calls no other file's function."""
     if id(fn) not in _event_functions(model) and not (
-        _WRAPPER_NAMES.search(fn.name) and (model.steps._may_train(fn) or _calls_out(model, fn))
+        _WRAPPER_NAMES.search(fn.name) and (model.steps.may_train(fn) or _calls_out(model, fn))
     ):
         return None  # (a function whose events are in same-file helpers or other files is
         # followed when its name says it may run a step: `fit`, `run_epoch`, `evaluate`)

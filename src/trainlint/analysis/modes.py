@@ -136,7 +136,7 @@ def eval_targets(model: FileModel, e: Event, resolved: str | None) -> list[str |
                 elt = elt.elts[i]
             # a module the step model does not see as one: its `train()` calls are not
             # events either, so whether it is restored cannot be told
-            if model.steps._is_model(elt):
+            if model.steps.is_model(elt):
                 out.append(resolve_through_calls(model, dotted(elt), e.chain))
         return out
     return [resolved]

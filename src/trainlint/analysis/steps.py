@@ -115,7 +115,7 @@ class StepModel:
         self._fn_paths: dict[int, tuple[list[Path], bool]] = {}
         self._in_progress: set[int] = set()
         self._own_step: dict[int, bool] = {}
-        self._test_keys: dict[int, tuple[str, bool]] = {}  # If node id -> its condition
+        self.test_keys: dict[int, tuple[str, bool]] = {}  # If node id -> its condition
         self._may_train_cache: dict[int, bool] = {}
         self._node_events_cache: dict[int, list[NodeEvent]] = {}
 
@@ -622,6 +622,10 @@ class StepModel:
         not, ``per_step`` answers None and ``has_own_step`` False for every node, and a
         rule about what happens inside a step can stop before asking them."""
         return bool(self.step_loops) or bool(self._own_step_scopes)
+
+    #: public names for the step walker (step_paths) and the effects summary
+    node_events = _node_events
+    may_train = _may_train
 
 
 def _over_parameters(loop: ast.AST) -> bool:
