@@ -49,6 +49,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "step_events",
         "step_paths",
         "steps",
+        "step_branches",
         "paths",
         "ordering",
         "grad_mode",
