@@ -36,6 +36,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "values": (
         "assignments",
         "constants",
+        "settings",
         "devices",
         "roles",
         "flow",
@@ -72,6 +73,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "objects",
         "loaders",
         "lr_assignments",
+        "lr_objects",
         "lr_units",
     ),
     "project": (
