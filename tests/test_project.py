@@ -258,7 +258,7 @@ def test_effects_follow_calls_across_files_transitively(tmp_path, monkeypatch):
     (pkg / "engine.py").write_text(ENGINE)
     (pkg / "util.py").write_text(UTIL_ZERO)
     (pkg / "main.py").write_text(LOOP)
-    from trainlint.analysis.effects import view_of_file
+    from trainlint.analysis.project import view_of_file
 
     entry = view_of_file(str(pkg / "main.py"), __import__("ast").parse(LOOP))["calls"][
         ".engine.train_step"
@@ -290,7 +290,7 @@ def test_cycles_across_files_are_cut(tmp_path):
     )
     main = "import torch\nfrom .a import f\n\nfor x in loader:\n    x.backward()\n    f(o)\n"
     (pkg / "main.py").write_text(main)
-    from trainlint.analysis.effects import view_of_file
+    from trainlint.analysis.project import view_of_file
 
     entry = view_of_file(str(pkg / "main.py"), __import__("ast").parse(main))["calls"][".a.f"]
     kinds = [[e[0] for e in p] for p in entry["paths"]]

@@ -42,8 +42,7 @@ def cmd_debug_model(path: str) -> int:
         message = exc.message if isinstance(exc, SourceError) else f"not a valid notebook: {exc}"
         print(f"trainlint: error: {where}: {message}", file=sys.stderr)
         return 1
-    from trainlint.analysis.effects import view_of_file
-    from trainlint.analysis.project import apply_view
+    from trainlint.analysis.project import apply_view, view_of_file
 
     model = FileModel(tree, Source(text), path)
     if path.endswith(".py"):

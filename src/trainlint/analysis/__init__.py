@@ -1,4 +1,7 @@
-"""The semantic model every rule shares: built once per file, queried by all rules."""
+"""The semantic model every rule shares: built once per file, queried by all rules.
+
+Its modules sit in layers (:mod:`trainlint.analysis.layers`, docs/architecture.md).
+"""
 
 from trainlint.analysis.model import FileModel
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator, Sequence
 
-from trainlint.analysis.effects import argument, resolve_foreign
-from trainlint.analysis.flow import CUT_METHODS, defined_from
+from trainlint.analysis.assignments import single_value
+from trainlint.analysis.flow import CUT_METHODS, Taint, defined_from, grad_enabled_at
+from trainlint.analysis.hooks import ANSWERS
 from trainlint.analysis.model import LOOP_NODES, FileModel, FunctionNode, dotted, walk_local
-from trainlint.analysis.project import single_value
 from trainlint.analysis.step_events import backward_value
+from trainlint.analysis.steps import Kind, backpropagated, backward_calls
 
 
 def _container_root(node: ast.AST) -> ast.AST | None:
@@ -43,8 +44,6 @@ def _reset_per_update(
     """``loop`` is a micro-batch loop (it backpropagates but steps no optimizer) inside a
     loop that does step, and the accumulator is made anew in that outer loop's body:
     it holds the sub-batches of one update, never more than the whole batch would."""
-    from trainlint.analysis.steps import Kind
-
     by_node = {id(sl.node): sl for sl in model.steps.step_loops}
     inner = by_node.get(id(loop))
     if inner is None or inner.of(Kind.STEP):
@@ -98,8 +97,6 @@ def _reset_with_each_update(model: FileModel, target: ast.AST, loops: Sequence[a
     (``if (i + 1) % n == 0:``) also rebinds the accumulator (``running_loss = 0``): it
     sums the micro-batches of one update, each already backpropagated, and starts over
     with the next."""
-    from trainlint.analysis.steps import Kind
-
     name = dotted(target)
     ids = {id(lp) for lp in loops}
     if name is None or not ids:
@@ -376,7 +373,7 @@ def kept_by_calls(model: FileModel) -> Iterator[tuple[ast.Call, ast.expr, str, s
                     receiver = call.func.value
                 entry: dict = {"params": params, "fn": fn.name}
             elif view_calls:
-                found = resolve_foreign(model, call)
+                found = ANSWERS.resolve_foreign(model, call)
                 if found is None or not found[0].get("keeps"):
                     continue
                 entry, receiver = found
@@ -384,14 +381,14 @@ def kept_by_calls(model: FileModel) -> Iterator[tuple[ast.Call, ast.expr, str, s
             else:
                 continue
             for name, accumulator in kept.items():
-                arg = argument(entry, call, name)
+                arg = ANSWERS.foreign_argument(entry, call, name)
                 if arg is None:
                     continue
                 root, dot, rest = accumulator.partition(".")
                 if root in entry["params"] or root in entry.get("kwonly", ()):
                     # `add(buf, x)`: the caller's container is the accumulator; one made
                     # afresh in each iteration is gone with it
-                    holder = argument(entry, call, root)
+                    holder = ANSWERS.foreign_argument(entry, call, root)
                     step = model.steps.per_step(call)
                     loop = step[0].node if step is not None else None
                     if (
@@ -471,8 +468,6 @@ def backpropagated_later(model: FileModel, name: str, after: ast.AST) -> bool:
 def _backward_calls_by_function(model: FileModel) -> dict[int, list[ast.Call]]:
     """The file's backward calls grouped by their enclosing def (the id of None for the
     module), in the order ``backward_calls`` gives them."""
-    from trainlint.analysis.steps import backward_calls
-
     out: dict[int, list[ast.Call]] = {}
     for call in backward_calls(model):
         out.setdefault(id(model.function_of(call)), []).append(call)
@@ -482,8 +477,6 @@ def _backward_calls_by_function(model: FileModel) -> dict[int, list[ast.Call]]:
 def defined_without_grad(model: FileModel, value: ast.AST) -> bool:
     """``value`` names something last assigned where grad mode is off (under
     ``torch.no_grad()``): it carries no graph, whatever computed it."""
-    from trainlint.analysis.flow import grad_enabled_at
-
     name = dotted(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
     if name is None:
         return False
@@ -570,7 +563,7 @@ def backpropagated_by_helper(model: FileModel, value: ast.AST) -> bool:
         fn = model.resolve_call(value)
         if fn is not None:
             return returns_backpropagated(model, fn)
-        found = resolve_foreign(model, value)  # another project file's function
+        found = ANSWERS.resolve_foreign(model, value)  # another project file's function
         return found is not None and bool(found[0].get("returns_graph"))
     if not isinstance(value, ast.Name):
         return False
@@ -619,9 +612,6 @@ def carries_graph(model: FileModel, value: ast.AST, accumulator: ast.AST) -> boo
     step backpropagates it (or its ``["loss"]`` entry), or backpropagates the
     accumulator's latest entry (``losses.append(f(x)); losses[-1].backward()``),
     whatever computed it -- a loss function handed in as a parameter included."""
-    from trainlint.analysis.flow import Taint
-    from trainlint.analysis.steps import backpropagated, backward_calls, backward_value
-
     if model.flow.value(value).taint is Taint.GRAD or backpropagated(model, value):
         return True
     if backpropagated_by_helper(model, value):

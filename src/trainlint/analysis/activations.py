@@ -17,6 +17,7 @@ from collections.abc import Callable
 from trainlint._record import Record
 from trainlint.analysis.dominance import dominates
 from trainlint.analysis.flow import is_parameter, unpacked_from
+from trainlint.analysis.hooks import ANSWERS
 from trainlint.analysis.model import FileModel, keyword, walk_local
 from trainlint.analysis.roles import Role, is_module_class
 
@@ -209,9 +210,7 @@ def _parameter_at_callers(model: FileModel, func: ast.expr) -> object | None:
     for node in walk_local(fn):
         if isinstance(node, ast.Name) and node.id == func.id and not isinstance(node.ctx, ast.Load):
             return None  # rebound somewhere in the function: the callers' object may be gone
-    from trainlint.analysis.project import foreign_binding
-
-    return foreign_binding(model, func)
+    return ANSWERS.foreign_binding(model, func)
 
 
 def _rebound(fn: ast.AST, name: str) -> bool:

@@ -11,6 +11,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from trainlint._record import Record
+from trainlint.analysis.assignments import single_assignments
 from trainlint.analysis.model import call_name, dotted, keyword
 from trainlint.analysis.roles import Role
 
@@ -106,8 +107,6 @@ def short_text(node: ast.AST) -> str:
 def value_of(model: FileModel, name: ast.Name) -> ast.expr | None:
     """The one value ``name`` has where it is read: assigned once in its scope, or, when
     its function never assigns it, once at module level (a global)."""
-    from trainlint.analysis.project import single_assignments
-
     table = single_assignments(model)
     scope = model.scope_of(name)
     values = table.get((id(scope), name.id))
@@ -277,8 +276,6 @@ def _dict_entries(model: FileModel, obj: ast.AST, depth: int = 0) -> list[tuple[
 def _last_dict(model: FileModel, name: ast.Name) -> ast.expr | None:
     """The dict literal last assigned to ``name`` before it is saved, in the same scope and
     block: ``ckpt = {...}; torch.save(ckpt, last)`` where ``ckpt`` was a load before."""
-    from trainlint.analysis.project import single_assignments
-
     values = single_assignments(model).get((id(model.scope_of(name)), name.id), [])
     before = [v for v in values if v.lineno < name.lineno]
     last = max(before, key=lambda v: v.lineno, default=None)

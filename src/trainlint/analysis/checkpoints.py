@@ -51,6 +51,7 @@ from trainlint.analysis.checkpoint_contents import (
     value_of,
 )
 from trainlint.analysis.model import call_name, dotted, has_star_kwargs, keyword, walk_local
+from trainlint.analysis.project_modules import absolute, module_of
 
 if TYPE_CHECKING:
     from trainlint.analysis.model import FileModel
@@ -173,8 +174,6 @@ def path_keys(model: FileModel, path: ast.AST) -> frozenset[str]:
 
 def _absolute(model: FileModel, qual: str) -> str:
     """A relative import's qualified name made absolute, as every file spells it."""
-    from trainlint.analysis.project import absolute, module_of
-
     _, module, is_pkg = module_of(model.path)
     return absolute(qual, module, is_pkg)
 

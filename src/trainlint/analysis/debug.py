@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from trainlint.analysis.effects import describe_call
 from trainlint.analysis.model import dotted
 
 if TYPE_CHECKING:
@@ -154,8 +155,6 @@ def _roles(model: FileModel) -> list[str]:
 def _cross_file_calls(model: FileModel) -> list[str]:
     """Calls the step walker follows into other files of the project: the callee and
     the events each of its paths adds at the call, in the caller's names."""
-    from trainlint.analysis.effects import describe_call
-
     rows: list[tuple[tuple[int, int], list[str]]] = []
     for calls in model.calls.values():
         for call in calls:

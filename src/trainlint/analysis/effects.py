@@ -26,7 +26,11 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from trainlint.analysis.model import dotted
+from trainlint.analysis.assignments import single_assignments
+from trainlint.analysis.hooks import ANSWERS
+from trainlint.analysis.model import dotted, walk_local
+from trainlint.analysis.modes import resolve_through_calls
+from trainlint.analysis.project_modules import absolute, project_candidate
 from trainlint.analysis.step_events import is_logging_guard
 from trainlint.analysis.step_paths import PathWalker
 from trainlint.analysis.steps import (
@@ -57,7 +61,7 @@ def effects_of(
     """``{"paths": [[effect, ...], ...]}`` (``"imprecise": True`` when cut) for ``fn``;
     None when it has no step event and calls no other file's function."""
     if id(fn) not in _event_functions(model) and not (
-        _WRAPPER_NAMES.search(fn.name) and (model.steps._may_train(fn) or _calls_out(model, fn))
+        _WRAPPER_NAMES.search(fn.name) and (model.steps.may_train(fn) or _calls_out(model, fn))
     ):
         return None  # (a function whose events are in same-file helpers or other files is
         # followed when its name says it may run a step: `fit`, `run_epoch`, `evaluate`)
@@ -79,9 +83,7 @@ def effects_of(
         return encoded[key]
 
     def _encode(target: str, chain: tuple[ast.Call, ...]) -> list[Any] | None:
-        from trainlint.analysis.modes import _resolve
-
-        resolved = _resolve(model, target, chain)
+        resolved = resolve_through_calls(model, target, chain)
         if resolved is None:
             return ["o", f"{here}:?"]
         root, _, rest = resolved.partition(".")
@@ -216,9 +218,6 @@ def not_project(raw: str, full: str, own_top: str) -> bool:
 
 def _project_target(model: FileModel, call: ast.Call, module: str, is_pkg: bool) -> str | None:
     """The absolute name of the project function ``call`` runs, when it may run one."""
-    from trainlint.analysis.project import absolute
-    from trainlint.analysis.project_summary import project_candidate
-
     qual = model.qualname(call.func)
     if qual is None or not project_candidate(qual) or qual.rsplit(".", 1)[-1][:1].isupper():
         return None  # (a class: its constructor is not followed)
@@ -300,9 +299,6 @@ def _event_functions(model: FileModel) -> set[int]:
 
 def _calls_out(model: FileModel, fn: FunctionNode) -> bool:
     """Does ``fn`` call something imported (a candidate function of another file)?"""
-    from trainlint.analysis.model import walk_local
-    from trainlint.analysis.project_summary import project_candidate
-
     for node in walk_local(fn):
         if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
             qual = model.qualname(node.func)
@@ -338,8 +334,6 @@ def resolve_foreign(
         return None
     values: list[ast.expr] | None = None
     if isinstance(func.value, ast.Name) and func.value.id != "self":
-        from trainlint.analysis.project import single_assignments
-
         values = single_assignments(model).get((id(model.scope_of(func.value)), func.value.id))
     elif (
         isinstance(func.value, ast.Attribute)
@@ -471,65 +465,7 @@ def describe_call(model: FileModel, call: ast.Call) -> list[str] | None:
     return lines
 
 
-# -- one file's view without a run (``trainlint debug model``) ----------------------------------
-
-
-def view_of_file(path: str, tree: ast.Module) -> dict[str, Any] | None:
-    """The project view of ``path`` from the files it imports (transitively, within its
-    project root): enough for its cross-file calls. Call-site facts about its own
-    parameters need the whole project (a ``check`` run) and are not gathered here."""
-    from pathlib import Path as FsPath
-
-    from trainlint.analysis.model import FileModel
-    from trainlint.analysis.project import (
-        EFFECT_WORDS,
-        MAX_EFFECT_DEPTH,
-        SUMMARY_WORDS,
-        ProjectIndex,
-        module_of,
-        summarize,
-    )
-    from trainlint.source import Source, decode, parse
-
-    info = module_of(path)
-    root = info[0]
-    summaries: dict[str, dict[str, Any]] = {}
-    todo: list[tuple[FsPath, ast.Module | None, int]] = [(FsPath(path).absolute(), tree, 0)]
-    seen: set[str] = set()
-    while todo:
-        file, parsed, depth = todo.pop()
-        if str(file) in seen:
-            continue
-        seen.add(str(file))
-        try:
-            data = file.read_bytes()
-            text, _ = decode(data)
-            parsed = parsed if parsed is not None else parse(text, str(file))
-        except Exception:  # noqa: BLE001 - an unreadable neighbour says nothing
-            continue
-        mod_info = module_of(file)
-        facts = any(w in data for w in SUMMARY_WORDS)
-        model = (
-            FileModel(parsed, Source(text), str(file))
-            if facts or any(w in data for w in EFFECT_WORDS)
-            else None
-        )
-        summary = summarize(model, parsed, mod_info, facts)
-        if model is not None:
-            model.release()
-        summaries[str(file)] = summary
-        if depth > MAX_EFFECT_DEPTH:
-            continue
-        for _, full in summary["imports"].values():
-            parts = full.split(".")
-            for i in range(len(parts), 0, -1):
-                base = FsPath(root, *parts[:i])
-                for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-                    if candidate.is_file():
-                        todo.append((candidate, None, depth + 1))
-                        break
-                else:
-                    continue
-                break
-    index = ProjectIndex(list(summaries.values()))
-    return index.view(root, info[1])
+# The answers this module gives to lower layers (see analysis.hooks).
+ANSWERS.resolve_foreign = resolve_foreign
+ANSWERS.foreign_argument = argument
+ANSWERS.foreign_paths = foreign_paths

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from trainlint._record import Record
 from trainlint.analysis.dominance import dominates
+from trainlint.analysis.hooks import ANSWERS
 from trainlint.analysis.model import FUNCTION_NODES, call_name, dotted, walk_local
 from trainlint.analysis.roles import Role, is_module_class
 
@@ -781,3 +782,7 @@ _COMPOUND = (
     ast.Try,
     *FUNCTION_NODES,
 )
+
+
+# The answers this module gives to lower layers (see analysis.hooks).
+ANSWERS.flow = Flow

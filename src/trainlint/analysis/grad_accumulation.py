@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from trainlint.analysis.model import FileModel, call_name, dotted, walk_tree
+from trainlint.analysis.steps import Kind
 
 if TYPE_CHECKING:
     from trainlint.analysis.steps import Event
@@ -128,8 +129,6 @@ def cleared_before_backward(
     then the guarded step): the earlier micro-batches' gradients are wiped right before
     the step's own backward, so each update uses one micro-batch and nothing is summed.
     ``paths`` are a step loop's iteration paths (lists of step events)."""
-    from trainlint.analysis.steps import Kind
-
     dumps = {ast.dump(d) for d in divisors}
     for path in paths:
         for event in path:

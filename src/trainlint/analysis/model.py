@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from trainlint.analysis.hooks import ANSWERS
 from trainlint.analysis.imports import (  # (FUNCTION_NODES: the analyses import it from here)
     FUNCTION_NODES,  # noqa: F401
     NESTED_SCOPES,
@@ -628,21 +629,15 @@ class FileModel:
     # -- lazily built higher layers ------------------------------------------------------
     @cached_property
     def roles(self) -> Roles:
-        from trainlint.analysis.roles import Roles
-
-        return Roles(self)
+        return ANSWERS.roles(self)
 
     @cached_property
     def flow(self) -> Flow:
-        from trainlint.analysis.flow import Flow
-
-        return Flow(self)
+        return ANSWERS.flow(self)
 
     @cached_property
     def steps(self) -> StepModel:
-        from trainlint.analysis.steps import StepModel
-
-        return StepModel(self)
+        return ANSWERS.steps(self)
 
 
 _CACHED = tuple(n for n, v in vars(FileModel).items() if isinstance(v, cached_property))

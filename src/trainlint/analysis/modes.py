@@ -15,6 +15,7 @@ from trainlint.analysis.model import (
     is_false,
     walk_local,
 )
+from trainlint.analysis.roles import Role, parameter_owners
 from trainlint.analysis.steps import Event, Kind
 
 
@@ -69,10 +70,12 @@ _COPY_CALLS = re.compile(r"deepcopy|AveragedModel|EMA|Ema|clone_model|copy_model
 
 def resolved_target(model: FileModel, e: Event) -> str | None:
     """The module ``e`` acts on, as the loop whose path holds it names it."""
-    return _resolve(model, e.target, e.chain)
+    return resolve_through_calls(model, e.target, e.chain)
 
 
-def _resolve(model: FileModel, target: str | None, chain: tuple[ast.Call, ...]) -> str | None:
+def resolve_through_calls(
+    model: FileModel, target: str | None, chain: tuple[ast.Call, ...]
+) -> str | None:
     """``target`` with helper parameters replaced by the arguments at the calls that
     inlined the helper (``validate(net)`` with ``def validate(model)``: ``model`` is
     ``net``); None when an argument is not a plain name."""
@@ -135,8 +138,8 @@ def eval_targets(model: FileModel, e: Event, resolved: str | None) -> list[str |
                 elt = elt.elts[i]
             # a module the step model does not see as one: its `train()` calls are not
             # events either, so whether it is restored cannot be told
-            if model.steps._is_model(elt):
-                out.append(_resolve(model, dotted(elt), e.chain))
+            if model.steps.is_model(elt):
+                out.append(resolve_through_calls(model, dotted(elt), e.chain))
         return out
     return [resolved]
 
@@ -382,8 +385,6 @@ def optimized_modules(model: FileModel) -> set[str] | None:
 
 
 def _optimized_modules(model: FileModel) -> set[str] | None:
-    from trainlint.analysis.roles import Role, parameter_owners
-
     roles = model.roles
     owners: set[str] = set()
     built: list = []

@@ -27,9 +27,14 @@ read by :mod:`project_modules`, and a file's analysis reads its view through
 
 from __future__ import annotations
 
+import ast
+import hashlib
+import json
+from pathlib import Path as FsPath
 from typing import Any
 
 from trainlint.analysis import checkpoints
+from trainlint.analysis.model import FileModel
 from trainlint.analysis.project_modules import (  # (re-exported: the importers of project use them)
     absolute,  # noqa: F401
     import_graph,  # noqa: F401
@@ -42,8 +47,6 @@ from trainlint.analysis.project_summary import (  # (re-exported: the importers 
     SUMMARY_WORDS,  # noqa: F401
     Fact,
     bare_summary,  # noqa: F401
-    single_assignments,  # noqa: F401
-    single_value,  # noqa: F401
     summarize,  # noqa: F401
 )
 from trainlint.analysis.project_views import (  # (re-exported: the importers of project use them)
@@ -53,6 +56,7 @@ from trainlint.analysis.project_views import (  # (re-exported: the importers of
 )
 from trainlint.analysis.roles import Role
 from trainlint.analysis.settings import ProjectSettings
+from trainlint.source import Source, decode, parse
 
 #: Resolution hops through re-exports and star imports.
 MAX_HOPS = 6
@@ -615,7 +619,55 @@ def own_view(summary: dict) -> dict | None:
 def digest(view: dict | None) -> str:
     if not view:
         return ""
-    import hashlib
-    import json
-
     return hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()[:32]
+
+
+# -- one file's view without a run (``trainlint debug model``) ----------------------------------
+
+
+def view_of_file(path: str, tree: ast.Module) -> dict[str, Any] | None:
+    """The project view of ``path`` from the files it imports (transitively, within its
+    project root): enough for its cross-file calls. Call-site facts about its own
+    parameters need the whole project (a ``check`` run) and are not gathered here."""
+    info = module_of(path)
+    root = info[0]
+    summaries: dict[str, dict[str, Any]] = {}
+    todo: list[tuple[FsPath, ast.Module | None, int]] = [(FsPath(path).absolute(), tree, 0)]
+    seen: set[str] = set()
+    while todo:
+        file, parsed, depth = todo.pop()
+        if str(file) in seen:
+            continue
+        seen.add(str(file))
+        try:
+            data = file.read_bytes()
+            text, _ = decode(data)
+            parsed = parsed if parsed is not None else parse(text, str(file))
+        except Exception:  # noqa: BLE001 - an unreadable neighbour says nothing
+            continue
+        mod_info = module_of(file)
+        facts = any(w in data for w in SUMMARY_WORDS)
+        model = (
+            FileModel(parsed, Source(text), str(file))
+            if facts or any(w in data for w in EFFECT_WORDS)
+            else None
+        )
+        summary = summarize(model, parsed, mod_info, facts)
+        if model is not None:
+            model.release()
+        summaries[str(file)] = summary
+        if depth > MAX_EFFECT_DEPTH:
+            continue
+        for _, full in summary["imports"].values():
+            parts = full.split(".")
+            for i in range(len(parts), 0, -1):
+                base = FsPath(root, *parts[:i])
+                for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+                    if candidate.is_file():
+                        todo.append((candidate, None, depth + 1))
+                        break
+                else:
+                    continue
+                break
+    index = ProjectIndex(list(summaries.values()))
+    return index.view(root, info[1])

@@ -164,3 +164,23 @@ def import_order(deps: list[list[int]]) -> list[int]:
                 state[nxt] = 1
                 stack.append((nxt, iter(deps[nxt])))
     return order
+
+
+def project_candidate(qual: str) -> bool:
+    """Whether a qualified name may name something of the project: not the standard
+    library's or torch's usual modules."""
+    top = qual.split(".", 1)[0]
+    return top not in (
+        "builtins",
+        "torch",
+        "os",
+        "sys",
+        "math",
+        "numpy",
+        "np",
+        "typing",
+        "functools",
+        "itertools",
+        "collections",
+        "logging",
+    )

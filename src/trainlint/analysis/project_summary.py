@@ -11,17 +11,20 @@ the summaries.
 from __future__ import annotations
 
 import ast
+import json
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from trainlint._record import Record
 from trainlint.analysis import checkpoints
+from trainlint.analysis.assignments import single_value
 from trainlint.analysis.checkpoints import WORDS as CHECKPOINT_WORDS
 from trainlint.analysis.data_parallel import DATA_WORDS, data_facts
-from trainlint.analysis.model import walk_tree
+from trainlint.analysis.model import walk_local, walk_tree
 from trainlint.analysis.project_modules import (
     absolute,
+    project_candidate,
 )
 from trainlint.analysis.roles import Binding, Role
 from trainlint.analysis.settings import summary as settings_summary
@@ -468,8 +471,6 @@ def _function(
 
 def _kwargs_keys(fn: ast.AST, kwarg: str) -> list[str]:
     """The constant keys ``fn`` reads from its ``**kwarg``."""
-    from trainlint.analysis.model import walk_local
-
     return sorted(
         {
             read[1]
@@ -545,24 +546,6 @@ def _returns_softmax(model: FileModel, forward: ast.AST) -> bool:
     )
 
 
-def project_candidate(qual: str) -> bool:
-    top = qual.split(".", 1)[0]
-    return top not in (
-        "builtins",
-        "torch",
-        "os",
-        "sys",
-        "math",
-        "numpy",
-        "np",
-        "typing",
-        "functools",
-        "itertools",
-        "collections",
-        "logging",
-    )
-
-
 def _left_out(qual: str, within: frozenset[str] | None, outside: set[str]) -> bool:
     """Whether ``qual`` is under a top-level module the run lacks (``within``: the run's,
     None when unknown); if so, that module is added to ``outside``."""
@@ -630,8 +613,6 @@ def _calls(
             if args:
                 _mark_shared(model, call, args)
                 out.append([qual, args])
-    import json
-
     out.sort(key=lambda c: json.dumps(c))
     return out
 
@@ -722,28 +703,3 @@ def _arg_fact(
                 False,
             ]
     return None
-
-
-def single_assignments(model: FileModel) -> dict[tuple[int, str], list[ast.expr]]:
-    """(scope, name) -> the values assigned to the plain name there (cheap, no flow)."""
-
-    def build(m: FileModel) -> dict[tuple[int, str], list[ast.expr]]:
-        out: dict[tuple[int, str], list[ast.expr]] = {}
-        for node in m.assignments:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                if isinstance(t, ast.Name):
-                    value = node.value if not isinstance(node, ast.AugAssign) else None
-                    out.setdefault((id(m.scope_of(node)), t.id), []).append(
-                        value if value is not None else t
-                    )
-        return out
-
-    return model.memo(single_assignments, build)
-
-
-def single_value(model: FileModel, name: ast.Name) -> ast.expr | None:
-    """The one value ``name`` is assigned in its scope; None when it is assigned more
-    than once or never (a parameter, a global)."""
-    values = single_assignments(model).get((id(model.scope_of(name)), name.id))
-    return values[0] if values is not None and len(values) == 1 else None

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from trainlint.analysis.hooks import ANSWERS
+from trainlint.analysis.model import dotted, walk_local
 from trainlint.analysis.project_summary import (
     Fact,
     ForeignBinding,
@@ -194,7 +196,6 @@ def _root_fact(model: FileModel, name: ast.Name, view: dict, depth: int) -> Fact
 def _stores(model: FileModel, fn: ast.AST) -> dict[str, list[ast.expr | None]]:
     """name -> the values the function assigns it (None: not a plain ``name = value``:
     a loop or ``with`` target, an unpacking, an augmented assignment, a walrus)."""
-    from trainlint.analysis.model import walk_local
 
     def build(m: FileModel) -> dict[int, dict[str, list[ast.expr | None]]]:
         return {}
@@ -226,7 +227,6 @@ def _stores(model: FileModel, fn: ast.AST) -> dict[str, list[ast.expr | None]]:
 
 def _assigned_chains(model: FileModel) -> set[str]:
     """Every dotted name the file assigns or deletes (``t.scheduler = ...``)."""
-    from trainlint.analysis.model import dotted
 
     def build(m: FileModel) -> set[str]:
         out: set[str] = set()
@@ -275,3 +275,7 @@ def _parameter_binding(model: FileModel, name: ast.Name) -> Binding | None:
         if role is not None:
             return ForeignBinding(role, q, None, param)
     return None
+
+
+# The answers this module gives to lower layers (see analysis.hooks).
+ANSWERS.foreign_binding = foreign_binding

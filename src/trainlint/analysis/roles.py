@@ -18,7 +18,8 @@ from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 from trainlint._record import Record
-from trainlint.analysis.model import call_name, dotted, walk_tree
+from trainlint.analysis.hooks import ANSWERS
+from trainlint.analysis.model import call_name, dotted, walk_local, walk_tree
 from trainlint.analysis.torch_table import (
     GRAD_SCALERS,
     PREPARE_METHODS,
@@ -255,9 +256,7 @@ class Roles:
                     )
                 )
             ):
-                from trainlint.analysis.project import foreign_binding
-
-                return foreign_binding(self.model, expr)
+                return ANSWERS.foreign_binding(self.model, expr)
             return None
         roles = {b.role for b in found}
         if len(roles) != 1:
@@ -301,9 +300,7 @@ class Roles:
     def _bind_target(self, target: ast.AST, value: ast.AST, stmt: ast.AST) -> None:
         if isinstance(value, ast.Subscript) and self.model.project:
             # `self.scheduler = kwargs["scheduler"]`: the keyword's facts at the call sites
-            from trainlint.analysis.project import foreign_binding
-
-            b = foreign_binding(self.model, value)
+            b = ANSWERS.foreign_binding(self.model, value)
             if b is not None and isinstance(target, (ast.Name, ast.Attribute)):
                 self._add(target, b, stmt)
             return
@@ -404,14 +401,10 @@ class Roles:
             and isinstance(func, ast.Attribute)
         ):
             # `kwargs.get("scheduler")`: the keyword's facts at the call sites
-            from trainlint.analysis.project import foreign_binding
-
-            return [foreign_binding(m, call)]
+            return [ANSWERS.foreign_binding(m, call)]
         if qual is not None and m.project is not None:
             # a factory or class of another project file (the project index's view)
-            from trainlint.analysis.project import foreign_binding
-
-            return [foreign_binding(m, call)]
+            return [ANSWERS.foreign_binding(m, call)]
         return [None]
 
     def _optional(self, value: ast.IfExp) -> list[Binding | None]:
@@ -444,8 +437,6 @@ class Roles:
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 returns = self.model.returns_in(fn)  # walk_local's, from the index
             else:
-                from trainlint.analysis.model import walk_local
-
                 returns = [node for node in walk_local(fn) if isinstance(node, ast.Return)]
             values = self._return_values[id(fn)] = [
                 node.value for node in returns if node.value is not None
@@ -594,3 +585,7 @@ def nn_prefix(model: FileModel) -> str | None:
         if q == "torch" and local not in b.others:
             return f"{local}.nn"
     return None
+
+
+# The answers this module gives to lower layers (see analysis.hooks).
+ANSWERS.roles = Roles

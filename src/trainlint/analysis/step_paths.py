@@ -60,7 +60,7 @@ class PathWalker:
 
     def run(self, stmts: list[ast.stmt]) -> list[Path]:
         open_paths, closed = self._block(stmts, [()], self.depth, self.guards)
-        keys = self.steps._test_keys
+        keys = self.steps.test_keys
         return [p for p in _dedupe(open_paths + closed) if _feasible(p, keys)]
 
     # Each block returns (paths still running, paths that ended the iteration).
@@ -142,7 +142,7 @@ class PathWalker:
         """Events of one statement/expression in evaluation order, as a list of
         alternatives-per-position (helpers contribute their own path sets)."""
         seq: list[list[Path]] = []
-        for sub, ev, fn in self.steps._node_events(node):
+        for sub, ev, fn in self.steps.node_events(node):
             if fn is not None:  # a call of a same-file helper that is no event itself
                 seq.append(self._inline(fn, sub, depth, guards))  # type: ignore[arg-type]
                 continue
