@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from trainlint.analysis.escape_callers import used_by_callers
 from trainlint.analysis.escapes import Via, may_dispatch_processes
 from trainlint.analysis.model import FileModel, dotted
 from trainlint.analysis.objects import objects
@@ -349,7 +350,12 @@ torch.save(model.state_dict(), "final.pt")
                 continue
             objs = [obj for _, obj in sent]
             names = esc.caller_names(objs)
-            if not esc.used_after(d.call, names, loops=False) or esc.loaded_back(d.call, names):
+            if esc.loaded_back(d.call, names):
+                continue
+            # the parent's use may be in the caller of the function that started them
+            if not esc.used_after(d.call, names, loops=False) and not used_by_callers(
+                esc, d.call, names
+            ):
                 continue
             moved = [obj for p, obj in sent if esc.copies_before_training(d.target, p)]
             if moved:

@@ -1,0 +1,91 @@
+"""Where a dispatched model is used after the function that dispatched it returns (issue 35):
+the caller of a helper or trainer method that starts and joins the workers, followed
+through the same file and, through the project index, across files."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from trainlint import lint_paths, lint_source
+
+WORKER = """
+import torch
+import torch.multiprocessing as mp
+
+def _train(model, shard):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in shard:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+def launch(model, shards):
+    procs = [mp.Process(target=_train, args=(model, s)) for s in shards]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+
+class Hogwild:
+    def __init__(self, model, shards):
+        self.model = model
+        self.shards = shards
+
+    def fit(self):
+        procs = [mp.Process(target=_train, args=(self.model, s)) for s in self.shards]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+
+    def run(self):
+        self.fit()
+"""
+
+
+def _lines(src: str, code: str) -> list[int]:
+    text = textwrap.dedent(WORKER) + textwrap.dedent(src)
+    return sorted(f.line for f in lint_source(text, select=[code]))
+
+
+def test_the_use_after_a_helper_that_starts_and_joins_is_in_its_caller():
+    assert _lines("", "TL502") == []  # nobody uses the model afterwards
+    used = """
+        def main(shards):
+            model = torch.nn.Linear(4, 1)
+            launch(model, shards)
+            print(model)
+    """
+    assert _lines(used, "TL502") == [13]
+    loaded = used.replace(
+        "print(model)", 'model.load_state_dict(torch.load("w.pt", weights_only=True))'
+    )
+    assert _lines(loaded, "TL502") == []
+    shared = used.replace("launch(model, shards)", "model.share_memory()\n    launch(model, shards)")
+    assert _lines(shared, "TL502") == []
+
+
+def test_a_trainer_method_maps_self_attributes_onto_the_callers_receiver():
+    used = """
+        def main(shards):
+            trainer = Hogwild(torch.nn.Linear(4, 1), shards)
+            trainer.run()
+            torch.save(trainer.model.state_dict(), "m.pt")
+    """
+    assert _lines(used, "TL502") == [25]  # main -> run -> fit, two callers up
+    other = used.replace("trainer.model.state_dict()", "trainer.shards")
+    assert _lines(other, "TL502") == []  # the caller reads something else
+
+
+def _project(tmp_path: Path, files: dict[str, str]) -> Path:
+    pkg = tmp_path / "proj"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for name, text in files.items():
+        (pkg / name).write_text(textwrap.dedent(text).lstrip("\n"))
+    return pkg
+
+
+def _found(pkg: Path, code: str) -> list[tuple[str, int]]:
+    return sorted((Path(f.path).name, f.line) for f in lint_paths([pkg], jobs=1) if f.code == code)
