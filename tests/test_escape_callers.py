@@ -62,7 +62,9 @@ def test_the_use_after_a_helper_that_starts_and_joins_is_in_its_caller():
         "print(model)", 'model.load_state_dict(torch.load("w.pt", weights_only=True))'
     )
     assert _lines(loaded, "TL502") == []
-    shared = used.replace("launch(model, shards)", "model.share_memory()\n    launch(model, shards)")
+    shared = used.replace(
+        "launch(model, shards)", "model.share_memory()\n    launch(model, shards)"
+    )
     assert _lines(shared, "TL502") == []
 
 
@@ -89,3 +91,41 @@ def _project(tmp_path: Path, files: dict[str, str]) -> Path:
 
 def _found(pkg: Path, code: str) -> list[tuple[str, int]]:
     return sorted((Path(f.path).name, f.line) for f in lint_paths([pkg], jobs=1) if f.code == code)
+
+
+REMOTE = """
+import ray
+import torch
+
+@ray.remote
+def train(model, data):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x in data:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+    return model.state_dict()
+
+class RayFit:
+    def __init__(self, model):
+        self.model = model
+
+    def fit(self, data):
+        ray.get(train.remote(self.model, data))
+
+def main(data):
+    fitter = RayFit(torch.nn.Linear(4, 1))
+    fitter.fit(data)
+    return fitter.model
+"""
+
+
+def test_a_remote_trained_in_a_method_whose_caller_reads_the_model():
+    assert [f.line for f in lint_source(REMOTE, select=["TL501"])] == [19]
+    fixed = REMOTE.replace(
+        "        ray.get(train.remote(self.model, data))",
+        "        self.model.load_state_dict(ray.get(train.remote(self.model, data)))",
+    )
+    assert lint_source(fixed, select=["TL501"]) == []
+    unused = REMOTE.replace("    return fitter.model\n", "")
+    assert lint_source(unused, select=["TL501"]) == []

@@ -31,7 +31,7 @@ from trainlint.analysis.model import dotted, walk_local
 from trainlint.analysis.project import absolute, single_value
 
 if TYPE_CHECKING:
-    from trainlint.analysis.escapes import Escapes
+    from trainlint.analysis.escapes import Dispatch, Escapes
     from trainlint.analysis.model import FileModel, FunctionNode
 
 #: how many same-file callers up a dispatched object is followed
@@ -256,3 +256,16 @@ def _callee(
     if cls is None or not project(full := absolute(cls, module, is_pkg)):
         return None
     return f"{full}.{func.attr}", True
+
+
+def left_on_a_copy(esc: Escapes, d: Dispatch, *, through_put: bool = True) -> set[str]:
+    """Names (in the dispatcher's terms) of the models/optimizers ``d`` trains on a copy
+    that the dispatcher reads afterwards (:meth:`Escapes.trained_on_a_copy`) or, when it
+    does not, one of its callers reads after it returns, with no weights loaded back."""
+    names = esc.trained_on_a_copy(d, d.call, through_put=through_put)
+    if names:
+        return names
+    names = esc.caller_names(esc.trained_objects(d, through_put=through_put))
+    if not names or esc.loaded_back(d.call, names) or not used_by_callers(esc, d.call, names):
+        return set()
+    return names
