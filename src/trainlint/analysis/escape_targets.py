@@ -113,7 +113,6 @@ def foreign_worker(model: FileModel, expr: ast.AST) -> FunctionNode | None:
             body=[ast.Pass()],
             decorator_list=[],
             returns=None,
-            type_params=[],
         )
         setattr(fn, _FACTS, entry)
         made[qual] = fn  # type: ignore[index]
