@@ -129,3 +129,80 @@ def test_a_remote_trained_in_a_method_whose_caller_reads_the_model():
     assert lint_source(fixed, select=["TL501"]) == []
     unused = REMOTE.replace("    return fitter.model\n", "")
     assert lint_source(unused, select=["TL501"]) == []
+
+
+TASKS = """
+    import ray
+    import torch
+
+    @ray.remote
+    def train_remote(model, data):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in data:
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+        return model.state_dict()
+"""
+
+
+def test_a_remote_of_another_module_is_resolved_through_a_module_import(tmp_path):
+    driver = """
+        import torch
+
+        from . import tasks
+
+        def main(data):
+            model = torch.nn.Linear(4, 1)
+            ray_ref = tasks.train_remote.remote(model, data)
+            torch.save(model.state_dict(), "m.pt")
+            return ray_ref
+    """
+    pkg = _project(tmp_path, {"tasks.py": TASKS, "driver.py": driver})
+    assert _found(pkg, "TL501") == [("driver.py", 7)]
+    (pkg / "tasks.py").write_text(textwrap.dedent(TASKS.replace("@ray.remote\n", "")))
+    assert _found(pkg, "TL501") == []  # a plain function: nothing is remote
+
+
+def test_a_trainer_method_in_another_file_and_its_caller(tmp_path):
+    worker = """
+        import torch
+
+        def train(model, shard):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in shard:
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+    """
+    trainer = """
+        import multiprocessing as mp
+
+        from .worker import train
+
+        class Trainer:
+            def __init__(self, model, shards):
+                self.model, self.shards = model, shards
+
+            def fit(self):
+                procs = [mp.Process(target=train, args=(self.model, s)) for s in self.shards]
+                for p in procs:
+                    p.start()
+                for p in procs:
+                    p.join()
+    """
+    main = """
+        import torch
+
+        from .trainer import Trainer
+
+        def main(shards):
+            trainer = Trainer(torch.nn.Linear(4, 1), shards)
+            trainer.fit()
+            torch.save(trainer.model.state_dict(), "m.pt")
+    """
+    files = {"worker.py": worker, "trainer.py": trainer, "main.py": main}
+    pkg = _project(tmp_path, files)
+    assert _found(pkg, "TL502") == [("trainer.py", 10)]
+    (pkg / "main.py").write_text(textwrap.dedent(main.replace("trainer.model.state_dict()", "{}")))
+    assert _found(pkg, "TL502") == []  # the caller never reads the model again
