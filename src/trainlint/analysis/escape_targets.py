@@ -123,3 +123,10 @@ def facts_of(fn: ast.AST) -> dict[str, Any] | None:
     """The facts a stand-in definition carries; None for a definition of the file."""
     facts = getattr(fn, _FACTS, None)
     return facts if isinstance(facts, dict) else None
+
+
+def moves_first(fn: ast.AST, param: str) -> bool:
+    """A stand-in's target copies ``param`` to another device or dtype before training it
+    (``Escapes.copies_before_training`` for a body of this file)."""
+    facts = facts_of(fn)
+    return facts is not None and param in facts.get("moves", ())

@@ -6,6 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.escape_callers import used_by_callers
+from trainlint.analysis.escape_targets import moves_first
 from trainlint.analysis.escapes import Via, may_dispatch_processes
 from trainlint.analysis.model import FileModel, dotted
 from trainlint.analysis.objects import objects
@@ -357,7 +358,11 @@ torch.save(model.state_dict(), "final.pt")
                 esc, d.call, names
             ):
                 continue
-            moved = [obj for p, obj in sent if esc.copies_before_training(d.target, p)]
+            moved = [
+                obj
+                for p, obj in sent
+                if esc.copies_before_training(d.target, p) or moves_first(d.target, p)
+            ]
             if moved:
                 yield self.report(
                     d.call,
