@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trainlint.analysis.model import dotted, walk_local
-from trainlint.analysis.project import absolute, single_value
+from trainlint.analysis.project_modules import absolute
 
 if TYPE_CHECKING:
     from trainlint.analysis.escapes import Dispatch, Escapes
@@ -69,12 +69,18 @@ def _slots(model: FileModel, fn: FunctionNode, names: set[str]) -> list[Slot]:
     return out
 
 
-def _instance_of(model: FileModel, recv: ast.expr) -> ast.ClassDef | None:
-    """The same-file class ``recv`` (``trainer`` assigned ``Trainer(...)`` once, or
-    ``Trainer(...)`` itself) is an instance of."""
-    value: ast.AST | None = recv
+def _value_of(model: FileModel, recv: ast.expr) -> ast.AST | None:
+    """What ``recv`` holds at its use: its reaching assignment's value for a name."""
     if isinstance(recv, ast.Name):
-        value = single_value(model, recv)
+        found = model.flow.definition(recv.id, recv)
+        return found[1] if found is not None else None
+    return recv
+
+
+def _instance_of(model: FileModel, recv: ast.expr) -> ast.ClassDef | None:
+    """The same-file class ``recv`` (``trainer`` assigned ``Trainer(...)``, or
+    ``Trainer(...)`` itself) is an instance of."""
+    value = _value_of(model, recv)
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
         return model.class_named(value.func.id)
     return None
@@ -249,7 +255,7 @@ def _callee(
         return (full, False) if project(full) else None
     if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name):
         return None
-    value = single_value(model, func.value)
+    value = _value_of(model, func.value)
     if not isinstance(value, ast.Call):
         return None
     cls = model.qualname(value.func)
