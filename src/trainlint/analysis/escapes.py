@@ -204,12 +204,12 @@ class Escapes(EscapeTraining):
             # every backward and step holds the lock: a forward alone writes nothing shared
             # (gradients as values through `torch.autograd.grad`, applied under the lock)
             return
-        found.extend(
+        unlocked = [
             (call, "forward", f"`{name}`")
             for call, name, chain in forwards
             if not self.under_lock(call) and not any(self.under_lock(c) for c in chain)
-        )
-        yield from sorted(found, key=lambda f: source_pos(f[0]))
+        ]
+        yield from sorted([*unlocked, *found], key=lambda f: source_pos(f[0]))
 
     def self_helpers(
         self, fn: FunctionNode, depth: int = 3
