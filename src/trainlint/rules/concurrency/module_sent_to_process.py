@@ -28,8 +28,11 @@ class ModuleSentToProcess(Rule):
     """## What it does
     Flags a `multiprocessing`/`torch.multiprocessing` process started with a model (or
     its optimizer) as argument (`Process(target=train, args=(model,))`) whose target
-    trains it, when the parent uses the model afterwards, `model.share_memory()` was
-    not called, and the file does not select the `spawn` or `forkserver` start method.
+    trains it, when the parent uses the model afterwards (in the same function, or in
+    a caller of the function that starts the processes, in this file or another of the
+    project), `model.share_memory()` was not called, and the file does not select the
+    `spawn` or `forkserver` start method. A target imported from another module counts
+    by what that module says it trains.
     Also flags any process creation (`Process`, `Pool.map/apply_async/starmap`,
     `torch.multiprocessing.spawn`) whose target moves the received model to another
     device or dtype (`model.to(rank)`, `model.cuda()`) before training it.
