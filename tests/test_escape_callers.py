@@ -206,3 +206,35 @@ def test_a_trainer_method_in_another_file_and_its_caller(tmp_path):
     assert _found(pkg, "TL502") == [("trainer.py", 10)]
     (pkg / "main.py").write_text(textwrap.dedent(main.replace("trainer.model.state_dict()", "{}")))
     assert _found(pkg, "TL502") == []  # the caller never reads the model again
+
+
+def test_a_remote_imported_from_a_script_directory_module(tmp_path):
+    """`import workers` / `from workers import train_remote` beside the script; the
+    remote steps an optimizer it receives, so the model counts where it is known."""
+    workers = """
+        import ray
+
+        @ray.remote
+        def train_remote(model, opt, data):
+            for x in data:
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+    """
+    main = """
+        import ray
+        import torch
+
+        import workers
+        from workers import train_remote
+
+        def main(data):
+            model = torch.nn.Linear(4, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            ray.get(workers.train_remote.remote(model, opt, data))
+            ray.get(train_remote.remote(model, opt, data))
+            torch.save(model.state_dict(), "m.pt")
+    """
+    for name, text in {"workers.py": workers, "main.py": main}.items():
+        (tmp_path / name).write_text(textwrap.dedent(text).lstrip("\n"))
+    assert _found(tmp_path, "TL501") == [("main.py", 10), ("main.py", 11)]
