@@ -213,6 +213,7 @@ def test_a_remote_imported_from_a_script_directory_module(tmp_path):
     remote steps an optimizer it receives, so the model counts where it is known."""
     workers = """
         import ray
+        import torch
 
         @ray.remote
         def train_remote(model, opt, data):
