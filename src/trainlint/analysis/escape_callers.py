@@ -226,7 +226,9 @@ def reads_after_calls(
                 *((k.arg, k.value) for k in site.keywords if k.arg is not None),
             ]
             for where, arg in given:
-                arg_name = dotted(esc.unwrap(arg))
+                # only what may be a model or optimizer (not a loader, a lock, a pool)
+                obj = esc.sent_object(arg, through_put=False)
+                arg_name = dotted(obj) if obj is not None else None
                 if (
                     arg_name is not None
                     and not esc.loaded_back(site, {arg_name})
