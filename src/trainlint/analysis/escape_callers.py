@@ -27,6 +27,7 @@ import ast
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from trainlint.analysis.escapes import escapes
 from trainlint.analysis.model import dotted, walk_local
 from trainlint.analysis.project_modules import absolute
 
@@ -206,20 +207,23 @@ def _receiver_reads(esc: Escapes, site: ast.Call, recv: str) -> list[str]:
 
 
 def reads_after_calls(
-    esc: Escapes, module: str, is_pkg: bool, project: Callable[[str], bool]
+    model: FileModel, module: str, is_pkg: bool, project: Callable[[str], bool]
 ) -> list[list[Any]]:
     """``[callee qualname, slots]`` for each call in the file to a function or method of
     another project module whose argument (slot: position or keyword) or receiver
     attribute (slot: ``self.attr``) the caller reads after the call returns: the index
     hands them to the callee's file (``view["after"]``). ``project`` says whether an
-    absolute qualname may name a project function (the summary's judgement)."""
-    model = esc.model
+    absolute qualname may name a project function (the summary's judgement). The escape
+    analysis is built only for a file that makes such a call."""
     out: list[list[Any]] = []
+    instances = _instance_names(model, module, is_pkg, project)
+    esc: Escapes | None = None
     for calls in model.calls.values():
         for site in calls:
-            callee = _callee(model, site, module, is_pkg, project)
+            callee = _callee(model, site, module, is_pkg, project, instances)
             if callee is None or shares_in_scope(model, site):
                 continue
+            esc = esc or escapes(model)
             slots: list[Any] = []
             given: list[tuple[int | str, ast.expr]] = [
                 *((i, a) for i, a in enumerate(site.args) if not isinstance(a, ast.Starred)),
@@ -246,16 +250,50 @@ def reads_after_calls(
     return out
 
 
+def _instance_names(
+    model: FileModel, module: str, is_pkg: bool, project: Callable[[str], bool]
+) -> set[str]:
+    """Names the file assigns an instance of a project class (``trainer = Trainer(...)``):
+    the only receivers whose method calls may reach another module's method."""
+    out: set[str] = set()
+    for node in model.assignments:
+        value = node.value
+        if not isinstance(node, ast.Assign) or not isinstance(value, ast.Call):
+            continue
+        qual = model.qualname(value.func)
+        if qual is not None and project(absolute(qual, module, is_pkg)):
+            out.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return out
+
+
 def _callee(
-    model: FileModel, site: ast.Call, module: str, is_pkg: bool, project: Callable[[str], bool]
+    model: FileModel,
+    site: ast.Call,
+    module: str,
+    is_pkg: bool,
+    project: Callable[[str], bool],
+    instances: set[str],
 ) -> tuple[str, bool] | None:
     """(the project qualname ``site`` calls, whether it is a method on an instance)."""
     func = site.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        if func.value.id in instances:
+            return _method_callee(model, func, module, is_pkg, project)
     qual = model.qualname(func)
     if qual is not None:
         full = absolute(qual, module, is_pkg)
         return (full, False) if project(full) else None
-    if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name):
+    return None
+
+
+def _method_callee(
+    model: FileModel,
+    func: ast.Attribute,
+    module: str,
+    is_pkg: bool,
+    project: Callable[[str], bool],
+) -> tuple[str, bool] | None:
+    if not isinstance(func.value, ast.Name):
         return None
     value = _value_of(model, func.value)
     if not isinstance(value, ast.Call):

@@ -224,7 +224,7 @@ def _reads_after(
     def project(qual: str) -> bool:
         return project_candidate(qual) and not _left_out(qual, within, set())
 
-    return reads_after_calls(escapes(model), module, is_pkg, project)
+    return reads_after_calls(model, module, is_pkg, project)
 
 
 def bare_summary(module: tuple[str, str, bool]) -> dict[str, Any]:
