@@ -186,24 +186,26 @@ def _foreign_reads(model: FileModel, fn: FunctionNode, slots: list[Slot]) -> boo
 # -- the summary side: what a file's calls into other modules leave to be read ----------------
 
 
-def _receiver_reads(esc: Escapes, site: ast.Call, recv: str) -> list[str]:
-    """``self.attr`` for each ``recv.attr`` the caller reads after ``site`` (not loaded
-    back into, not rebound)."""
-    model = esc.model
-    scope = model.function_of(site) or model.tree
-    end = _end(model.statement_of(site))
-    out: set[str] = set()
-    for sub in walk_local(scope):
-        if (
-            isinstance(sub, ast.Attribute)
+def _loads(
+    model: FileModel, scope: ast.AST, memo: dict[int, list[tuple[Any, str]]]
+) -> list[tuple[Any, str]]:
+    """(position, dotted name) of every name and attribute the scope reads, once per scope."""
+    found = memo.get(id(scope))
+    if found is None:
+        found = memo[id(scope)] = [
+            (_pos(sub), name)
+            for sub in walk_local(scope)
+            if isinstance(sub, (ast.Name, ast.Attribute))
             and isinstance(sub.ctx, ast.Load)
-            and dotted(sub.value) == recv
-            and _pos(sub) > end
-        ):
-            attr = f"{recv}.{sub.attr}"
-            if not esc.loaded_back(site, {attr}):
-                out.add(f"self.{sub.attr}")
-    return sorted(out)
+            and (name := dotted(sub)) is not None
+        ]
+    return found
+
+
+def _read_after(loads: list[tuple[Any, str]], end: tuple[int, int], name: str) -> list[str]:
+    """The reads of ``name`` (or of an attribute of it) after ``end``."""
+    prefix = name + "."
+    return [d for p, d in loads if p > end and (d == name or d.startswith(prefix))]
 
 
 def reads_after_calls(
@@ -218,12 +220,15 @@ def reads_after_calls(
     out: list[list[Any]] = []
     instances = _instance_names(model, module, is_pkg, project)
     esc: Escapes | None = None
+    memo: dict[int, list[tuple[Any, str]]] = {}
     for calls in model.calls.values():
         for site in calls:
             callee = _callee(model, site, module, is_pkg, project, instances)
             if callee is None or shares_in_scope(model, site):
                 continue
             esc = esc or escapes(model)
+            loads = _loads(model, model.function_of(site) or model.tree, memo)
+            end = _end(model.statement_of(site))
             slots: list[Any] = []
             given: list[tuple[int | str, ast.expr]] = [
                 *((i, a) for i, a in enumerate(site.args) if not isinstance(a, ast.Starred)),
@@ -235,15 +240,18 @@ def reads_after_calls(
                 arg_name = dotted(obj) if obj is not None else None
                 if (
                     arg_name is not None
+                    and _read_after(loads, end, arg_name)
                     and not esc.loaded_back(site, {arg_name})
-                    and esc.used_after(site, {arg_name}, loops=False)
                 ):
                     slots.append(where)
             func = site.func
-            if callee[1] and isinstance(func, ast.Attribute):
-                recv = dotted(func.value)
-                if recv is not None:
-                    slots.extend(_receiver_reads(esc, site, recv))
+            recv = dotted(func.value) if callee[1] and isinstance(func, ast.Attribute) else None
+            if recv is not None:
+                attrs = {d[len(recv) + 1 :].split(".", 1)[0] for d in _read_after(loads, end, recv)}
+                attrs.discard("")
+                slots.extend(
+                    f"self.{a}" for a in sorted(attrs) if not esc.loaded_back(site, {f"{recv}.{a}"})
+                )
             if slots:
                 out.append([callee[0], slots])
     out.sort(key=repr)
