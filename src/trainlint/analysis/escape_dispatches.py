@@ -345,7 +345,7 @@ class EscapeDispatches(EscapeSites):
         ]
         for call in sorted(set(creations), key=source_pos):
             target = keyword(call, "target") or (call.args[1] if len(call.args) > 1 else None)
-            fn, skip, pre, kws, recv = self._callable(target)
+            fn, skip, pre, kws, recv = self._process_callable(target)
             if fn is None:
                 continue
             args = [
@@ -371,7 +371,7 @@ class EscapeDispatches(EscapeSites):
             )
         for call in m.calls_to(*SPAWN):
             target = call.args[0] if call.args else keyword(call, "fn")
-            fn, skip, pre, kws, recv = self._callable(target)
+            fn, skip, pre, kws, recv = self._process_callable(target)
             if fn is None:
                 continue
             args = [
@@ -545,7 +545,11 @@ class EscapeDispatches(EscapeSites):
                 )
                 if held is None or held[0] != kind:
                     continue
-                fn, skip, pre, kws, recv = self._callable(call.args[0])
+                fn, skip, pre, kws, recv = (
+                    self._process_callable(call.args[0])
+                    if kind == "pool"
+                    else self._callable(call.args[0])
+                )
                 if fn is None:
                     continue
                 rest = call.args[1:]

@@ -14,6 +14,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from trainlint._record import Record
+from trainlint.analysis.escape_targets import facts_of, foreign_worker
 from trainlint.analysis.model import (
     FUNCTION_NODES,
     NESTED_SCOPES,
@@ -302,6 +303,10 @@ class EscapeSites:
         found = self.resolve_def(expr)
         if found is not None and self.is_remote_def(found):
             return found
+        # a `@ray.remote` function another module of the project defines
+        foreign = foreign_worker(self.model, expr)
+        if foreign is not None and (facts_of(foreign) or {}).get("remote"):
+            return foreign
         return None
 
     def _resolve_remote(
@@ -391,6 +396,18 @@ class EscapeSites:
                     if bound is not None and not is_static(bound):
                         return bound, 1, [], [], expr.value
         return None, 0, [], [], None
+
+    def _process_callable(
+        self, expr: ast.expr | None
+    ) -> tuple[FunctionNode | None, int, list[ast.expr], list[ast.keyword], ast.expr | None]:
+        """:meth:`_callable`, or an imported function whose file says what it trains (a
+        stand-in definition, see ``analysis.escape_targets``): process targets only."""
+        found = self._callable(expr)
+        if found[0] is None and isinstance(expr, (ast.Name, ast.Attribute)):
+            foreign = foreign_worker(self.model, expr)
+            if foreign is not None:
+                return foreign, 0, [], [], None
+        return found
 
     @staticmethod
     def _tuple_items(node: ast.expr | None) -> list[ast.expr]:

@@ -24,6 +24,7 @@ from trainlint.analysis.escape_sites import (
     params_of,
     root_name,
 )
+from trainlint.analysis.escape_targets import facts_of
 from trainlint.analysis.flow import grad_enabled_at
 from trainlint.analysis.model import (
     call_name,
@@ -66,6 +67,12 @@ class EscapeTraining(EscapeDispatches):
         cached = self._trained.get(id(fn))
         if cached is not None:
             return cached
+        facts = facts_of(fn)
+        if facts is not None:  # another module's function: its summary says
+            self._trained[id(fn)] = {
+                p: Touch(p, ast.Name(id=p, ctx=ast.Load())) for p in facts.get("trains", ())
+            }
+            return self._trained[id(fn)]
         self._trained[id(fn)] = {}  # recursion guard
         out: dict[str, Touch] = {}
         for ev in self.events(fn, Kind.STEP):
@@ -76,6 +83,8 @@ class EscapeTraining(EscapeDispatches):
 
     def events(self, fn: FunctionNode, *kinds: Kind) -> list[Event]:
         """Step events of ``fn`` (helpers inlined), one per node and call chain."""
+        if facts_of(fn) is not None:
+            return []  # another module's function: no body here
         paths, _ = self.model.steps.function_paths(fn)
         seen: dict[tuple[int, ...], Event] = {}
         for path in paths:
@@ -206,7 +215,7 @@ class EscapeTraining(EscapeDispatches):
         trained = self.trained(d.target).values()
         out = {t.root for t in trained if t.root in params}
         if d.via is Via.REMOTE:
-            out |= self.trained_alongside(d)
+            out |= self.trained_alongside(d) | self._forwarded_models(d)
         if d.via is Via.RAY_TRAIN:
             for t in trained:
                 entry = self.config_entry(d.target, t.node)
@@ -236,6 +245,19 @@ class EscapeTraining(EscapeDispatches):
         if self.loaded_back(runs, names) or not self.used_after(runs, names, loops=True):
             return set()
         return names
+
+    def _forwarded_models(self, d: Dispatch) -> set[str]:
+        """:meth:`trained_alongside` for another module's function: the parameters its
+        summary says it runs forward beside a step on an optimizer it received, where
+        the argument is known here as a model."""
+        facts = facts_of(d.target) if d.target is not None else None
+        out = set()
+        for param, arg in d.args:
+            if facts is not None and param in facts.get("forwards", ()):
+                obj = self.sent_object(arg, through_put=False)
+                if obj is not None and self.roles.role(obj) is Role.MODEL:
+                    out.add(param)
+        return out
 
     def trained_alongside(self, d: Dispatch) -> set[str]:
         """Parameters that receive a model the caller knows as one (built there, annotated

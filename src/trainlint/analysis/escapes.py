@@ -167,10 +167,14 @@ class Escapes(EscapeTraining):
         if self.acquires(helpers):
             return  # manual acquire()/release(): the locked region cannot be told
         sharing = ThreadSharing(self, fn, ds)
+        # forwards in `fn` and in the methods it reaches on the same `self`
         forwards = [
-            (c, name)
-            for c in walk_local(fn)
-            if isinstance(c, ast.Call) and (name := sharing.forwarded(c)) is not None
+            (c, name, chain)
+            for f, chain in self.self_helpers(fn)
+            for c in walk_local(f)
+            if isinstance(c, ast.Call)
+            and (name := sharing.forwarded(c)) is not None
+            and (f is fn or name.startswith("self."))
         ]
         steps: list[tuple[Event, str]] = []
         held_models: list[str] = []
@@ -186,9 +190,7 @@ class Escapes(EscapeTraining):
             return
         label = f"`{(forwards[0][1] if forwards else (held_models or [steps[0][1]])[0])}`"
         step_names = {id(e): name for e, name in steps}
-        found: list[tuple[ast.AST, str, str]] = [
-            (call, "forward", f"`{name}`") for call, name in forwards if not self.under_lock(call)
-        ]
+        found: list[tuple[ast.AST, str, str]] = []
         for e in events:
             if e.kind is Kind.STEP and id(e) not in step_names:
                 continue
@@ -198,7 +200,43 @@ class Escapes(EscapeTraining):
                 found.append((model.steps.anchor(e), "`backward()`", label))
             else:
                 found.append((model.steps.anchor(e), "optimizer step", f"`{step_names[id(e)]}`"))
-        yield from sorted(found, key=lambda f: source_pos(f[0]))
+        if not found:
+            # every backward and step holds the lock: a forward alone writes nothing shared
+            # (gradients as values through `torch.autograd.grad`, applied under the lock)
+            return
+        unlocked = [
+            (call, "forward", f"`{name}`")
+            for call, name, chain in forwards
+            if not self.under_lock(call) and not any(self.under_lock(c) for c in chain)
+        ]
+        yield from sorted([*unlocked, *found], key=lambda f: source_pos(f[0]))
+
+    def self_helpers(
+        self, fn: FunctionNode, depth: int = 3
+    ) -> list[tuple[FunctionNode, tuple[ast.Call, ...]]]:
+        """``fn`` and the methods it reaches through ``self.method(...)`` calls (up to
+        ``depth`` calls deep, each method once: cycles cut), each with the calls leading
+        to it: a thread target's helpers run on the same ``self``."""
+        out: list[tuple[FunctionNode, tuple[ast.Call, ...]]] = [(fn, ())]
+        seen = {id(fn)}
+        frontier = out[:]
+        for _ in range(depth):
+            nxt = []
+            for f, chain in frontier:
+                for call, callee in self.model.callees(f):
+                    func = call.func
+                    if (
+                        id(callee) in seen
+                        or not isinstance(func, ast.Attribute)
+                        or not isinstance(func.value, ast.Name)
+                        or func.value.id != "self"
+                    ):
+                        continue
+                    seen.add(id(callee))
+                    nxt.append((callee, (*chain, call)))
+            out.extend(nxt)
+            frontier = nxt
+        return out
 
     # -- locks ---------------------------------------------------------------------------------
     def is_lock(self, expr: ast.expr) -> bool:

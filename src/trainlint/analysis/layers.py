@@ -72,6 +72,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "escape_dispatches",
         "escape_training",
         "escapes",
+        "escape_targets",
+        "escape_callers",
         "objects",
         "loaders",
         "data_parallel",

@@ -82,6 +82,9 @@ class ProjectIndex:
         # (root, module) -> its functions called with facts (the keys of _params there): a
         # view reads its own module's, without going through every module's
         self._called: dict[tuple[str, str], set[str]] = {}
+        # (root, module) -> function -> the slots (parameters, ``self.attr``) whose object
+        # some caller in another file reads after the call returns (analysis.escape_callers)
+        self._after: dict[tuple[str, str], dict[str, set[str]]] = {}
         self._effect_memo: dict[str, tuple[list[list[Any]], bool]] = {}
         # project directory -> the summaries there that save checkpoints or define savers,
         # and the saves of objects they make (analysis.checkpoints), joined on first ask
@@ -103,6 +106,8 @@ class ProjectIndex:
                 self._call_or_wait(s, callee, args)
             self._note_checkpoints(s)
             self._note_settings(s)
+        for s in self.modules.values():
+            self._note_after(s)
 
     def add(self, summary: dict) -> None:
         """Take one more file's summary, after those it imports: its calls are resolved
@@ -122,6 +127,7 @@ class ProjectIndex:
         self._effect_memo.clear()
         self._note_checkpoints(summary)
         self._note_settings(summary)
+        self._note_after(summary)
 
     def _note_settings(self, s: dict) -> None:
         if s.get("settings"):
@@ -138,6 +144,26 @@ class ProjectIndex:
             project = checkpoints.project_dir(s["root"])
             self._ckpt_summaries.setdefault(project, []).append(s)
             self._saves.pop(project, None)
+
+    def _note_after(self, s: dict) -> None:
+        """The caller-side reads of ``s`` (its ``after``), by the callee's parameter names;
+        a callee not summarised yet is left out (the use is then not seen: silence)."""
+        for callee, slots in s.get("after", ()):
+            found = self.resolve(s["root"], callee)
+            if found is None:
+                continue
+            mod, local = found
+            fn = mod["functions"].get(local)
+            if fn is None:
+                continue
+            params = fn["params"][1:] if "." in local else fn["params"]
+            names = self._after.setdefault((mod["root"], mod["module"]), {})
+            read = names.setdefault(local, set())
+            for slot in slots:
+                if not isinstance(slot, int):
+                    read.add(slot)
+                elif slot < len(params):
+                    read.add(params[slot])
 
     def _call_or_wait(self, s: dict, callee: str, args: list[list[Any]]) -> None:
         if self._add_call(s, callee, args) or self._pending is None:
@@ -370,12 +396,14 @@ class ProjectIndex:
         if s is None:
             return None
         refs: dict[str, Fact] = {}
+        workers: dict[str, dict] = {}
         for raw, full in s["imports"].values():
             found = self.resolve(root, full)
             if found is not None:
                 fact = self._class_fact(*found)
                 if fact is not None:
                     refs[raw] = fact
+                self._note_worker(workers, raw, *found)
                 continue
             mod = self.modules.get((root, full))
             if mod is not None:  # `from . import sched` / `import pkg.sched as s`
@@ -384,6 +412,7 @@ class ProjectIndex:
                         fact = self._class_fact(mod, name)
                         if fact is not None:
                             refs[f"{raw}.{name}"] = fact
+                        self._note_worker(workers, f"{raw}.{name}", mod, name)
         stars: dict[str, str] = {}
         self._star_names(root, s, stars, refs, 0, set())
         for name in [n for n in stars if n in s["imports"] or n in s["defs"]]:
@@ -401,7 +430,9 @@ class ProjectIndex:
         settings = joined.view(s.get("settings")) if joined is not None else {}
         own = s.get("data", {})
         told = own.get("samples") or own.get("loads")
-        if not (refs or stars or params or calls or instances or saves or settings or told):
+        after = {k: sorted(v) for k, v in sorted(self._after.get((root, module), {}).items())}
+        if not (refs or stars or params or calls or instances or saves or settings or told
+                or workers or after):
             return None
         out: dict[str, Any] = {"refs": refs, "stars": stars, "params": params}
         # the project's defaults for the config values the file reads, and the numbers
@@ -410,6 +441,10 @@ class ProjectIndex:
         if told:  # a file that builds a sampler or a loader: what does the project do?
             split = self._data_facts.get(checkpoints.project_dir(root), set())
             out["data"] = sorted(split - {"loads"})
+        if workers:  # imported functions a process or remote may run (escape_targets)
+            out["workers"] = workers
+        if after:  # what callers in other files read after calling this file's functions
+            out["after"] = after
         if calls:
             out["calls"] = calls
         if instances:  # `ctx.training.scheduler` (foreign_binding follows the chain)
@@ -418,6 +453,16 @@ class ProjectIndex:
         if saves:  # the saves of other files this file's loads read (TL704)
             out["checkpoints"] = saves
         return out
+
+    def _note_worker(self, out: dict[str, dict], raw: str, mod: dict, local: str) -> None:
+        """``raw`` (as the viewing file spells it) names a function whose summary says what
+        it trains when run as a process or remote target: its entry for the view."""
+        fn = mod["functions"].get(local)  # (a lean entry says nothing: not asked again)
+        if fn is not None and "worker" in fn:
+            entry = {"params": fn["params"], **fn["worker"]}
+            if fn.get("kwonly"):
+                entry["kwonly"] = fn["kwonly"]
+            out[raw] = entry
 
     def _checkpoint_saves(self, root: str, module: str, s: dict) -> list[list[Any]]:
         ck = s.get("ckpt")

@@ -21,6 +21,9 @@ from trainlint.analysis import checkpoints
 from trainlint.analysis.assignments import single_value
 from trainlint.analysis.checkpoints import WORDS as CHECKPOINT_WORDS
 from trainlint.analysis.data_parallel import DATA_WORDS, data_facts
+from trainlint.analysis.escape_callers import reads_after_calls
+from trainlint.analysis.escape_targets import worker_facts
+from trainlint.analysis.escapes import escapes
 from trainlint.analysis.model import walk_local, walk_tree
 from trainlint.analysis.project_modules import (
     absolute,
@@ -203,6 +206,10 @@ def summarize(
     }
     if outside:
         out["outside"] = sorted(outside)
+    if model is not None and model.imports_training_library:
+        after = _reads_after(model, module, is_pkg, within)
+        if after:  # what this file reads after its calls into other modules return
+            out["after"] = after
     uses = _uses(model, imports, module) if model is not None else []
     if uses:
         out["uses"] = uses
@@ -218,6 +225,18 @@ def summarize(
     if keep is not None:
         out["lean"] = sorted(keep)
     return out
+
+
+def _reads_after(
+    model: FileModel, module: str, is_pkg: bool, within: frozenset[str] | None
+) -> list[list[Any]]:
+    """The file's calls into other project modules, with the arguments and receiver
+    attributes it reads after each returns (``analysis.escape_callers``)."""
+
+    def project(qual: str) -> bool:
+        return project_candidate(qual) and not _left_out(qual, within, set())
+
+    return reads_after_calls(model, module, is_pkg, project)
 
 
 def bare_summary(module: tuple[str, str, bool]) -> dict[str, Any]:
@@ -466,6 +485,10 @@ def _function(
             effects = effects_of(model, fn, qualname, module, is_pkg)
             if effects is not None:
                 out["effects"] = effects
+            if "." not in qualname and (effects is not None or fn.decorator_list):
+                worker = worker_facts(escapes(model), fn)
+                if worker is not None:  # a process or remote target: what it trains
+                    out["worker"] = worker
     return out
 
 

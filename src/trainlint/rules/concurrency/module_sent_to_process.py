@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from trainlint.analysis.escape_callers import used_by_callers
+from trainlint.analysis.escape_targets import moves_first
 from trainlint.analysis.escapes import Via, may_dispatch_processes
 from trainlint.analysis.model import FileModel, dotted
 from trainlint.analysis.objects import objects
@@ -26,8 +28,11 @@ class ModuleSentToProcess(Rule):
     """## What it does
     Flags a `multiprocessing`/`torch.multiprocessing` process started with a model (or
     its optimizer) as argument (`Process(target=train, args=(model,))`) whose target
-    trains it, when the parent uses the model afterwards, `model.share_memory()` was
-    not called, and the file does not select the `spawn` or `forkserver` start method.
+    trains it, when the parent uses the model afterwards (in the same function, or in
+    a caller of the function that starts the processes, in this file or another of the
+    project), `model.share_memory()` was not called, and the file does not select the
+    `spawn` or `forkserver` start method. A target imported from another module counts
+    by what that module says it trains.
     Also flags any process creation (`Process`, `Pool.map/apply_async/starmap`,
     `torch.multiprocessing.spawn`) whose target moves the received model to another
     device or dtype (`model.to(rank)`, `model.cuda()`) before training it.
@@ -349,9 +354,18 @@ torch.save(model.state_dict(), "final.pt")
                 continue
             objs = [obj for _, obj in sent]
             names = esc.caller_names(objs)
-            if not esc.used_after(d.call, names, loops=False) or esc.loaded_back(d.call, names):
+            if esc.loaded_back(d.call, names):
                 continue
-            moved = [obj for p, obj in sent if esc.copies_before_training(d.target, p)]
+            # the parent's use may be in the caller of the function that started them
+            if not esc.used_after(d.call, names, loops=False) and not used_by_callers(
+                esc, d.call, names
+            ):
+                continue
+            moved = [
+                obj
+                for p, obj in sent
+                if esc.copies_before_training(d.target, p) or moves_first(d.target, p)
+            ]
             if moved:
                 yield self.report(
                     d.call,

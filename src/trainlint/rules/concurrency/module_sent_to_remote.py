@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from trainlint.analysis.escape_callers import left_on_a_copy
 from trainlint.analysis.model import FileModel
 from trainlint.analysis.objects import objects
 from trainlint.rules.base import Invalid, Report, Rule
@@ -379,7 +380,7 @@ def fit(net: nn.Module, opt: optim.Optimizer, data):
     def check(self, model: FileModel) -> Iterator[Report]:
         esc = objects(model).escape_analysis
         for d in esc.remote_dispatches:
-            if names := esc.trained_on_a_copy(d, d.call, through_put=True):
+            if names := left_on_a_copy(esc, d):
                 yield self.report(
                     d.call,
                     f"{shown(names)} trained inside the {d.via.value} `{d.name}`, on a copy: "
@@ -387,8 +388,7 @@ def fit(net: nn.Module, opt: optim.Optimizer, data):
                     "`load_state_dict(ray.get(...))` it",
                 )
         for d in esc.ray_train_dispatches:
-            # not run here (the caller of `fit()` decides), or the checkpoint is restored
-            if d.runs_at is None or esc.restores_checkpoint(d.runs_at):
+            if d.runs_at is None or esc.restores_checkpoint(d.runs_at):  # not run, or restored
                 continue
             if names := esc.trained_on_a_copy(d, d.runs_at, through_put=False):
                 yield self.report(
