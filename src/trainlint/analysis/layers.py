@@ -94,17 +94,10 @@ LAYERS: dict[str, tuple[str, ...]] = {
 #: plain install lacks (module -> the top-level packages it imports lazily). None today.
 OPTIONAL_IMPORTS: dict[str, frozenset[str]] = {}
 
-#: Downward imports kept inside a function for start-up time alone (SPEC section 12: a
-#: one-file check within 0.05 s CPU of the interpreter's start): the summary of a file
-#: needs these analyses only when the file says something other files can use, and a
-#: check of a file that does not should not import them. Module -> the analysis modules
-#: it imports on first use. They still count in the cycle and layer checks.
-LAZY_IMPORTS: dict[str, frozenset[str]] = {
-    "project_summary": frozenset(
-        {"accumulation", "effects", "escapes", "schedule_units", "schedules", "softmax"}
-    ),
-    "project": frozenset({"effects"}),
-}
+#: Downward imports kept inside a function for start-up time alone. None today: every
+#: analysis module imports what it needs at its top (a one-file check still starts within
+#: SPEC section 12's 0.05 s). Module -> the analysis modules it imports on first use.
+LAZY_IMPORTS: dict[str, frozenset[str]] = {}
 
 
 def layer_of(module: str) -> int | None:

@@ -34,6 +34,7 @@ from pathlib import Path as FsPath
 from typing import Any
 
 from trainlint.analysis import checkpoints
+from trainlint.analysis.effects import MAX_EFFECT_PATHS
 from trainlint.analysis.model import FileModel
 from trainlint.analysis.project_modules import (  # (re-exported: the importers of project use them)
     absolute,  # noqa: F401
@@ -543,7 +544,6 @@ class ProjectIndex:
     ) -> tuple[list[list[Any]], bool]:
         """A function's effect paths with other files' calls replaced by their callees'
         (bounded by MAX_EFFECT_DEPTH, a cycle cut); (paths, precise)."""
-        from trainlint.analysis.effects import MAX_EFFECT_PATHS
 
         key = f"{mod['module']}.{name}"
         cached = self._effect_memo.get(f"{root}:{key}") if depth == 0 else None

@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from trainlint._record import Record
 from trainlint.analysis import checkpoints
+from trainlint.analysis.accumulation import kept_parameters, returns_backpropagated
 from trainlint.analysis.assignments import single_value
 from trainlint.analysis.checkpoints import WORDS as CHECKPOINT_WORDS
 from trainlint.analysis.data_parallel import DATA_WORDS, data_facts
+from trainlint.analysis.effects import effects_of, not_project
 from trainlint.analysis.escape_callers import reads_after_calls
 from trainlint.analysis.escape_targets import worker_facts
 from trainlint.analysis.escapes import escapes
@@ -30,7 +32,10 @@ from trainlint.analysis.project_modules import (
     project_candidate,
 )
 from trainlint.analysis.roles import Binding, Role
+from trainlint.analysis.schedule_units import sized_in_iterations
+from trainlint.analysis.schedules import schedule_of
 from trainlint.analysis.settings import summary as settings_summary
+from trainlint.analysis.softmax import softmax_sources
 from trainlint.analysis.torch_table import SAME_OBJECT_METHODS
 
 if TYPE_CHECKING:
@@ -261,7 +266,6 @@ def _uses(model: FileModel, imports: dict[str, list[str]], module: str) -> list[
     (``.engine.train_step``), and ``?.m`` for a method ``m`` called on a name or ``self``
     attribute assigned an imported class's instance somewhere in the file: the view
     carries the effects of these functions only."""
-    from trainlint.analysis.effects import not_project
 
     own = module.split(".", 1)[0]
     imports = {
@@ -472,7 +476,6 @@ def _function(
         if ret is not None:
             out["returns"] = ret
     if model is not None:
-        from trainlint.analysis.accumulation import kept_parameters, returns_backpropagated
 
         kept = kept_parameters(model, fn)
         if kept:  # `self.history.append(loss)`: what a caller passes there is kept
@@ -480,7 +483,6 @@ def _function(
         if returns_backpropagated(model, fn):  # `return loss` after `loss.backward()`
             out["returns_graph"] = True
         if model.imports_training_library and fn.name != "__init__":  # (never followed)
-            from trainlint.analysis.effects import effects_of
 
             effects = effects_of(model, fn, qualname, module, is_pkg)
             if effects is not None:
@@ -530,8 +532,6 @@ def fact_of(model: FileModel, binding: Binding | None) -> Fact | None:
     cls = (binding.qualname or "").rsplit(".", 1)[-1] or None
     unit = None
     if binding.role is Role.SCHEDULER:
-        from trainlint.analysis.schedule_units import sized_in_iterations
-        from trainlint.analysis.schedules import schedule_of
 
         sched = schedule_of(model, binding) if binding.call is not None else None
         if sched is not None:
@@ -561,7 +561,6 @@ def _returned_fact(model: FileModel, fn: ast.AST) -> Fact | None:
 
 
 def _returns_softmax(model: FileModel, forward: ast.AST) -> bool:
-    from trainlint.analysis.softmax import softmax_sources
 
     returns = model.returns_in(forward)
     return bool(returns) and all(
@@ -652,7 +651,6 @@ def _mark_shared(model: FileModel, call: ast.Call, args: list[list[Any]]) -> Non
         for a in model.ancestors(call)
     ):
         return
-    from trainlint.analysis.escapes import escapes
 
     esc = escapes(model)
     if not esc.repeated_at_once(call):
