@@ -280,3 +280,53 @@ def test_the_checks_see_what_they_forbid(tmp_path):
     ]
     assert [i.names for i in private_imports(small)] == [["_walk"]]
     assert all(i.target != "roles" for i in small["model"])
+
+
+#: receivers whose private attributes are another project's business (torch's own)
+FOREIGN_RECEIVERS = {"torch", "self", "cls"}
+
+
+def private_attribute_reaches(path: Path) -> list[str]:
+    """``obj._name`` read on something other than ``self``/``cls`` where ``_name`` is not
+    defined in the same module: a reach into another module's internals."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    own: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            own.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            own.add(node.target.id)
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+            continue
+        if node.attr.startswith("__") or node.attr in own:
+            continue
+        base = node.value
+        if isinstance(base, ast.Name) and base.id in FOREIGN_RECEIVERS:
+            continue
+        out.append(f"{path.name}:{node.lineno} .{node.attr}")
+    return out
+
+
+def test_no_private_attribute_of_another_module_is_read():
+    found = [
+        hit
+        for path in sorted([*ANALYSIS.glob("*.py"), *(SRC / "rules").rglob("*.py")])
+        for hit in private_attribute_reaches(path)
+    ]
+    assert found == []
+
+
+def test_the_private_attribute_check_sees_a_reach(tmp_path):
+    bad = tmp_path / "reach.py"
+    bad.write_text("def f(model):\n    return model._scope_of\n")
+    good = tmp_path / "own.py"
+    good.write_text("class A:\n    def __init__(self):\n        self._x = 1\n\n"
+                    "def f(a):\n    return a._x\n")
+    assert private_attribute_reaches(bad) == ["reach.py:2 ._scope_of"]
+    assert private_attribute_reaches(good) == []

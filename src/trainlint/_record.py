@@ -54,7 +54,7 @@ class Record:
             cls.__eq__ = object.__eq__  # type: ignore[method-assign,assignment]
             cls.__hash__ = object.__hash__  # type: ignore[method-assign,assignment]
         elif frozen:
-            cls.__hash__ = Record._hash  # type: ignore[method-assign,assignment]
+            cls.__hash__ = Record.field_hash  # type: ignore[method-assign,assignment]
         # (neither: what the base class does; Record's own: equal by fields, no hash)
 
     def _values(self) -> tuple[Any, ...]:
@@ -65,7 +65,7 @@ class Record:
             return NotImplemented
         return self._values() == other._values()  # type: ignore[attr-defined,no-any-return]
 
-    def _hash(self) -> int:
+    def field_hash(self) -> int:
         return hash(self._values())
 
     def __repr__(self) -> str:

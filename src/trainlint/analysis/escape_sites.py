@@ -253,13 +253,13 @@ class EscapeSites:
             for scope in m.scopes_of(expr):
                 if isinstance(scope, ast.ClassDef):
                     continue
-                fn = m._local_defs.get(id(scope), {}).get(expr.id)
+                fn = m.local_defs.get(id(scope), {}).get(expr.id)
                 if fn is not None:
                     return fn
                 for klass in m.classes:
                     if klass.name == expr.id and m.scope_of(klass) is scope:
                         return klass
-                b = m.imports._scopes.get(id(scope))
+                b = m.imports.scopes.get(id(scope))
                 if b is not None and (expr.id in b.others or expr.id in b.imports):
                     return None
             return None

@@ -375,7 +375,7 @@ class Flow:
         key = id(expr)
         memo = (
             self._values
-            if not self._env and (expr in self.model._scope_of or isinstance(expr, _Marker))
+            if not self._env and (self.model.indexed(expr) or isinstance(expr, _Marker))
             else None
         )
         if memo is not None:

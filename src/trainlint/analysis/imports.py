@@ -87,12 +87,12 @@ class ImportTable:
     """Per-scope bindings collected once; resolves expressions to qualified names."""
 
     def __init__(self) -> None:
-        self._scopes: dict[int, _Bindings] = {}
+        self.scopes: dict[int, _Bindings] = {}
 
     def bindings(self, scope: ast.AST) -> _Bindings:
-        b = self._scopes.get(id(scope))
+        b = self.scopes.get(id(scope))
         if b is None:
-            b = self._scopes[id(scope)] = _Bindings()
+            b = self.scopes[id(scope)] = _Bindings()
         return b
 
     # -- collection (called by the model's single indexing pass) ------------------
@@ -142,7 +142,7 @@ class ImportTable:
         """Resolve ``name`` seen in ``scopes`` (innermost first, module last)."""
         innermost = True
         for scope in scopes:
-            b = self._scopes.get(id(scope))
+            b = self.scopes.get(id(scope))
             if isinstance(scope, ast.ClassDef) and not innermost:
                 continue  # class bodies are not visible from their methods
             innermost = False

@@ -311,11 +311,15 @@ class FileModel:
     def scope_of(self, node: ast.AST) -> ast.AST:
         return self._scope_of.get(node, self.tree)
 
+    def indexed(self, node: ast.AST) -> bool:
+        """Whether the indexing walk met ``node`` (nodes built later, e.g. stand-ins, were not)."""
+        return node in self._scope_of
+
     def scopes_of(self, node: ast.AST) -> list[ast.AST]:
         """Enclosing scopes, innermost first, ending with the module."""
-        return self._scope_chain(node).copy()
+        return self.scope_chain(node).copy()
 
-    def _scope_chain(self, node: ast.AST) -> list[ast.AST]:
+    def scope_chain(self, node: ast.AST) -> list[ast.AST]:
         """``scopes_of`` without the copy, for the model's own read-only lookups: the
         shared chain, which callers must not change."""
         first = self._scope_of.get(node, self.tree)
@@ -330,7 +334,7 @@ class FileModel:
 
     def function_of(self, node: ast.AST) -> FunctionNode | None:
         """The innermost def enclosing ``node`` (lambdas and classes are skipped over)."""
-        for scope in self._scope_chain(node):
+        for scope in self.scope_chain(node):
             if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 return scope
             if isinstance(scope, ast.ClassDef):
@@ -374,7 +378,7 @@ class FileModel:
         try:
             base = self._resolved[key]
         except KeyError:
-            base = self._resolved[key] = self.imports.resolve_name(cur.id, self._scope_chain(cur))
+            base = self._resolved[key] = self.imports.resolve_name(cur.id, self.scope_chain(cur))
         if base is None:
             return None
         if parts:
@@ -390,7 +394,7 @@ class FileModel:
         """Calls that resolve to any of ``qualnames``, however the function was imported."""
         wanted = set(qualnames)
         names = {q.rsplit(".", 1)[-1] for q in wanted}
-        for b in self.imports._scopes.values():
+        for b in self.imports.scopes.values():
             for local, q in b.imports.items():
                 if q in wanted:
                     names.add(local)
@@ -421,7 +425,7 @@ class FileModel:
 
     def imports_module(self, prefix: str) -> bool:
         """Does the file import anything under ``prefix`` (e.g. "torch")?"""
-        for b in self.imports._scopes.values():
+        for b in self.imports.scopes.values():
             for q in b.imports.values():
                 if q == prefix or q.startswith(prefix + "."):
                     return True
@@ -441,7 +445,7 @@ class FileModel:
         return loops
 
     @cached_property
-    def _local_defs(self) -> dict[int, dict[str, FunctionNode]]:
+    def local_defs(self) -> dict[int, dict[str, FunctionNode]]:
         """Per scope: function names defined directly in it."""
         out: dict[int, dict[str, FunctionNode]] = defaultdict(dict)
         for fn in self.functions:
@@ -495,7 +499,7 @@ class FileModel:
         return self._returns_by_scope.get(id(fn), [])
 
     def methods(self, cls: ast.ClassDef) -> dict[str, FunctionNode]:
-        return self._local_defs.get(id(cls), {})
+        return self.local_defs.get(id(cls), {})
 
     def class_named(self, name: str) -> ast.ClassDef | None:
         return self._module_classes.get(name)
@@ -513,13 +517,13 @@ class FileModel:
         """The same-file function a call invokes, when that is certain enough."""
         func = call.func
         if isinstance(func, ast.Name):
-            for scope in self._scope_chain(call):
+            for scope in self.scope_chain(call):
                 if isinstance(scope, ast.ClassDef):
                     continue
-                defs = self._local_defs.get(id(scope))
+                defs = self.local_defs.get(id(scope))
                 if defs and func.id in defs:
                     return defs[func.id]
-                b = self.imports._scopes.get(id(scope))
+                b = self.imports.scopes.get(id(scope))
                 if b is not None and (func.id in b.others or func.id in b.imports):
                     return None
             return None

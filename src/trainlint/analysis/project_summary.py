@@ -102,7 +102,7 @@ class ForeignBinding(Binding, frozen=True):
 
     # by all seven fields (Binding's own compare its four)
     __eq__ = Record.__eq__
-    __hash__ = Record._hash
+    __hash__ = Record.field_hash
 
 
 # -- summaries --------------------------------------------------------------------------------

@@ -184,17 +184,17 @@ class Roles:
         except KeyError:
             pass
         found = self._key(expr)
-        if expr in self.model._scope_of:
+        if self.model.indexed(expr):
             self._keys[k] = found
         return found
 
     def _key(self, expr: ast.AST) -> Key | None:
         m = self.model
         if isinstance(expr, ast.Name):
-            for scope in m._scope_chain(expr):
+            for scope in m.scope_chain(expr):
                 if isinstance(scope, ast.ClassDef):
                     continue
-                b = m.imports._scopes.get(id(scope))
+                b = m.imports.scopes.get(id(scope))
                 if scope is m.tree or (b is not None and expr.id in b.others):
                     if b is not None and expr.id in b.globals:
                         return ("name", id(m.tree), expr.id)
@@ -575,7 +575,7 @@ def is_module_class(model: FileModel, cls: ast.ClassDef) -> bool:
 
 def nn_prefix(model: FileModel) -> str | None:
     """How this file can spell ``torch.nn``: ``nn`` or ``torch.nn`` (module scope)."""
-    b = model.imports._scopes.get(id(model.tree))
+    b = model.imports.scopes.get(id(model.tree))
     if b is None:
         return None
     for local, q in b.imports.items():

@@ -272,7 +272,7 @@ def scheduler_calls(model: FileModel) -> list[ast.Call]:
 
 def _scheduler_calls(model: FileModel) -> list[ast.Call]:
     names = {n for n in model.calls if n[:1].isupper() or n.startswith("get_")}
-    for b in model.imports._scopes.values():
+    for b in model.imports.scopes.values():
         names.update(local for local, q in b.imports.items() if is_scheduler_qualname(q))
     calls = [
         c

@@ -585,7 +585,7 @@ class StepModel:
         name), not by walking every function."""
         m = self.model
         names = set(_OWN_STEP_METHODS)
-        for b in m.imports._scopes.values():
+        for b in m.imports.scopes.values():
             for local, q in b.imports.items():
                 if q.startswith("torch.") and q.rsplit(".", 1)[-1] in _OWN_STEP_METHODS:
                     names.add(local)
