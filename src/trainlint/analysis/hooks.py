@@ -6,9 +6,9 @@ in the values layer) and its step model (the meaning layer); roles ask the proje
 what a name from another file is; the step walker asks what a call into another file
 does. The lower module asks through :data:`ANSWERS`; the module that owns the answer
 sets its slot when it is imported (``ANSWERS.roles = Roles`` at its end). A slot asked
-before its module was imported loads that module, named in :data:`PROVIDERS`, on first
-use: the lower layer knows the name of the module that answers, never its code, and a
-one-file check imports only the modules it uses (the start-up budget of SPEC section 12).
+is set by the time any model is built: the package's ``__init__`` (the composition root)
+imports every module :data:`PROVIDERS` names. The lower layer knows the name of the
+module that answers, never its code.
 
 Each slot is typed here, so a caller knows what it gets without importing the answer.
 """
@@ -16,7 +16,6 @@ Each slot is typed here, so a caller knows what it gets without importing the an
 from __future__ import annotations
 
 import ast
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -57,15 +56,12 @@ class Answers:
     foreign_paths: Foreign
 
     def __getattr__(self, slot: str) -> Any:
-        # Only reached while the slot is unset: its module was not imported yet.
+        # Only reached while the slot is unset: its module was not imported (the package's
+        # __init__ imports them all), a bug to name rather than to paper over.
         provider = PROVIDERS.get(slot)
         if provider is None:
             raise AttributeError(slot)
-        importlib.import_module(provider)
-        try:
-            return self.__dict__[slot]
-        except KeyError:
-            raise AttributeError(f"{provider} does not set ANSWERS.{slot}") from None
+        raise AttributeError(f"ANSWERS.{slot} is unset: {provider} was not imported")
 
 
 ANSWERS = Answers()
