@@ -19,7 +19,6 @@ from trainlint.analysis.dominance import dominates
 from trainlint.analysis.flow import is_parameter, iterated_from, unpacked_from
 from trainlint.analysis.hooks import ANSWERS
 from trainlint.analysis.model import FileModel, keyword, walk_local
-from trainlint.analysis.project import module_of
 from trainlint.analysis.roles import Role, is_module_class
 
 # Methods that keep a tensor's values (reshaping, casting, selecting): probabilities stay
@@ -412,13 +411,8 @@ def _own_class(model: FileModel, binding: object) -> ast.ClassDef | None:
     cls = getattr(binding, "cls", None)
     if not isinstance(cls, str) or getattr(binding, "role", None) is not Role.MODEL:
         return None
-    name = cls.rsplit(".", 1)[-1]
-    found = model.class_named(name)
-    if found is None:
-        return None
-    if cls not in (name, f"{module_of(model.path)[1]}.{name}"):
-        return None  # a class of that name in another module
-    return found
+    # the index names a class by its last part, as this file's own classes are named
+    return model.class_named(cls) if "." not in cls else None
 
 
 def _passed_module(
