@@ -349,6 +349,9 @@ def _applied(
             return [call if call is not None else module]
         elif element is None and binding.qualname == "torch.nn.Sequential":
             return _last_layer(model, binding.call, layer, d, classes)
+        elif element is None and call is not None and _applies_at(model, binding) is not None:
+            passed = _argument(call, *_applies_at(model, binding))  # type: ignore[misc]
+            return _applied(model, passed, None, layer, d, classes) if passed is not None else []
         else:
             ctor = binding.call
             if (
@@ -413,6 +416,77 @@ def _own_class(model: FileModel, binding: object) -> ast.ClassDef | None:
         return None
     # the index names a class by its last part, as this file's own classes are named
     return model.class_named(cls) if "." not in cls else None
+
+
+def applied_parameter(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> list[object] | None:
+    """[position after ``self``, name] of the parameter of ``forward`` whose application
+    every return gives (``def forward(self, x, layer): out = layer(x); return out``),
+    read from the tree alone (the project summary keeps it for other files); None when
+    a return gives anything else or the parameter is rebound."""
+    a = forward.args
+    params = [x.arg for x in (*a.posonlyargs, *a.args)][1:]
+    assigned: dict[str, list[ast.expr]] = {}
+    returns: list[ast.expr | None] = []
+    for node in walk_local(forward):
+        if isinstance(node, ast.Return):
+            returns.append(node.value)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With)):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            value = getattr(node, "value", None)
+            for t in targets or [getattr(node, "target", None)]:
+                for n in ast.walk(t) if t is not None else ():
+                    if isinstance(n, ast.Name):
+                        one = len(targets) == 1 and isinstance(t, ast.Name)
+                        assigned.setdefault(n.id, []).append(
+                            value if one and value is not None else ast.Constant(None)
+                        )
+        elif isinstance(node, ast.NamedExpr):
+            assigned.setdefault(node.target.id, []).append(ast.Constant(None))
+    if not returns:
+        return None
+    found: str | None = None
+    for value in returns:
+        for _ in range(4):
+            if isinstance(value, ast.Name) and len(assigned.get(value.id, ())) == 1:
+                value = assigned[value.id][0]
+            elif (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Attribute)
+                and value.func.attr in SAME_VALUES
+            ):
+                value = value.func.value
+            else:
+                break
+        if not (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name)
+            and value.func.id in params
+            and value.func.id not in assigned
+            and value.func.id in (found or value.func.id)
+        ):
+            return None
+        found = value.func.id
+    return [params.index(found), found] if found is not None else None
+
+
+def _applies_at(model: FileModel, binding: object) -> tuple[int, str] | None:
+    """(position, name) of the ``forward`` parameter a project class in another file
+    applies (the project index's ``applies``), for an instance ``binding`` names."""
+    view = getattr(model, "project", None)
+    cls = getattr(binding, "cls", None)
+    if not view or not isinstance(cls, str) or getattr(binding, "role", None) is not Role.MODEL:
+        return None
+    found = view.get("applies", {}).get(cls)
+    return (found[0], found[1]) if found else None
+
+
+def _argument(call: ast.Call, index: int, name: str) -> ast.expr | None:
+    """What ``call`` passes for the parameter ``name`` at ``index`` (after ``self``)."""
+    arg = keyword(call, name)
+    if arg is None and len(call.args) > index:
+        if not any(isinstance(x, ast.Starred) for x in call.args[: index + 1]):
+            arg = call.args[index]
+    return arg
 
 
 def _passed_module(
