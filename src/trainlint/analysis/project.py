@@ -359,6 +359,8 @@ class ProjectIndex:
             return fn.get("returns") if fn is not None else None
         if cls.get("softmax"):
             return [Role.MODEL.value, local, None, True]
+        if cls.get("applies"):  # a wrapper module: what it returns depends on its caller
+            return [Role.MODEL.value, local, None, False]
         if self.is_thread_class(mod["root"], mod, local):
             return ["thread", local, None, False]
         return None
@@ -410,6 +412,9 @@ class ProjectIndex:
         if told:  # a file that builds a sampler or a loader: what does the project do?
             split = self._data_facts.get(checkpoints.project_dir(root), set())
             out["data"] = sorted(split - {"loads"})
+        applies = self._applies(root, s)
+        if applies:  # which parameter the wrappers among them apply (analysis.activations)
+            out["applies"] = applies
         if calls:
             out["calls"] = calls
         if instances:  # `ctx.training.scheduler` (foreign_binding follows the chain)
@@ -417,6 +422,18 @@ class ProjectIndex:
             out["attrs"] = attrs
         if saves:  # the saves of other files this file's loads read (TL704)
             out["checkpoints"] = saves
+        return out
+
+    def _applies(self, root: str, s: dict) -> dict[str, list[Any]]:
+        """Class name -> [position, name] of the ``forward`` parameter it applies, for the
+        wrapper modules among the classes the file imports."""
+        out: dict[str, list[Any]] = {}
+        for _, full in s["imports"].values():
+            found = self.resolve(root, full)
+            cls = found[0]["classes"].get(found[1]) if found is not None else None
+            if found is not None and cls is not None and cls.get("applies"):
+                if not cls.get("softmax"):
+                    out[found[1]] = cls["applies"]
         return out
 
     def _checkpoint_saves(self, root: str, module: str, s: dict) -> list[list[Any]]:

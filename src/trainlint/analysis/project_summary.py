@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainlint._record import Record
 from trainlint.analysis import checkpoints
+from trainlint.analysis.activations import applied_parameter
 from trainlint.analysis.assignments import single_value
 from trainlint.analysis.checkpoints import WORDS as CHECKPOINT_WORDS
 from trainlint.analysis.data_parallel import DATA_WORDS, data_facts
@@ -183,6 +184,10 @@ def summarize(
                     )
                     if item.name == "forward" and fm is not None and _returns_softmax(fm, item):
                         cls["softmax"] = True
+                    if item.name == "forward" and isinstance(item, ast.FunctionDef):
+                        applies = applied_parameter(item)  # from the tree: no model needed
+                        if applies is not None:
+                            cls["applies"] = applies
             if fm is not None and any(b in _THREAD_BASES for b in cls["bases"]):
                 cls["thread"] = True
             attrs = _init_attributes(stmt, model, text)
@@ -690,6 +695,13 @@ def _arg_fact(
     value: ast.AST | None = arg
     if isinstance(arg, ast.Name):
         value = single_value(model, arg)
+    while (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in SAME_OBJECT_METHODS
+        and model.qualname(value.func) is None
+    ):
+        value = value.func.value  # `net.Network().to(dev)` is the instance itself
     if isinstance(value, ast.Call):
         q = model.qualname(value.func)
         if q is not None and project_candidate(q):
