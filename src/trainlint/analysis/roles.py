@@ -277,8 +277,8 @@ class Roles:
             return None
         a = fn.args
         positional = [*a.posonlyargs, *a.args]
-        pairs = list(zip(positional[len(positional) - len(a.defaults) :], a.defaults))
-        pairs += [(x, d) for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+        pairs = list(zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=True))
+        pairs += [(x, d) for x, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None]
         default = next((d for x, d in pairs if x.arg == name.id), None)
         if not isinstance(default, ast.Call):
             return None
@@ -291,7 +291,9 @@ class Roles:
                 return None  # a call in this file passes another (or an unknown) loss
         return found[0]
 
-    def _passed_here(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, param: str) -> list[ast.expr]:
+    def _passed_here(
+        self, fn: ast.FunctionDef | ast.AsyncFunctionDef, param: str
+    ) -> list[ast.expr]:
         """What the calls of ``fn`` in this file pass for ``param`` (a class's ``__init__``:
         the calls of the class), where they pass it."""
         m = self.model
