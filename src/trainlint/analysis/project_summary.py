@@ -112,7 +112,7 @@ def summarize(
 ) -> dict:
     """The summary of one file (``model`` None: only what the tree's top level says;
     ``facts`` False: the model is there for the step effects only, the file has none of
-    the words the role facts need). ``keep``, when given, names the top-level functions
+    the words the role facts need; its calls' argument facts are still taken). ``keep``, when given, names the top-level functions
     and classes the other files of the run import (by their bytes): the others' returns,
     kept parameters and effects, which only a caller in another file reads, are left
     out (their entries say ``"lean"``; see :attr:`ProjectIndex.lean_read`). ``within``,
@@ -204,7 +204,9 @@ def summarize(
         "defs": defs,
         "functions": functions,
         "classes": classes,
-        "calls": _calls(fm, module, is_pkg, within, outside) if fm is not None else [],
+        # a file built for its step effects alone still says what it passes where: a
+        # script's `train(net.Network().to(dev), ...)` spells none of the fact words
+        "calls": _calls(model, module, is_pkg, within, outside) if model is not None else [],
     }
     if outside:
         out["outside"] = sorted(outside)
