@@ -431,14 +431,22 @@ def applied_parameter(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> list[o
         if isinstance(node, ast.Return):
             returns.append(node.value)
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With)):
-            targets = node.targets if isinstance(node, ast.Assign) else []
-            value = getattr(node, "value", None)
-            for t in targets or [getattr(node, "target", None)]:
-                for n in ast.walk(t) if t is not None else ():
+            if isinstance(node, ast.Assign):
+                targets: list[ast.expr] = node.targets
+            elif isinstance(node, ast.With):
+                targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+            else:
+                targets = [node.target]
+            single = isinstance(node, ast.Assign) and len(targets) == 1
+            for t in targets:
+                for n in ast.walk(t):
                     if isinstance(n, ast.Name):
-                        one = len(targets) == 1 and isinstance(t, ast.Name)
+                        # only `name = value` says what the name holds; anything else
+                        # binds it to something unknown
+                        known = single and isinstance(t, ast.Name)
+                        held = node.value if known and isinstance(node, ast.Assign) else None
                         assigned.setdefault(n.id, []).append(
-                            value if one and value is not None else ast.Constant(None)
+                            held if held is not None else ast.Constant(None)
                         )
         elif isinstance(node, ast.NamedExpr):
             assigned.setdefault(node.target.id, []).append(ast.Constant(None))
