@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from trainlint._record import Record
 from trainlint.analysis.dominance import dominates
-from trainlint.analysis.flow import is_parameter, unpacked_from
+from trainlint.analysis.flow import is_parameter, iterated_from, unpacked_from
 from trainlint.analysis.hooks import ANSWERS
 from trainlint.analysis.model import FileModel, keyword, walk_local
 from trainlint.analysis.roles import Role, is_module_class
@@ -145,6 +145,9 @@ def _sources(
             return []
         if is_parameter(found[1]):
             return _from_callers(model, expr, layer, d, classes)
+        iterated = iterated_from(found[1])
+        if iterated is not None:
+            return _rows_of(model, found[0], expr, iterated, layer, d, classes)
         unpacked = unpacked_from(found[1])
         if unpacked is not None and dominates(model, found[0], expr):
             call, index, arity = unpacked  # `validity, label = self.discriminator(x)`
@@ -170,6 +173,28 @@ def _sources(
     if isinstance(func, ast.Call) and model.qualname(func.func) == layer.module:
         return [expr]  # nn.Sigmoid()(x)
     return _module_output(model, expr, layer, d, classes)
+
+
+def _rows_of(
+    model: FileModel,
+    loop: ast.AST,
+    name: ast.Name,
+    iterated: ast.AST,
+    layer: Layer,
+    depth: int,
+    classes: frozenset[int],
+) -> list[ast.AST]:
+    """``for row in probs: ... row ...``: a tensor's rows keep its values, so the loop
+    target read in the loop's body comes from what ``probs`` comes from. Only a plain
+    name target over a tensor expression (not ``enumerate``/``zip``, whose elements are
+    tuples, nor a literal list of tensors)."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or not isinstance(loop.target, ast.Name):
+        return []
+    if not isinstance(iterated, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
+        return []
+    if not any(anc is loop for anc in model.ancestors(name)):
+        return []  # read after the loop: the last row, or never bound
+    return _sources(model, iterated, layer, depth, classes)
 
 
 def _exp_of(
@@ -266,37 +291,76 @@ def _module_output(
     """The layer nodes ``call``'s output certainly comes from; with ``element`` (position,
     count), those of that element of the tuple every ``forward`` return builds."""
     func = call.func
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr == "forward"
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "self"
+    ):
+        func = func.value  # `self.forward(x)` runs the module as `self(x)` does
+    return _applied(model, func, call, layer, depth, classes, element)
+
+
+def _applied(
+    model: FileModel,
+    module: ast.expr,
+    call: ast.Call | None,
+    layer: Layer,
+    depth: int,
+    classes: frozenset[int],
+    element: tuple[int, int] | None = None,
+) -> list[ast.AST]:
+    """The layer nodes the output of applying the module object ``module`` certainly
+    comes from (``call``: the application, when it is in the file, for the arguments a
+    wrapper's ``forward`` applies; ``element``: as in :func:`_module_output`)."""
+    if depth > 8:
+        return []
+    d = depth + 1
     cls: ast.ClassDef | None = None
-    if isinstance(func, ast.Name) and func.id == "self":
-        cls = model.enclosing_class(func)
+    if isinstance(module, ast.Call) and element is None:
+        # a module built where it is applied or passed: `nn.Sequential(fc, nn.Softmax(1))`
+        qual = model.qualname(module.func)
+        if qual == layer.module:
+            return [module]
+        if qual == "torch.nn.Sequential":
+            return _last_layer(model, module, layer, d, classes)
+        return []
+    if isinstance(module, ast.Name) and module.id == "self":
+        cls = model.enclosing_class(module)
         if cls is not None and not is_module_class(model, cls):
             return []
-    elif isinstance(func, (ast.Name, ast.Attribute)):
-        binding = model.roles.lookup(func)
+    elif isinstance(module, (ast.Name, ast.Attribute)):
+        binding = model.roles.lookup(module)
         if element is not None:
             binding = binding if binding is not None and binding.role is Role.MODEL else None
         elif layer.project_flag and any(
             b is not None and getattr(b, layer.project_flag, False)
-            for b in (binding, _parameter_at_callers(model, func))
+            for b in (binding, _parameter_at_callers(model, module))
         ):
-            return [call]  # a project model whose `forward` (in its own file) ends in it
-        if binding is None or binding.call is None:
+            return [call if call is not None else module]  # a project model whose
+            # `forward` (in its own file) ends in it
+        if binding is None:
             return []
-        if element is None and binding.qualname == layer.module:
-            return [call]
-        if element is None and binding.qualname == "torch.nn.Sequential":
-            last = binding.call.args[-1] if binding.call.args else None
-            if isinstance(last, ast.Call) and model.qualname(last.func) == layer.module:
-                return [last]
-            return []
-        ctor = binding.call
-        if (
-            binding.role is not Role.MODEL
-            or not isinstance(ctor.func, ast.Name)
-            or model.qualname(ctor.func) is not None
-        ):
-            return []
-        cls = model.class_named(ctor.func.id)
+        if binding.call is None:
+            cls = _own_class(model, binding)  # a parameter every caller fills with one
+            if cls is None:
+                return []
+        elif element is None and binding.qualname == layer.module:
+            return [call if call is not None else module]
+        elif element is None and binding.qualname == "torch.nn.Sequential":
+            return _last_layer(model, binding.call, layer, d, classes)
+        elif element is None and call is not None and _applies_at(model, binding) is not None:
+            passed = _argument(call, *_applies_at(model, binding))  # type: ignore[misc]
+            return _applied(model, passed, None, layer, d, classes) if passed is not None else []
+        else:
+            ctor = binding.call
+            if (
+                binding.role is not Role.MODEL
+                or not isinstance(ctor.func, ast.Name)
+                or model.qualname(ctor.func) is not None
+            ):
+                return []
+            cls = model.class_named(ctor.func.id)
     if cls is None or id(cls) in classes:
         return []
     forward = model.method_of(cls, "forward")  # also inherited from a same-file base
@@ -315,8 +379,160 @@ def _module_output(
             if not isinstance(value, ast.Tuple) or len(value.elts) != arity:
                 return []
             value = value.elts[index]
-        nodes = _sources(model, value, layer, depth, classes | {id(cls)})
+        passed = _passed_module(model, forward, value, call)
+        if passed is not None:  # a wrapper: `return layer(self.drop(x))`
+            nodes = _applied(model, passed, None, layer, d, classes | {id(cls)})
+        else:
+            nodes = _sources(model, value, layer, d, classes | {id(cls)})
         if not nodes:
             return []  # some return is not that layer's output: not certain
         found.extend(nodes)
     return found
+
+
+def _last_layer(
+    model: FileModel, seq: ast.Call, layer: Layer, depth: int, classes: frozenset[int]
+) -> list[ast.AST]:
+    """The ``layer`` node an ``nn.Sequential(...)``'s output certainly comes from: its
+    last module, built there or named (``nn.Sequential(self.fc, self.softmax)``)."""
+    last = seq.args[-1] if seq.args and not seq.keywords else None
+    if isinstance(last, ast.Call) and model.qualname(last.func) == layer.module:
+        return [last]
+    if isinstance(last, (ast.Name, ast.Attribute)):
+        binding = model.roles.lookup(last)
+        if binding is not None and binding.call is not None:
+            if binding.qualname == layer.module:
+                return [last]
+            if binding.qualname == "torch.nn.Sequential" and binding.call is not seq:
+                return _last_layer(model, binding.call, layer, depth + 1, classes)
+    return []
+
+
+def _own_class(model: FileModel, binding: object) -> ast.ClassDef | None:
+    """The same-file class a binding without a construction call names (a parameter
+    the project index says every caller fills with an instance of it)."""
+    cls = getattr(binding, "cls", None)
+    if not isinstance(cls, str) or getattr(binding, "role", None) is not Role.MODEL:
+        return None
+    # the index names a class by its last part, as this file's own classes are named
+    return model.class_named(cls) if "." not in cls else None
+
+
+def applied_parameter(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> list[object] | None:
+    """[position after ``self``, name] of the parameter of ``forward`` whose application
+    every return gives (``def forward(self, x, layer): out = layer(x); return out``),
+    read from the tree alone (the project summary keeps it for other files); None when
+    a return gives anything else or the parameter is rebound."""
+    a = forward.args
+    params = [x.arg for x in (*a.posonlyargs, *a.args)][1:]
+    assigned: dict[str, list[ast.expr]] = {}
+    returns: list[ast.expr | None] = []
+    for node in walk_local(forward):
+        if isinstance(node, ast.Return):
+            returns.append(node.value)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With)):
+            if isinstance(node, ast.Assign):
+                targets: list[ast.expr] = node.targets
+            elif isinstance(node, ast.With):
+                targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+            else:
+                targets = [node.target]
+            single = isinstance(node, ast.Assign) and len(targets) == 1
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        # only `name = value` says what the name holds; anything else
+                        # binds it to something unknown
+                        known = single and isinstance(t, ast.Name)
+                        held = node.value if known and isinstance(node, ast.Assign) else None
+                        assigned.setdefault(n.id, []).append(
+                            held if held is not None else ast.Constant(None)
+                        )
+        elif isinstance(node, ast.NamedExpr):
+            assigned.setdefault(node.target.id, []).append(ast.Constant(None))
+    if not returns:
+        return None
+    found: str | None = None
+    for value in returns:
+        for _ in range(4):
+            if isinstance(value, ast.Name) and len(assigned.get(value.id, ())) == 1:
+                value = assigned[value.id][0]
+            elif (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Attribute)
+                and value.func.attr in SAME_VALUES
+            ):
+                value = value.func.value
+            else:
+                break
+        if not (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name)
+            and value.func.id in params
+            and value.func.id not in assigned
+            and value.func.id in (found or value.func.id)
+        ):
+            return None
+        found = value.func.id
+    return [params.index(found), found] if found is not None else None
+
+
+def _applies_at(model: FileModel, binding: object) -> tuple[int, str] | None:
+    """(position, name) of the ``forward`` parameter a project class in another file
+    applies (the project index's ``applies``), for an instance ``binding`` names."""
+    view = getattr(model, "project", None)
+    cls = getattr(binding, "cls", None)
+    if not view or not isinstance(cls, str) or getattr(binding, "role", None) is not Role.MODEL:
+        return None
+    found = view.get("applies", {}).get(cls)
+    return (found[0], found[1]) if found else None
+
+
+def _argument(call: ast.Call, index: int, name: str) -> ast.expr | None:
+    """What ``call`` passes for the parameter ``name`` at ``index`` (after ``self``)."""
+    arg = keyword(call, name)
+    if arg is None and len(call.args) > index:
+        if not any(isinstance(x, ast.Starred) for x in call.args[: index + 1]):
+            arg = call.args[index]
+    return arg
+
+
+def _passed_module(
+    model: FileModel, forward: ast.FunctionDef, value: ast.AST, call: ast.Call | None
+) -> ast.expr | None:
+    """When ``value`` (a ``forward`` return) is the output of a module ``forward`` takes as
+    a parameter (``def forward(self, x, layer): return layer(x)``, possibly through a
+    name): the argument ``call`` passes for that parameter."""
+    if call is None:
+        return None
+    for _ in range(4):
+        if isinstance(value, ast.Name):
+            found = model.flow.definition(value.id, value)
+            if found is None or is_parameter(found[1]) or not isinstance(found[1], ast.expr):
+                return None
+            if not dominates(model, found[0], value):
+                return None
+            value = found[1]
+        elif (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr in SAME_VALUES
+            and model.qualname(value.func) is None
+        ):
+            value = value.func.value
+        else:
+            break
+    if not isinstance(value, ast.Call) or not isinstance(value.func, ast.Name):
+        return None
+    name = value.func.id
+    found = model.flow.definition(name, value)
+    if found is None or not is_parameter(found[1]) or _rebound(forward, name):
+        return None
+    a = forward.args
+    positional = [x.arg for x in (*a.posonlyargs, *a.args)][1:]  # less `self`
+    arg = keyword(call, name)
+    if arg is None and name in positional:
+        i = positional.index(name)
+        if len(call.args) > i and not any(isinstance(x, ast.Starred) for x in call.args[: i + 1]):
+            arg = call.args[i]
+    return arg

@@ -746,6 +746,14 @@ def unpacked_from(value: ast.AST) -> tuple[ast.Call, int, int] | None:
     return None
 
 
+def iterated_from(value: ast.AST) -> ast.AST | None:
+    """For a value :meth:`Flow.definition` gives: the iterated expression when the name
+    is a ``for`` loop's target (``for row in probs``); None otherwise."""
+    if isinstance(value, _Marker) and value.kind == "iter":
+        return value.node
+    return None
+
+
 def is_parameter(value: ast.AST) -> bool:
     """Whether a value :meth:`Flow.definition` gives is the function's parameter itself."""
     return isinstance(value, _Marker) and value.kind == "param"

@@ -386,6 +386,8 @@ class ProjectIndex:
             return fn.get("returns") if fn is not None else None
         if cls.get("softmax"):
             return [Role.MODEL.value, local, None, True]
+        if cls.get("applies"):  # a wrapper module: what it returns depends on its caller
+            return [Role.MODEL.value, local, None, False]
         if self.is_thread_class(mod["root"], mod, local):
             return ["thread", local, None, False]
         return None
@@ -446,6 +448,9 @@ class ProjectIndex:
             out["workers"] = workers
         if after:  # what callers in other files read after calling this file's functions
             out["after"] = after
+        applies = self._applies(root, s)
+        if applies:  # which parameter the wrappers among them apply (analysis.activations)
+            out["applies"] = applies
         if calls:
             out["calls"] = calls
         if instances:  # `ctx.training.scheduler` (foreign_binding follows the chain)
@@ -464,6 +469,18 @@ class ProjectIndex:
             if fn.get("kwonly"):
                 entry["kwonly"] = fn["kwonly"]
             out[raw] = entry
+
+    def _applies(self, root: str, s: dict) -> dict[str, list[Any]]:
+        """Class name -> [position, name] of the ``forward`` parameter it applies, for the
+        wrapper modules among the classes the file imports."""
+        out: dict[str, list[Any]] = {}
+        for _, full in s["imports"].values():
+            found = self.resolve(root, full)
+            cls = found[0]["classes"].get(found[1]) if found is not None else None
+            if found is not None and cls is not None and cls.get("applies"):
+                if not cls.get("softmax"):
+                    out[found[1]] = cls["applies"]
+        return out
 
     def _checkpoint_saves(self, root: str, module: str, s: dict) -> list[list[Any]]:
         ck = s.get("ckpt")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from trainlint._record import Record
 from trainlint.analysis import checkpoints
 from trainlint.analysis.accumulation import kept_parameters, returns_backpropagated
+from trainlint.analysis.activations import applied_parameter
 from trainlint.analysis.assignments import single_value
 from trainlint.analysis.checkpoints import WORDS as CHECKPOINT_WORDS
 from trainlint.analysis.data_parallel import DATA_WORDS, data_facts
@@ -119,7 +120,7 @@ def summarize(
 ) -> dict:
     """The summary of one file (``model`` None: only what the tree's top level says;
     ``facts`` False: the model is there for the step effects only, the file has none of
-    the words the role facts need). ``keep``, when given, names the top-level functions
+    the words the role facts need; its calls' argument facts are still taken). ``keep``, when given, names the top-level functions
     and classes the other files of the run import (by their bytes): the others' returns,
     kept parameters and effects, which only a caller in another file reads, are left
     out (their entries say ``"lean"``; see :attr:`ProjectIndex.lean_read`). ``within``,
@@ -191,6 +192,10 @@ def summarize(
                     )
                     if item.name == "forward" and fm is not None and _returns_softmax(fm, item):
                         cls["softmax"] = True
+                    if item.name == "forward" and isinstance(item, ast.FunctionDef):
+                        applies = applied_parameter(item)  # from the tree: no model needed
+                        if applies is not None:
+                            cls["applies"] = applies
             if fm is not None and any(b in _THREAD_BASES for b in cls["bases"]):
                 cls["thread"] = True
             attrs = _init_attributes(stmt, model, text)
@@ -207,7 +212,9 @@ def summarize(
         "defs": defs,
         "functions": functions,
         "classes": classes,
-        "calls": _calls(fm, module, is_pkg, within, outside) if fm is not None else [],
+        # a file built for its step effects alone still says what it passes where: a
+        # script's `train(net.Network().to(dev), ...)` spells none of the fact words
+        "calls": _calls(model, module, is_pkg, within, outside) if model is not None else [],
     }
     if outside:
         out["outside"] = sorted(outside)
@@ -711,6 +718,13 @@ def _arg_fact(
     value: ast.AST | None = arg
     if isinstance(arg, ast.Name):
         value = single_value(model, arg)
+    while (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in SAME_OBJECT_METHODS
+        and model.qualname(value.func) is None
+    ):
+        value = value.func.value  # `net.Network().to(dev)` is the instance itself
     if isinstance(value, ast.Call):
         q = model.qualname(value.func)
         if q is not None and project_candidate(q):

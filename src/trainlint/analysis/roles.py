@@ -256,12 +256,69 @@ class Roles:
                     )
                 )
             ):
-                return ANSWERS.foreign_binding(self.model, expr)
+                foreign = ANSWERS.foreign_binding(self.model, expr)
+                if foreign is None and isinstance(expr, ast.Name):
+                    return self._default_criterion(expr)
+                return foreign
             return None
         roles = {b.role for b in found}
         if len(roles) != 1:
             return None
         return found[-1]
+
+    def _default_criterion(self, name: ast.Name) -> Binding | None:
+        """A parameter never assigned in its function, whose default builds a loss module
+        (``def __init__(self, loss=nn.CrossEntropyLoss())``), about which the project index
+        knows nothing from the call sites: the default's binding. A caller that passes
+        a loss module the index can name gives that one instead. Only for loss modules,
+        whose default is the one a class is written for."""
+        fn = self.model.function_of(name)
+        if fn is None or isinstance(fn, ast.Lambda):
+            return None
+        a = fn.args
+        positional = [*a.posonlyargs, *a.args]
+        pairs = list(zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=True))
+        pairs += [(x, d) for x, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None]
+        default = next((d for x, d in pairs if x.arg == name.id), None)
+        if not isinstance(default, ast.Call):
+            return None
+        found = self.classify(default)
+        if len(found) != 1 or found[0] is None or found[0].role is not Role.CRITERION:
+            return None
+        for arg in self._passed_here(fn, name.id):
+            other = self._single(arg)
+            if other is None or other.qualname != found[0].qualname:
+                return None  # a call in this file passes another (or an unknown) loss
+        return found[0]
+
+    def _passed_here(
+        self, fn: ast.FunctionDef | ast.AsyncFunctionDef, param: str
+    ) -> list[ast.expr]:
+        """What the calls of ``fn`` in this file pass for ``param`` (a class's ``__init__``:
+        the calls of the class), where they pass it."""
+        m = self.model
+        cls = m.class_of(fn)
+        if cls is not None and fn.name == "__init__":
+            calls = [c for c in m.calls.get(cls.name, ()) if m.class_named(cls.name) is cls]
+        else:
+            calls = [c for c in m.calls.get(fn.name, ()) if m.resolve_call(c) is fn]
+        a = fn.args
+        positional = [x.arg for x in (*a.posonlyargs, *a.args)]
+        if cls is not None and positional[:1] in (["self"], ["cls"]):
+            positional = positional[1:]
+        out: list[ast.expr] = []
+        for call in calls:
+            # `**options` may hold it: what it passes is not known (an unknown value)
+            arg = next((k.value for k in call.keywords if k.arg in (param, None)), None)
+            if arg is None and param in positional:
+                i = positional.index(param)
+                if len(call.args) > i and not any(
+                    isinstance(x, ast.Starred) for x in call.args[: i + 1]
+                ):
+                    arg = call.args[i]
+            if arg is not None:
+                out.append(arg)
+        return out
 
     def role(self, expr: ast.AST, *, by_name: bool = False) -> Role | None:
         b = self.lookup(expr)

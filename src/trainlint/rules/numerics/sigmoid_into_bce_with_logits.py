@@ -30,7 +30,7 @@ class SigmoidIntoBceWithLogits(Rule):
     `F.binary_cross_entropy_with_logits`, `nn.BCEWithLogitsLoss` or torchvision's
     `sigmoid_focal_loss`. The sigmoid may be applied directly, through a name, by an
     `nn.Sigmoid` module, as the last layer of an `nn.Sequential`, or as the return value
-    of a same-file model's `forward`. Also flags the opposite mistake where it is
+    of a same-file model's `forward` (`model(x)`, `self(x)` or `self.forward(x)`). Also flags the opposite mistake where it is
     provable: `F.binary_cross_entropy`/`nn.BCELoss`, which expect probabilities, fed the
     output of a bare `nn.Linear` layer (directly, or as every return of `forward`).
     Reported at the sigmoid, or at the linear layer.

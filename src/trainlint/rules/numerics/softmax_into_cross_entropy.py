@@ -70,8 +70,11 @@ class SoftmaxIntoCrossEntropy(Rule):
     log-probabilities), or `torch.log` / `.log()` instead of `log_softmax`. The softmax
     may be applied directly, through a name, by an `nn.Softmax` module, as the last layer
     of an `nn.Sequential`, as the return value of a model's `forward` (a model built in
-    the same file, or one another file of the project builds and passes in), or as the
-    `exp` of a log-softmax.
+    the same file, or one another file of the project builds and passes in), as the
+    output of a wrapper module that applies the layer it is handed
+    (`self.drop(x, nn.Sequential(self.fc, self.softmax))`), row by row (`for p in
+    probs`), or as the `exp` of a log-softmax. A criterion may also be a constructor
+    argument whose default is `nn.CrossEntropyLoss()`, when no call passes another.
 
     ## Why is this bad?
     Cross-entropy on probabilities is a double softmax: its inputs lie in [0, 1], so the
