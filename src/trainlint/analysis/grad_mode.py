@@ -88,5 +88,61 @@ def grad_disabled_earlier(model: FileModel, call: ast.Call, fn: ast.AST | None) 
 
 def callers_disable_grad(model: FileModel, fn: ast.AST) -> bool:
     """``fn`` is called in this file, and only where grad mode is off."""
-    sites = model.call_sites.get(id(fn), [])
+    sites = [*model.call_sites.get(id(fn), []), *inherited_dispatch_sites(model, fn)]
     return bool(sites) and all(not grad_enabled_at(model, s)[0] for s in sites)
+
+
+def inherited_dispatch_sites(model: FileModel, fn: ast.AST) -> list[ast.Call]:
+    """``self.m()`` calls in a same-file base class of ``fn``'s class that reach ``fn``,
+    an override of ``m`` there: the template-method shape (the base class's ``train()``
+    calls ``self._valid_epoch()``, which only a subclass defines). ``call_sites`` resolves
+    such a call to the base class's own method, or to nothing."""
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return []
+    cls = model.class_of(fn)
+    if cls is None:
+        return []
+    bases: set[int] = set()
+    base = model.local_base(cls)
+    while base is not None and id(base) not in bases and base is not cls:
+        bases.add(id(base))
+        base = model.local_base(base)
+    out = []
+    for call in model.calls.get(fn.name, ()):
+        func = call.func
+        if not (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+        ):
+            continue
+        holder = model.enclosing_class(call)
+        if holder is not None and id(holder) in bases:
+            out.append(call)
+    return out
+
+
+def counts_over_data(model: FileModel, loop: ast.AST, depth: int = 2) -> bool:
+    """``for i in range(n)`` where ``n`` was computed from a length earlier in the function
+    (``n = len(loader.dataset)``, then ``n = min(cap, n)``): the loop walks a data set by
+    index, as ``range(len(loader))`` does, only through a name."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    it = loop.iter
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"):
+        return False
+    names = [n for arg in it.args for n in ast.walk(arg) if isinstance(n, ast.Name)]
+    return any(_from_length(model, n.id, loop, depth) for n in names)
+
+
+def _from_length(model: FileModel, name: str, at: ast.AST, depth: int) -> bool:
+    for _stmt, value in model.flow.definitions_before(name, at):
+        if not isinstance(value, ast.expr):
+            continue
+        for sub in ast.walk(value):
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "len":
+                return True
+            if depth > 0 and isinstance(sub, ast.Name) and sub.id != name:
+                if _from_length(model, sub.id, at, depth - 1):
+                    return True
+    return False

@@ -10,6 +10,7 @@ from trainlint.analysis.context import is_test_file
 from trainlint.analysis.flow import grad_enabled_at
 from trainlint.analysis.grad_mode import (
     callers_disable_grad,
+    counts_over_data,
     grad_disabled_earlier,
     under_grad_wrapper,
 )
@@ -39,7 +40,9 @@ _ACCESSOR = re.compile(
 def _wrap_in_no_grad(
     model: FileModel, call: ast.Call, loops: list[ast.For | ast.AsyncFor | ast.While]
 ) -> Intent | None:
-    loop = next((lp for lp in loops if goes_over_data(lp)), None)  # innermost first
+    loop = next(
+        (lp for lp in loops if goes_over_data(lp) or counts_over_data(model, lp)), None
+    )  # innermost first
     header = torch_call(model, call, "torch.no_grad")
     if loop is None or header is None:
         return None
@@ -264,7 +267,8 @@ def validate(model, val_loader):
 
         def over_data(call: ast.Call) -> bool:
             return any(
-                goes_over_data(lp) and not over_fixed_input(model, lp)
+                (goes_over_data(lp) or counts_over_data(model, lp))
+                and not over_fixed_input(model, lp)
                 for lp in model.enclosing_loops(call)
             )
 
