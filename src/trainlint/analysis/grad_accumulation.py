@@ -24,6 +24,25 @@ def accumulation_divisor(test: ast.AST) -> ast.AST | None:
     return None
 
 
+def accumulation_divisor_at(model: FileModel, test: ast.AST, depth: int = 2) -> ast.AST | None:
+    """:func:`accumulation_divisor` of a guard whose test may be a boolean computed before
+    it: ``is_grad_step = (i + 1) % accum == 0`` then ``if is_grad_step:`` (or ``if
+    is_grad_step and ...``) waits for ``accum``, read from the name's defining test."""
+    found = accumulation_divisor(test)
+    if found is not None or depth <= 0:
+        return found
+    for sub in ast.walk(test):
+        if not isinstance(sub, ast.Name):
+            continue
+        definition = model.flow.definition(sub.id, sub)
+        if definition is None or not isinstance(definition[1], ast.expr):
+            continue
+        found = accumulation_divisor_at(model, definition[1], depth - 1)
+        if found is not None:
+            return found
+    return None
+
+
 def names_accumulation_count(node: ast.AST) -> bool:
     """A name in ``node`` says it holds the accumulation count (``grad_accum_steps``,
     ``args.update_freq``)."""

@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.grad_accumulation import (
-    accumulation_divisor,
+    accumulation_divisor_at,
     cleared_before_backward,
     lr_divided_by_count,
     names_accumulation_count,
@@ -266,11 +266,11 @@ for i, real in enumerate(loader):
             guards = []
             for step in loop.of(Kind.STEP):
                 for g, branch in step.guards:
-                    if branch and accumulation_divisor(g.test) is not None:
+                    if branch and accumulation_divisor_at(model, g.test) is not None:
                         guards.append(g)
             if not guards:
                 continue
-            divisors = [accumulation_divisor(g.test) for g in guards]
+            divisors = [accumulation_divisor_at(model, g.test) for g in guards]
             if any(isinstance(d, ast.Constant) and d.value in (1, 0) for d in divisors):
                 continue
             if any(rescales_grads(model, g) for g in guards) or lr_divided_by_count(
