@@ -9,6 +9,7 @@ import ast
 import re
 
 from trainlint.analysis.flow import grad_enabled_at
+from trainlint.analysis.loaders import goes_over_data
 from trainlint.analysis.model import FileModel, dotted, is_false
 
 #: Names of wrappers that turn grad mode off (`smart_inference_mode()`, `maybe_no_grad`)
@@ -120,6 +121,12 @@ def inherited_dispatch_sites(model: FileModel, fn: ast.AST) -> list[ast.Call]:
         if holder is not None and id(holder) in bases:
             out.append(call)
     return out
+
+
+def walks_data(model: FileModel, loop: ast.AST) -> bool:
+    """``loop`` goes over a data set: a loader or its batches, ``range(len(loader))``, or
+    ``range(n)`` with ``n`` computed from a length (:func:`counts_over_data`)."""
+    return goes_over_data(loop) or counts_over_data(model, loop)
 
 
 def counts_over_data(model: FileModel, loop: ast.AST, depth: int = 2) -> bool:

@@ -10,13 +10,14 @@ from trainlint.analysis.context import is_test_file
 from trainlint.analysis.flow import grad_enabled_at
 from trainlint.analysis.grad_mode import (
     callers_disable_grad,
-    counts_over_data,
     grad_disabled_earlier,
     under_grad_wrapper,
+    walks_data,
 )
-from trainlint.analysis.loaders import goes_over_data, over_fixed_input
+from trainlint.analysis.loaders import over_fixed_input
 from trainlint.analysis.model import FileModel, call_name, dotted, walk_local
 from trainlint.analysis.paths import Reported
+from trainlint.analysis.roles import modules_by_protocol
 from trainlint.analysis.steps import Kind
 from trainlint.edits import torch_call, wrap_intent
 from trainlint.findings import Intent
@@ -40,9 +41,7 @@ _ACCESSOR = re.compile(
 def _wrap_in_no_grad(
     model: FileModel, call: ast.Call, loops: list[ast.For | ast.AsyncFor | ast.While]
 ) -> Intent | None:
-    loop = next(
-        (lp for lp in loops if goes_over_data(lp) or counts_over_data(model, lp)), None
-    )  # innermost first
+    loop = next((lp for lp in loops if walks_data(model, lp)), None)  # innermost first
     header = torch_call(model, call, "torch.no_grad")
     if loop is None or header is None:
         return None
@@ -259,16 +258,15 @@ def validate(model, val_loader):
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        if not model.imports_module("torch") or not model.loops:
-            return  # (what it reports runs in a loop over data)
+        if not model.loops or not (model.imports_module("torch") or modules_by_protocol(model)):
+            return  # no loop over data, or no torch module (by import or by its uses)
 
         in_tests = is_test_file(model.path)
         seen = Reported()
 
         def over_data(call: ast.Call) -> bool:
             return any(
-                (goes_over_data(lp) or counts_over_data(model, lp))
-                and not over_fixed_input(model, lp)
+                walks_data(model, lp) and not over_fixed_input(model, lp)
                 for lp in model.enclosing_loops(call)
             )
 
