@@ -9,7 +9,9 @@ from collections.abc import Callable, Iterator
 from trainlint.analysis.context import is_test_file
 from trainlint.analysis.flow import grad_enabled_at
 from trainlint.analysis.grad_mode import (
+    after_eval,
     callers_disable_grad,
+    evaluated_through_helpers,
     grad_disabled_earlier,
     under_grad_wrapper,
     walks_data,
@@ -276,7 +278,7 @@ def validate(model, val_loader):
                 continue  # warm-up/benchmark repeats, decode steps, env rollouts: no dataset
             fn = model.function_of(call)
             if not (
-                self._after_eval(model, call, fn)
+                after_eval(model, call, fn)
                 or (
                     fn is not None
                     and _EVAL_FUNC.search(fn.name)
@@ -299,6 +301,22 @@ def validate(model, val_loader):
                         "wrap the evaluation loop in `no_grad()`",
                     ),
                 )
+
+        # `model.eval()` then a same-file helper shared with training, handed the model:
+        # reported at the helper's call (the helper itself also trains)
+        for site, runs in evaluated_through_helpers(model):
+            fn = model.function_of(site)
+            if (
+                not grad_enabled_at(model, site)[0]
+                or under_grad_wrapper(model, site)
+                or grad_disabled_earlier(model, site, fn)
+                or (fn is not None and callers_disable_grad(model, fn))
+                or any(self._backprops(model, model.enclosing_loops(r)[-1]) for r in runs)
+                or not all(seen.first(r) for r in runs)  # reported in the helper already
+            ):
+                continue
+            if seen.first(site):
+                yield self.report(site)
 
     @staticmethod
     def _model_calls(
@@ -345,42 +363,6 @@ def validate(model, val_loader):
                 )
             ):
                 yield call
-
-    @staticmethod
-    def _mode_calls(model: FileModel) -> dict[int, list[tuple[str, str, tuple[int, int]]]]:
-        """`X.eval()`/`X.train()` calls grouped by their function (id), as (method,
-        receiver, position): built once per file, so each model call looks only at its
-        own function's calls."""
-        by_fn: dict[int, list[tuple[str, str, tuple[int, int]]]] = {}
-        for name in ("eval", "train"):
-            for c in model.calls.get(name, ()):
-                if not isinstance(c.func, ast.Attribute):
-                    continue
-                recv = dotted(c.func.value)
-                if recv is not None:
-                    key = id(model.function_of(c))
-                    by_fn.setdefault(key, []).append((name, recv, (c.lineno, c.col_offset)))
-        return by_fn
-
-    @staticmethod
-    def _after_eval(model: FileModel, call: ast.Call, fn: ast.AST | None) -> bool:
-        """`X.eval()` earlier in the same function, with no `X.train()` in between."""
-        target = dotted(call.func)
-        if target is None:
-            return False
-        pos = (call.lineno, call.col_offset)
-        last_eval = last_train = (-1, -1)
-        calls = model.memo("eval-train-calls", EvalWithoutNoGrad._mode_calls)
-        for name, recv, cpos in calls.get(id(fn), ()):
-            if cpos >= pos or not (
-                target == recv or target.startswith(recv + ".") or recv.startswith(target + ".")
-            ):
-                continue
-            if name == "eval":
-                last_eval = max(last_eval, cpos)
-            else:
-                last_train = max(last_train, cpos)
-        return last_eval > last_train
 
     @staticmethod
     def _backprops(model: FileModel, loop: ast.AST) -> bool:
