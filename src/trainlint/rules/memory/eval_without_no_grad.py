@@ -60,7 +60,11 @@ class EvalWithoutNoGrad(Rule):
     fixed input (a profiler warm-up), decode steps and environment rollouts are not
     evaluation passes. Under a decorator or `with` whose name says it disables grad
     (`smart_inference_mode()`, `eval_mode(model)` from another module), nothing is
-    reported: whether grad is on there cannot be seen from the file.
+    reported: whether grad is on there cannot be seen from the file. A helper shared
+    with training (`model.eval()` then `run_epoch(data, model, ...)`, which runs the
+    model over the data and has no backward of its own) is reported at its call. A file
+    that never imports torch is checked when a receiver is a module by its uses
+    (`X.eval()` and `X.zero_grad()`: the model was built elsewhere).
 
     ## Why is this bad?
     `model.eval()` switches dropout and batch-norm behaviour; it does not stop autograd
