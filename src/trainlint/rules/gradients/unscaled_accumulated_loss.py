@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from trainlint.analysis.grad_accumulation import (
     accumulation_divisor_at,
     cleared_before_backward,
+    divided_by_callers,
     lr_divided_by_count,
     names_accumulation_count,
     rescales_grads,
@@ -298,7 +299,7 @@ for i, real in enumerate(loader):
     def _scaled(model: FileModel, call: ast.Call, divisors: list[ast.AST | None]) -> bool:
         dumps = {ast.dump(d) for d in divisors if d is not None}
         value = backward_value(model, call)
-        if value is None:
+        if value is None or divided_by_callers(model, call, value, [d for d in divisors if d]):
             return True
         frontier: list[tuple[ast.AST, ast.AST]] = [(value, call)]
         seen: set[int] = set()
