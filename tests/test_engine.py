@@ -25,7 +25,7 @@ def codes(findings):
         (b"x = 1\x00\n", 1),
         (b"# -*- coding: latin-1 -*-\nx = '\xe9'\ny = (\n", 3),
         (b"x = '\xff'\n", 1),  # invalid UTF-8 without a cookie
-        (b"# coding: nope-42\nx = 1\n", 1),
+        (b"# coding: nope-42\nx = '\xff'\n", 1),  # an unknown codec on non-UTF-8 bytes
         (b"if True:\n\tx = 1\n        y = 2\n", 3),
         (b"(" * 300 + b")" * 300 + b"\n", 1),
     ],
@@ -45,6 +45,7 @@ def test_tl001_any_bad_input(data, line):
         b"import torch\r\nx = 1\r\n",
         b"import torch\n\x0cx = 1\n",
         b"if True:\n\tx = 1\n",
+        b"# -*- coding: future_fstrings -*-\nname = f'{1}'\n",  # a codec a package registers
     ],
 )
 def test_valid_edge_inputs_parse(data):
@@ -239,3 +240,10 @@ def test_noqa_with_words_instead_of_codes_suppresses_nothing_and_tl002_says_so()
     (stale,) = lint_source("x = 1  # noqa: TL301, E501\n", select=["TL002", "TL301"])
     assert stale.fix is not None and stale.fix.applicability == "safe"
     assert [e.content for e in stale.fix.edits] == ["E501"]
+
+
+def test_unknown_codec_cookie_is_linted_as_utf8():
+    # Source-transforming codecs (registered by a pip package at import time) are
+    # unknown here; the file is UTF-8 and its rules still run.
+    src = "# -*- coding: future_fstrings -*-\n" + LEAK.format(c="")
+    assert codes(lint_source(src.encode())) == [("TL301", 5)]

@@ -34,7 +34,17 @@ def decode(data: bytes) -> tuple[str, str]:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as exc:
-        raise SourceError(f"cannot determine encoding: {exc.msg}", exc.lineno or 1) from None
+        if not str(exc.msg).startswith("unknown encoding"):
+            raise SourceError(f"cannot determine encoding: {exc.msg}", exc.lineno or 1) from None
+        # A cookie naming a codec this interpreter lacks is almost always one that a
+        # package registers at import time to transform source (`future_fstrings`,
+        # `pyxl`): the file itself is UTF-8. Read it so, as ruff does; bytes that are not
+        # UTF-8 still fail below with the cookie's name in the message.
+        encoding = "utf-8-sig" if data.startswith(b"\xef\xbb\xbf") else "utf-8"
+        try:
+            data.decode(encoding)
+        except UnicodeDecodeError:
+            raise SourceError(f"cannot determine encoding: {exc.msg}", 1) from None
     try:
         text = data.decode(encoding)
     except (UnicodeDecodeError, LookupError) as exc:

@@ -24,6 +24,25 @@ def accumulation_divisor(test: ast.AST) -> ast.AST | None:
     return None
 
 
+def accumulation_divisor_at(model: FileModel, test: ast.AST, depth: int = 2) -> ast.AST | None:
+    """:func:`accumulation_divisor` of a guard whose test may be a boolean computed before
+    it: ``is_grad_step = (i + 1) % accum == 0`` then ``if is_grad_step:`` (or ``if
+    is_grad_step and ...``) waits for ``accum``, read from the name's defining test."""
+    found = accumulation_divisor(test)
+    if found is not None or depth <= 0:
+        return found
+    for sub in ast.walk(test):
+        if not isinstance(sub, ast.Name):
+            continue
+        definition = model.flow.definition(sub.id, sub)
+        if definition is None or not isinstance(definition[1], ast.expr):
+            continue
+        found = accumulation_divisor_at(model, definition[1], depth - 1)
+        if found is not None:
+            return found
+    return None
+
+
 def names_accumulation_count(node: ast.AST) -> bool:
     """A name in ``node`` says it holds the accumulation count (``grad_accum_steps``,
     ``args.update_freq``)."""
@@ -141,4 +160,58 @@ def cleared_before_backward(
                 for g, branch in event.guards
             ):
                 return True
+    return False
+
+
+def divided_by_callers(
+    model: FileModel, at: ast.AST, value: ast.AST, divisors: Sequence[ast.AST], depth: int = 2
+) -> bool:
+    """``value`` (what reaches backward at ``at``) is a parameter of its function, and every
+    same-file caller hands it an argument it divided by the accumulation count first:
+    ``out["loss"] /= accum_steps`` then ``self.backward_step(out["loss"])``."""
+    fn = model.function_of(at)
+    if not isinstance(value, ast.Name) or not isinstance(
+        fn, (ast.FunctionDef, ast.AsyncFunctionDef)
+    ):
+        return False
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if value.id not in params:
+        return False
+    sites = model.call_sites.get(id(fn), [])
+    if not sites:
+        return False
+    index = params.index(value.id)
+    if isinstance(sites[0].func, ast.Attribute) and model.class_of(fn) is not None:
+        index -= 1  # `self.backward_step(loss)`: the instance fills the first parameter
+    dumps = {ast.dump(d) for d in divisors}
+    for site in sites:
+        arg = next((k.value for k in site.keywords if k.arg == value.id), None)
+        if arg is None and 0 <= index < len(site.args):
+            arg = site.args[index]
+        if arg is None or not (
+            _divides(model, site, arg, dumps)
+            or (depth > 0 and divided_by_callers(model, site, arg, divisors, depth - 1))
+        ):
+            return False
+    return True
+
+
+def _divides(model: FileModel, site: ast.AST, arg: ast.AST, dumps: set[str]) -> bool:
+    def by_count(node: ast.AST) -> bool:
+        return ast.dump(node) in dumps or names_accumulation_count(node)
+
+    for sub in ast.walk(arg):
+        if isinstance(sub, ast.BinOp) and isinstance(sub.op, (ast.Div, ast.Mult)):
+            if by_count(sub.right) or by_count(sub.left):
+                return True
+    scope = model.function_of(site) or model.tree
+    target = ast.dump(arg)
+    for node in walk_tree(scope):
+        if (
+            isinstance(node, ast.AugAssign)
+            and isinstance(node.op, (ast.Div, ast.Mult))
+            and ast.dump(node.target).replace("Store()", "Load()") == target
+            and by_count(node.value)
+        ):
+            return True
     return False

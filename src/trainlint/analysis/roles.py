@@ -644,5 +644,26 @@ def nn_prefix(model: FileModel) -> str | None:
     return None
 
 
+def modules_by_protocol(model: FileModel) -> set[str]:
+    """Receivers (dotted: ``self.model``) that the file both switches between modes
+    (``eval()``/``train()``) and clears the gradients of (``zero_grad()``): an
+    ``nn.Module`` by its uses, in a file that may never import torch itself (the model
+    arrives as a constructor parameter, built and wrapped elsewhere)."""
+    moded: set[str] = set()
+    for name in ("eval", "train"):
+        for call in model.calls.get(name, ()):
+            if isinstance(call.func, ast.Attribute) and not call.args:
+                recv = dotted(call.func.value)
+                if recv is not None:
+                    moded.add(recv)
+    cleared = {
+        recv
+        for call in model.calls.get("zero_grad", ())
+        if isinstance(call.func, ast.Attribute)
+        and (recv := dotted(call.func.value)) is not None
+    }
+    return moded & cleared
+
+
 # The answers this module gives to lower layers (see analysis.hooks).
 ANSWERS.roles = Roles

@@ -6,8 +6,9 @@ import ast
 from collections.abc import Iterator
 
 from trainlint.analysis.grad_accumulation import (
-    accumulation_divisor,
+    accumulation_divisor_at,
     cleared_before_backward,
+    divided_by_callers,
     lr_divided_by_count,
     names_accumulation_count,
     rescales_grads,
@@ -266,11 +267,11 @@ for i, real in enumerate(loader):
             guards = []
             for step in loop.of(Kind.STEP):
                 for g, branch in step.guards:
-                    if branch and accumulation_divisor(g.test) is not None:
+                    if branch and accumulation_divisor_at(model, g.test) is not None:
                         guards.append(g)
             if not guards:
                 continue
-            divisors = [accumulation_divisor(g.test) for g in guards]
+            divisors = [accumulation_divisor_at(model, g.test) for g in guards]
             if any(isinstance(d, ast.Constant) and d.value in (1, 0) for d in divisors):
                 continue
             if any(rescales_grads(model, g) for g in guards) or lr_divided_by_count(
@@ -298,7 +299,7 @@ for i, real in enumerate(loader):
     def _scaled(model: FileModel, call: ast.Call, divisors: list[ast.AST | None]) -> bool:
         dumps = {ast.dump(d) for d in divisors if d is not None}
         value = backward_value(model, call)
-        if value is None:
+        if value is None or divided_by_callers(model, call, value, [d for d in divisors if d]):
             return True
         frontier: list[tuple[ast.AST, ast.AST]] = [(value, call)]
         seen: set[int] = set()

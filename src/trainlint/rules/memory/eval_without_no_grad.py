@@ -9,13 +9,17 @@ from collections.abc import Callable, Iterator
 from trainlint.analysis.context import is_test_file
 from trainlint.analysis.flow import grad_enabled_at
 from trainlint.analysis.grad_mode import (
+    after_eval,
     callers_disable_grad,
+    evaluated_through_helpers,
     grad_disabled_earlier,
     under_grad_wrapper,
+    walks_data,
 )
-from trainlint.analysis.loaders import goes_over_data, over_fixed_input
+from trainlint.analysis.loaders import over_fixed_input
 from trainlint.analysis.model import FileModel, call_name, dotted, walk_local
 from trainlint.analysis.paths import Reported
+from trainlint.analysis.roles import modules_by_protocol
 from trainlint.analysis.steps import Kind
 from trainlint.edits import torch_call, wrap_intent
 from trainlint.findings import Intent
@@ -39,7 +43,7 @@ _ACCESSOR = re.compile(
 def _wrap_in_no_grad(
     model: FileModel, call: ast.Call, loops: list[ast.For | ast.AsyncFor | ast.While]
 ) -> Intent | None:
-    loop = next((lp for lp in loops if goes_over_data(lp)), None)  # innermost first
+    loop = next((lp for lp in loops if walks_data(model, lp)), None)  # innermost first
     header = torch_call(model, call, "torch.no_grad")
     if loop is None or header is None:
         return None
@@ -56,7 +60,11 @@ class EvalWithoutNoGrad(Rule):
     fixed input (a profiler warm-up), decode steps and environment rollouts are not
     evaluation passes. Under a decorator or `with` whose name says it disables grad
     (`smart_inference_mode()`, `eval_mode(model)` from another module), nothing is
-    reported: whether grad is on there cannot be seen from the file.
+    reported: whether grad is on there cannot be seen from the file. A helper shared
+    with training (`model.eval()` then `run_epoch(data, model, ...)`, which runs the
+    model over the data and has no backward of its own) is reported at its call. A file
+    that never imports torch is checked when a receiver is a module by its uses
+    (`X.eval()` and `X.zero_grad()`: the model was built elsewhere).
 
     ## Why is this bad?
     `model.eval()` switches dropout and batch-norm behaviour; it does not stop autograd
@@ -256,15 +264,15 @@ def validate(model, val_loader):
     ]
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        if not model.imports_module("torch") or not model.loops:
-            return  # (what it reports runs in a loop over data)
+        if not model.loops or not (model.imports_module("torch") or modules_by_protocol(model)):
+            return  # no loop over data, or no torch module (by import or by its uses)
 
         in_tests = is_test_file(model.path)
         seen = Reported()
 
         def over_data(call: ast.Call) -> bool:
             return any(
-                goes_over_data(lp) and not over_fixed_input(model, lp)
+                walks_data(model, lp) and not over_fixed_input(model, lp)
                 for lp in model.enclosing_loops(call)
             )
 
@@ -274,7 +282,7 @@ def validate(model, val_loader):
                 continue  # warm-up/benchmark repeats, decode steps, env rollouts: no dataset
             fn = model.function_of(call)
             if not (
-                self._after_eval(model, call, fn)
+                after_eval(model, call, fn)
                 or (
                     fn is not None
                     and _EVAL_FUNC.search(fn.name)
@@ -297,6 +305,22 @@ def validate(model, val_loader):
                         "wrap the evaluation loop in `no_grad()`",
                     ),
                 )
+
+        # `model.eval()` then a same-file helper shared with training, handed the model:
+        # reported at the helper's call (the helper itself also trains)
+        for site, runs in evaluated_through_helpers(model):
+            fn = model.function_of(site)
+            if (
+                not grad_enabled_at(model, site)[0]
+                or under_grad_wrapper(model, site)
+                or grad_disabled_earlier(model, site, fn)
+                or (fn is not None and callers_disable_grad(model, fn))
+                or any(self._backprops(model, model.enclosing_loops(r)[-1]) for r in runs)
+                or not all(seen.first(r) for r in runs)  # reported in the helper already
+            ):
+                continue
+            if seen.first(site):
+                yield self.report(site)
 
     @staticmethod
     def _model_calls(
@@ -343,42 +367,6 @@ def validate(model, val_loader):
                 )
             ):
                 yield call
-
-    @staticmethod
-    def _mode_calls(model: FileModel) -> dict[int, list[tuple[str, str, tuple[int, int]]]]:
-        """`X.eval()`/`X.train()` calls grouped by their function (id), as (method,
-        receiver, position): built once per file, so each model call looks only at its
-        own function's calls."""
-        by_fn: dict[int, list[tuple[str, str, tuple[int, int]]]] = {}
-        for name in ("eval", "train"):
-            for c in model.calls.get(name, ()):
-                if not isinstance(c.func, ast.Attribute):
-                    continue
-                recv = dotted(c.func.value)
-                if recv is not None:
-                    key = id(model.function_of(c))
-                    by_fn.setdefault(key, []).append((name, recv, (c.lineno, c.col_offset)))
-        return by_fn
-
-    @staticmethod
-    def _after_eval(model: FileModel, call: ast.Call, fn: ast.AST | None) -> bool:
-        """`X.eval()` earlier in the same function, with no `X.train()` in between."""
-        target = dotted(call.func)
-        if target is None:
-            return False
-        pos = (call.lineno, call.col_offset)
-        last_eval = last_train = (-1, -1)
-        calls = model.memo("eval-train-calls", EvalWithoutNoGrad._mode_calls)
-        for name, recv, cpos in calls.get(id(fn), ()):
-            if cpos >= pos or not (
-                target == recv or target.startswith(recv + ".") or recv.startswith(target + ".")
-            ):
-                continue
-            if name == "eval":
-                last_eval = max(last_eval, cpos)
-            else:
-                last_train = max(last_train, cpos)
-        return last_eval > last_train
 
     @staticmethod
     def _backprops(model: FileModel, loop: ast.AST) -> bool:
