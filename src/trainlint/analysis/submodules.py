@@ -335,3 +335,32 @@ def read_elsewhere(
         for scope in scopes
         for node in walk_local(scope)
     )
+
+
+def _written_into(model: FileModel, node: ast.Attribute) -> bool:
+    """``node`` only names the object an assignment writes into (``self.sv`` in
+    ``self.sv[i][:] = s``): loaded, but its value is not read."""
+    child: ast.AST = node
+    parent = model.parent_of(node)
+    while isinstance(parent, (ast.Subscript, ast.Attribute)) and parent.value is child:
+        child, parent = parent, model.parent_of(parent)
+    return isinstance(parent, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and (
+        any(t is child for t in parent.targets)
+        if isinstance(parent, ast.Assign)
+        else parent.target is child
+    )
+
+
+def attribute_read_in_file(model: FileModel, attribute: str) -> bool:
+    """Is an attribute of this name read anywhere in the file, on any object
+    (``self.attn``, ``block.attn``, ``getattr(m, "attn")``), other than to write into it?
+    A store whose attribute nothing reads is dead: whatever it costs, nobody uses it."""
+    for node in model.attributes.get(attribute, ()):
+        if isinstance(node.ctx, ast.Load) and not _written_into(model, node):
+            return True
+    return any(
+        len(call.args) >= 2
+        and isinstance(call.args[1], ast.Constant)
+        and call.args[1].value == attribute
+        for call in model.calls.get("getattr", ())
+    )

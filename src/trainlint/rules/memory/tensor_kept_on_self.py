@@ -12,6 +12,7 @@ from trainlint.analysis.model import FileModel, dotted, walk_local
 from trainlint.analysis.roles import Role
 from trainlint.analysis.steps import Kind, backpropagated, backward_calls, backward_value
 from trainlint.analysis.submodules import (
+    attribute_read_in_file,
     builds_on_forward_graph,
     eval_only,
     forward_stores,
@@ -278,6 +279,9 @@ class Trainer:
                 or not grad_enabled_at(model, stmt)[0]
                 or eval_only(model, stmt)
                 or read_elsewhere(model, stmt, name, forward)
+                # a dead store (a rebinding nothing reads; a write into a buffer reaches
+                # whatever else holds it): the rule cannot tell its cost from intent
+                or (root is target and not attribute_read_in_file(model, name.rsplit(".", 1)[-1]))
                 or not builds_on_forward_graph(model, stmt.value, forward)
                 or _only_logging_values(model, stmt.value)
             ):
