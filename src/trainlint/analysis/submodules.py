@@ -364,3 +364,35 @@ def attribute_read_in_file(model: FileModel, attribute: str) -> bool:
         and call.args[1].value == attribute
         for call in model.calls.get("getattr", ())
     )
+
+
+def _declared_in_init(model: FileModel, cls: ast.ClassDef, attribute: str) -> bool:
+    """``cls.__init__`` sets ``self.<attribute>`` (``self.last_attn = None``): the class
+    declares it as state of its own, for readers this file may not hold."""
+    init = model.methods(cls).get("__init__")
+    return init is not None and any(
+        isinstance(stmt, (ast.Assign, ast.AnnAssign))
+        and any(
+            dotted(t) == f"self.{attribute}"
+            for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
+        )
+        for stmt in model.assignments_in(init)
+    )
+
+
+def dead_store(model: FileModel, stmt: ast.Assign) -> bool:
+    """Is ``stmt`` a rebinding ``self.X = v`` that nothing uses: no read of an attribute
+    named ``X`` anywhere in the file, and ``X`` not declared in the class's ``__init__``?
+    A write into an object (``self.buf[:] = v``) is never dead: it reaches whatever else
+    holds that object (a registered buffer, ``state_dict()``)."""
+    target = stmt.targets[0] if len(stmt.targets) == 1 else None
+    if not (
+        isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and target.value.id == "self"
+    ):
+        return False
+    cls = model.enclosing_class(stmt)
+    if cls is None or _declared_in_init(model, cls, target.attr):
+        return False
+    return not attribute_read_in_file(model, target.attr)

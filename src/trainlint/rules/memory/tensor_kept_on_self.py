@@ -12,8 +12,8 @@ from trainlint.analysis.model import FileModel, dotted, walk_local
 from trainlint.analysis.roles import Role
 from trainlint.analysis.steps import Kind, backpropagated, backward_calls, backward_value
 from trainlint.analysis.submodules import (
-    attribute_read_in_file,
     builds_on_forward_graph,
+    dead_store,
     eval_only,
     forward_stores,
     read_elsewhere,
@@ -59,8 +59,9 @@ class TensorKeptOnSelf(Rule):
     that stores what the pass computes from its inputs or its own weights on `self`
     (`self.last_attn = attn`, an in-place copy into a buffer) is reported too, unless the
     store is detached, under `torch.no_grad()`, on an eval-only path, read again by the
-    same method (a cache, state carried to the next call), or a loss term handed to the
-    step.
+    same method (a cache, state carried to the next call), a loss term handed to the
+    step, or dead (an attribute nothing in the file reads and `__init__` does not
+    declare).
 
     ## Why is this bad?
     The attribute keeps the batch's output, and through its `grad_fn` the whole graph
@@ -169,12 +170,17 @@ class Acc:
             """
 import torch
 class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+        self.last_attn = None
+
     def forward(self, x):
         attn = torch.softmax(self.proj(x), dim=-1)
         self.last_attn = attn
         return attn * x
 """,
-            line=5,
+            line=10,
         ),
         Invalid(
             """
@@ -279,9 +285,7 @@ class Trainer:
                 or not grad_enabled_at(model, stmt)[0]
                 or eval_only(model, stmt)
                 or read_elsewhere(model, stmt, name, forward)
-                # a dead store (a rebinding nothing reads; a write into a buffer reaches
-                # whatever else holds it): the rule cannot tell its cost from intent
-                or (root is target and not attribute_read_in_file(model, name.rsplit(".", 1)[-1]))
+                or dead_store(model, stmt)  # its cost cannot be told from intent
                 or not builds_on_forward_graph(model, stmt.value, forward)
                 or _only_logging_values(model, stmt.value)
             ):
