@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from trainlint.analysis.assignments import single_value
 from trainlint.analysis.flow import CUT_METHODS, Taint, defined_from, grad_enabled_at
 from trainlint.analysis.hooks import ANSWERS
+from trainlint.analysis.loaders import goes_over_data
 from trainlint.analysis.model import LOOP_NODES, FileModel, FunctionNode, dotted, walk_local
 from trainlint.analysis.step_events import backward_value
 from trainlint.analysis.steps import Kind, backpropagated, backward_calls
@@ -55,6 +56,28 @@ def _reset_per_update(
         and not _persists_across(model, target, lp)
         for lp in outer
     )
+
+
+def _repeats_one_batch(
+    model: FileModel, target: ast.AST, loop: ast.AST, loops: Sequence[ast.AST]
+) -> bool:
+    """``loop`` repeats the update on one batch a set number of times (``for _ in
+    range(self.ppo_epochs):``, drawing no batch of its own) inside a loop over data, and
+    the accumulator is made anew in that outer loop's body: it holds that many entries of
+    one batch and is dropped with the next. A list reset per epoch around a loop over the
+    loader is not this: its inner loop goes over data."""
+    if not isinstance(loop, ast.For) or goes_over_data(loop):
+        return False
+    it = loop.iter
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"):
+        return False
+    if any(
+        isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "next"
+        for sub in walk_local(loop)
+    ):
+        return False  # `batch = next(it)` inside: each repeat draws new data
+    outer = loops[loops.index(loop) + 1 :]
+    return any(goes_over_data(lp) and not _persists_across(model, target, lp) for lp in outer)
 
 
 def _rebound_after(model: FileModel, read: ast.AST, end: tuple[int, int]) -> bool:
@@ -267,6 +290,7 @@ def accumulations_across_steps(
             and _persists_across(model, target, lp)
             and not _reset_per_update(model, target, lp, loops)
             and not _one_batch_unroll(model, target, lp)
+            and not _repeats_one_batch(model, target, lp, loops)
             for lp in loops
         ):
             step_anchor = _step_function_anchor(model, stmt, target)

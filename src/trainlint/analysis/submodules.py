@@ -335,3 +335,64 @@ def read_elsewhere(
         for scope in scopes
         for node in walk_local(scope)
     )
+
+
+def _written_into(model: FileModel, node: ast.Attribute) -> bool:
+    """``node`` only names the object an assignment writes into (``self.sv`` in
+    ``self.sv[i][:] = s``): loaded, but its value is not read."""
+    child: ast.AST = node
+    parent = model.parent_of(node)
+    while isinstance(parent, (ast.Subscript, ast.Attribute)) and parent.value is child:
+        child, parent = parent, model.parent_of(parent)
+    return isinstance(parent, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and (
+        any(t is child for t in parent.targets)
+        if isinstance(parent, ast.Assign)
+        else parent.target is child
+    )
+
+
+def attribute_read_in_file(model: FileModel, attribute: str) -> bool:
+    """Is an attribute of this name read anywhere in the file, on any object
+    (``self.attn``, ``block.attn``, ``getattr(m, "attn")``), other than to write into it?
+    A store whose attribute nothing reads is dead: whatever it costs, nobody uses it."""
+    for node in model.attributes.get(attribute, ()):
+        if isinstance(node.ctx, ast.Load) and not _written_into(model, node):
+            return True
+    return any(
+        len(call.args) >= 2
+        and isinstance(call.args[1], ast.Constant)
+        and call.args[1].value == attribute
+        for call in model.calls.get("getattr", ())
+    )
+
+
+def _declared_in_init(model: FileModel, cls: ast.ClassDef, attribute: str) -> bool:
+    """``cls.__init__`` sets ``self.<attribute>`` (``self.last_attn = None``): the class
+    declares it as state of its own, for readers this file may not hold."""
+    init = model.methods(cls).get("__init__")
+    return init is not None and any(
+        isinstance(stmt, (ast.Assign, ast.AnnAssign))
+        and any(
+            dotted(t) == f"self.{attribute}"
+            for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
+        )
+        for stmt in model.assignments_in(init)
+    )
+
+
+def dead_store(model: FileModel, stmt: ast.Assign) -> bool:
+    """Is ``stmt`` a rebinding ``self.X = v`` that nothing uses: no read of an attribute
+    named ``X`` anywhere in the file, and ``X`` not declared in the class's ``__init__``?
+    A write into an object (``self.buf[:] = v``) is never dead: it reaches whatever else
+    holds that object (a registered buffer, ``state_dict()``)."""
+    target = stmt.targets[0] if len(stmt.targets) == 1 else None
+    if not (
+        isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and target.value.id == "self"
+    ):
+        return False
+    cls = model.enclosing_class(stmt)
+    if cls is None or _declared_in_init(model, cls, target.attr):
+        return False
+    return not attribute_read_in_file(model, target.attr)

@@ -13,6 +13,7 @@ from trainlint.analysis.roles import Role
 from trainlint.analysis.steps import Kind, backpropagated, backward_calls, backward_value
 from trainlint.analysis.submodules import (
     builds_on_forward_graph,
+    dead_store,
     eval_only,
     forward_stores,
     read_elsewhere,
@@ -58,8 +59,9 @@ class TensorKeptOnSelf(Rule):
     that stores what the pass computes from its inputs or its own weights on `self`
     (`self.last_attn = attn`, an in-place copy into a buffer) is reported too, unless the
     store is detached, under `torch.no_grad()`, on an eval-only path, read again by the
-    same method (a cache, state carried to the next call), or a loss term handed to the
-    step.
+    same method (a cache, state carried to the next call), a loss term handed to the
+    step, or dead (an attribute nothing in the file reads and `__init__` does not
+    declare).
 
     ## Why is this bad?
     The attribute keeps the batch's output, and through its `grad_fn` the whole graph
@@ -168,12 +170,17 @@ class Acc:
             """
 import torch
 class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+        self.last_attn = None
+
     def forward(self, x):
         attn = torch.softmax(self.proj(x), dim=-1)
         self.last_attn = attn
         return attn * x
 """,
-            line=5,
+            line=10,
         ),
         Invalid(
             """
@@ -278,6 +285,7 @@ class Trainer:
                 or not grad_enabled_at(model, stmt)[0]
                 or eval_only(model, stmt)
                 or read_elsewhere(model, stmt, name, forward)
+                or dead_store(model, stmt)  # its cost cannot be told from intent
                 or not builds_on_forward_graph(model, stmt.value, forward)
                 or _only_logging_values(model, stmt.value)
             ):
