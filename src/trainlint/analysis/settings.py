@@ -20,6 +20,7 @@ first.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -237,8 +238,10 @@ def summary(
         _walk(c, tree)
     else:
         _tables(c, model)
-        if text is None or any(word in text for word in CONSUMERS):
+        if text is None:
             _reads(c, tree)
+        elif any(word in text for word in CONSUMERS):
+            _reads_from_tables(c, model, text)
     if c.cls_splat:  # `cls(**loaded)` in a classmethod: its class (this file's) is open
         c.open.update(c.classes)
     # Only a file that evaluates schedules asks for values: the others' views stay as
@@ -341,6 +344,21 @@ def _reads(c: _Collector, tree: ast.Module) -> None:
             if type(key) is ast.Constant and isinstance(key.value, str):
                 if type(node.ctx) is ast.Load:  # type: ignore[attr-defined]
                     c.reads.add(key.value)
+
+
+#: ``x["key"]`` in a file's text: a constant key it may read (a store counts too: the
+#: reads only widen the view a consumer gets, they decide nothing)
+_KEY = re.compile(r"""\[\s*(['"])(\w+)\1\s*\]""")
+
+
+def _reads_from_tables(c: _Collector, model: FileModel, text: str) -> None:
+    """``_reads`` from the model's tables and the text, with no walk of the tree: the
+    attributes the file loads, the consumer names it spells, its constant keys."""
+    for attr, nodes in model.attributes.items():
+        if any(type(n.ctx) is ast.Load for n in nodes):
+            c.reads.add(attr)
+    c.reads.update(word for word in CONSUMERS if word in text)
+    c.reads.update(m.group(2) for m in _KEY.finditer(text))
 
 
 class ProjectSettings:
