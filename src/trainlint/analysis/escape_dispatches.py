@@ -13,6 +13,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from trainlint._record import Record
+from trainlint.analysis.arguments import parameter_names as params_of
+from trainlint.analysis.arguments import positional_names as positional_params
 from trainlint.analysis.escape_sites import (
     COMPREHENSIONS,
     GET_CONTEXT,
@@ -22,8 +24,6 @@ from trainlint.analysis.escape_sites import (
     EscapeSites,
     Via,
     literal_str,
-    params_of,
-    positional_params,
     root_name,
 )
 from trainlint.analysis.model import (

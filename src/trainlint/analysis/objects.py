@@ -28,6 +28,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from trainlint._record import Record
+from trainlint.analysis.arguments import arguments_for
 from trainlint.analysis.escapes import Escapes, escapes
 from trainlint.analysis.model import walk_local, walk_tree
 
@@ -229,14 +230,8 @@ class Objects:
     # -- passes ----------------------------------------------------------------------------
     def arguments_for(self, fn: FunctionNode, param: str) -> list[tuple[ast.Call, ast.expr]]:
         """(call site, caller expression) for each same-file call of ``fn`` that passes
-        its parameter ``param``."""
-        esc = self.escape_analysis
-        out = []
-        for site in self.model.call_sites.get(id(fn), ()):
-            arg = esc.argument_for(site, fn, param)
-            if arg is not None:
-                out.append((site, arg))
-        return out
+        its parameter ``param`` (asked of :func:`analysis.arguments.arguments_for`)."""
+        return arguments_for(self.model, fn, param)
 
     # -- where a value flows -----------------------------------------------------------------
     def fate(self, expr: ast.AST, method: str) -> Fate:
