@@ -7,8 +7,9 @@ Rules and meaning-layer analyses ask here instead of mapping call arguments them
   definition (positional after a bound receiver, keywords; a ``*args`` splat ends the
   positional mapping, since what it spreads is unknown);
 * :func:`argument_at`: the expression one call passes for one parameter (not its default);
-* :func:`passed_for`: the same, when only the callee's parameter names are known (a
-  function in another file, read from its summary);
+* :func:`passed_for`, :func:`passed_at`: the same, when only the callee's parameter
+  names or the parameter's position are known (a function in another file, read from
+  its summary);
 * :func:`call_sites`: the calls of a function in its own file: by name, as
   ``self.method()``, and as ``obj.method()`` on an instance of its class built here;
 * :func:`arguments_for`: (call, expression) for each same-file call that passes it;
@@ -93,10 +94,17 @@ def passed_for(call: ast.Call, positional: list[str], name: str) -> ast.expr | N
     """What ``call`` passes for the parameter ``name`` of a callee whose positional
     parameters (after any receiver) are ``positional``: by position unless a splat comes
     first, else by keyword."""
-    if name in positional:
-        i = positional.index(name)
-        if i < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: i + 1]):
-            return call.args[i]
+    return passed_at(call, positional.index(name) if name in positional else -1, name)
+
+
+def passed_at(call: ast.Call, index: int, name: str) -> ast.expr | None:
+    """What ``call`` passes for the parameter ``name`` at position ``index`` (counted after
+    any receiver; -1 for keyword-only): the positional argument there unless a splat comes
+    first, else the keyword."""
+    if 0 <= index < len(call.args) and not any(
+        isinstance(a, ast.Starred) for a in call.args[: index + 1]
+    ):
+        return call.args[index]
     return keyword(call, name)
 
 
