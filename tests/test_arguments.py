@@ -184,3 +184,21 @@ def test_foreign_fact_reads_the_view() -> None:
     m.project = {"params": {"train": {"net": ["model", "a.Net", None]}, "T.fit": {"opt": ["x"]}}}
     assert foreign_fact(m, fn_named(m, "train"), "net") == ["model", "a.Net", None]
     assert foreign_fact(m, fn_named(m, "fit"), "opt") == ["x"]
+
+
+def test_constructions_fill_init() -> None:
+    m = build(
+        """
+        class Warmup:
+            def __init__(self, opt, steps=10):
+                pass
+
+        Warmup(o, 5)
+        Warmup(o)
+        """
+    )
+    init = fn_named(m, "__init__")
+    assert call_sites(m, init, instances=False) == []
+    assert len(call_sites(m, init, constructions=True)) == 2
+    assert texts(arguments_at_callers(m, init, "steps")) == ["10", "5"]
+    assert texts(arguments_at_callers(m, init, "opt")) == ["o", "o"]

@@ -57,10 +57,25 @@ def is_static(fn: ast.AST) -> bool:
 
 
 def receiver_skip(model: FileModel, call: ast.Call, fn: FunctionNode) -> int:
-    """1 when ``call`` reaches the method ``fn`` through a receiver (``self.step(x)``,
-    ``trainer.fit(x)``), which fills its first parameter; 0 otherwise."""
+    """1 when ``call`` fills ``fn``'s first parameter itself: a method reached through a
+    receiver (``self.step(x)``, ``trainer.fit(x)``) or an ``__init__`` through its class
+    (``Trainer(x)``); 0 otherwise."""
+    if fn.name == "__init__" and is_construction(model, call, fn):
+        return 1
     method = isinstance(call.func, ast.Attribute) and model.class_of(fn) is not None
     return 1 if method and not is_static(fn) else 0
+
+
+def is_construction(model: FileModel, call: ast.Call, fn: FunctionNode) -> bool:
+    """Is ``call`` a construction (``Trainer(...)``) of the module-level class whose
+    method ``fn`` is?"""
+    cls = model.class_of(fn)
+    return (
+        cls is not None
+        and isinstance(call.func, ast.Name)
+        and call.func.id == cls.name
+        and model.class_named(cls.name) is cls
+    )
 
 
 def bind(
@@ -120,13 +135,22 @@ def _instance_class(model: FileModel, recv: ast.expr) -> ast.ClassDef | None:
     return None
 
 
-def call_sites(model: FileModel, fn: FunctionNode, *, instances: bool = True) -> list[ast.Call]:
+def call_sites(
+    model: FileModel, fn: FunctionNode, *, instances: bool = True, constructions: bool = False
+) -> list[ast.Call]:
     """Calls of ``fn`` in its own file: by name and as ``self.method(...)`` (the file
-    model's call graph), and with ``instances`` as ``obj.method(...)`` on an instance of
-    its class (or of a subclass defined here) built in the file."""
+    model's call graph); with ``instances`` also as ``obj.method(...)`` on an instance of
+    its class (or of a subclass defined here) built in the file; with ``constructions``,
+    for an ``__init__``, the constructions of its class (``Trainer(...)``)."""
     sites = list(model.call_sites.get(id(fn), ()))
     cls = model.class_of(fn)
-    if cls is None or not instances:
+    if cls is None:
+        return sites
+    if constructions and fn.name == "__init__":
+        for call in model.calls.get(cls.name, ()):
+            if is_construction(model, call, fn) and not any(s is call for s in sites):
+                sites.append(call)
+    if not instances:
         return sites
     for call in model.calls.get(fn.name, ()):
         func = call.func
@@ -235,7 +259,7 @@ def arguments_at_callers(
         return None
     seen = _seen | {id(fn)}
     out: list[ast.expr] = []
-    for site in call_sites(model, fn):
+    for site in call_sites(model, fn, constructions=True):
         if _splat_may_hold(model, site, fn, param):
             return None
         arg = argument_at(model, site, fn, param) or default_of(fn, param)
