@@ -15,6 +15,7 @@ from trainlint.analysis.arguments import (
     default_of,
     escapes_as_value,
     foreign_fact,
+    parameter_for,
     passed_at,
     passed_for,
 )
@@ -202,3 +203,22 @@ def test_constructions_fill_init() -> None:
     assert len(call_sites(m, init, constructions=True)) == 2
     assert texts(arguments_at_callers(m, init, "steps")) == ["10", "5"]
     assert texts(arguments_at_callers(m, init, "opt")) == ["o", "o"]
+
+
+def test_parameter_for_and_inherited_init() -> None:
+    m = build(
+        """
+        class Base:
+            def __init__(self, loader, epochs=1):
+                pass
+
+        class Child(Base):
+            pass
+
+        Child(train_loader, epochs=2)
+        """
+    )
+    init = fn_named(m, "__init__")
+    call = m.tree.body[-1].value  # type: ignore[attr-defined]
+    assert parameter_for(m, call, init, call.args[0]) == "loader"
+    assert parameter_for(m, call, init, call.keywords[0].value) == "epochs"

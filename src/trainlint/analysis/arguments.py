@@ -7,6 +7,7 @@ Rules and meaning-layer analyses ask here instead of mapping call arguments them
   definition (positional after a bound receiver, keywords; a ``*args`` splat ends the
   positional mapping, since what it spreads is unknown);
 * :func:`argument_at`: the expression one call passes for one parameter (not its default);
+  :func:`parameter_for`, the reverse: which parameter an argument of a call fills;
 * :func:`passed_for`, :func:`passed_at`: the same, when only the callee's parameter
   names or the parameter's position are known (a function in another file, read from
   its summary);
@@ -60,22 +61,19 @@ def receiver_skip(model: FileModel, call: ast.Call, fn: FunctionNode) -> int:
     """1 when ``call`` fills ``fn``'s first parameter itself: a method reached through a
     receiver (``self.step(x)``, ``trainer.fit(x)``) or an ``__init__`` through its class
     (``Trainer(x)``); 0 otherwise."""
-    if fn.name == "__init__" and is_construction(model, call, fn):
+    if is_construction(model, call, fn):
         return 1
     method = isinstance(call.func, ast.Attribute) and model.class_of(fn) is not None
     return 1 if method and not is_static(fn) else 0
 
 
 def is_construction(model: FileModel, call: ast.Call, fn: FunctionNode) -> bool:
-    """Is ``call`` a construction (``Trainer(...)``) of the module-level class whose
-    method ``fn`` is?"""
-    cls = model.class_of(fn)
-    return (
-        cls is not None
-        and isinstance(call.func, ast.Name)
-        and call.func.id == cls.name
-        and model.class_named(cls.name) is cls
-    )
+    """Is ``call`` a construction (``Trainer(...)``) of a module-level class whose
+    ``__init__`` (its own or inherited from a base defined here) is ``fn``?"""
+    if fn.name != "__init__" or not isinstance(call.func, ast.Name):
+        return False
+    cls = model.class_named(call.func.id)
+    return cls is not None and model.method_of(cls, "__init__") is fn
 
 
 def bind(
@@ -102,6 +100,15 @@ def argument_at(model: FileModel, call: ast.Call, fn: FunctionNode, param: str) 
     for name, arg in bind(fn, list(call.args), call.keywords, receiver_skip(model, call, fn)):
         if name == param:
             return arg
+    return None
+
+
+def parameter_for(model: FileModel, call: ast.Call, fn: FunctionNode, arg: ast.AST) -> str | None:
+    """The reverse question: which parameter of ``fn`` the argument node ``arg`` of
+    ``call`` fills (None for one that lands in ``*args``/``**kwargs`` or after a splat)."""
+    for name, given in bind(fn, list(call.args), call.keywords, receiver_skip(model, call, fn)):
+        if given is arg:
+            return name
     return None
 
 

@@ -13,10 +13,9 @@ from collections.abc import Iterable, Iterator
 
 from trainlint.analysis.arguments import (
     arguments_for,
-    bind,
     default_of,
+    parameter_for,
     parameter_names,
-    receiver_skip,
 )
 from trainlint.analysis.data_parallel import HANDED_OVER
 from trainlint.analysis.devices import device_copy
@@ -138,17 +137,11 @@ def _parameter(model: FileModel, site: ast.Call, arg: ast.AST) -> set[Key]:
     """The key of the parameter of a same-file function or class that ``site`` fills
     with ``arg``."""
     fn = model.resolve_call(site)
-    skip = receiver_skip(model, site, fn) if fn is not None else 0
     if fn is None and isinstance(site.func, ast.Name):
         cls = model.class_named(site.func.id)
         fn = model.method_of(cls, "__init__") if cls is not None else None
-        skip = 1
-    if fn is None:
-        return set()
-    for name, given in bind(fn, list(site.args), site.keywords, skip):
-        if given is arg:
-            return {("name", id(fn), name)}
-    return set()
+    name = parameter_for(model, site, fn, arg) if fn is not None else None
+    return {("name", id(fn), name)} if name is not None else set()
 
 
 def refers(model: FileModel, expr: ast.AST, keys: set[Key], calls: list[ast.Call]) -> bool:

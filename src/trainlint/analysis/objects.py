@@ -28,7 +28,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from trainlint._record import Record
-from trainlint.analysis.arguments import arguments_for
+from trainlint.analysis.arguments import arguments_for, parameter_for
 from trainlint.analysis.escapes import Escapes, escapes
 from trainlint.analysis.model import walk_local, walk_tree
 
@@ -408,16 +408,7 @@ class _Flow:
         target = model.resolve_call(call)
         if target is None:
             return Fate.ESCAPES  # cross-file calls: the project index will resolve these
-        params = [a.arg for a in (*target.args.posonlyargs, *target.args.args)]
-        if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
-            params = params[1:]
-        name = None
-        for i, a in enumerate(call.args):
-            if a is arg and i < len(params):
-                name = params[i]
-        for kw in call.keywords:
-            if kw.value is arg:
-                name = kw.arg
+        name = parameter_for(model, call, target, arg)
         if name is None:
             return Fate.ESCAPES
         # closures count: ignite's `create_trainer(..., lr_scheduler)` steps it in the nested
