@@ -290,21 +290,27 @@ def arguments_at_callers(
     return out
 
 
-def foreign_fact(model: FileModel, fn: FunctionNode, param: str) -> object | None:
-    """What callers in other files of the project pass for ``fn``'s parameter ``param``,
-    as the project view records it (a role fact or a project class instance, agreed by
-    every such call); None without a view, for a nested function or when they do not
-    agree."""
+def foreign_facts(model: FileModel, fn: FunctionNode) -> dict[str, object]:
+    """What callers in other files of the project pass for ``fn``'s parameters, as the
+    project view records it: parameter (or ``kwargs["key"]``) -> a role fact or a project
+    class instance that every such call agrees on. Empty without a view and for a
+    function nested in another (no other file can call it by name)."""
     view = getattr(model, "project", None)
     if not view:
-        return None
+        return {}
     cls = model.class_of(fn)
     if cls is not None:
         if model.scope_of(cls) is not model.tree:
-            return None
+            return {}
         key = f"{cls.name}.{fn.name}"
     elif model.scope_of(fn) is model.tree:
         key = fn.name
     else:
-        return None
-    return view.get("params", {}).get(key, {}).get(param)
+        return {}
+    found: dict[str, object] = view.get("params", {}).get(key, {})
+    return found
+
+
+def foreign_fact(model: FileModel, fn: FunctionNode, param: str) -> object | None:
+    """:func:`foreign_facts` for one parameter; None when the view knows nothing."""
+    return foreign_facts(model, fn).get(param)
