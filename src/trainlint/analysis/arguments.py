@@ -26,7 +26,7 @@ Rules and meaning-layer analyses ask here instead of mapping call arguments them
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainlint.analysis.model import keyword, walk_local
 
@@ -290,7 +290,7 @@ def arguments_at_callers(
     return out
 
 
-def foreign_facts(model: FileModel, fn: FunctionNode) -> dict[str, object]:
+def foreign_facts(model: FileModel, fn: FunctionNode) -> dict[str, Any]:
     """What callers in other files of the project pass for ``fn``'s parameters, as the
     project view records it: parameter (or ``kwargs["key"]``) -> a role fact or a project
     class instance that every such call agrees on. Empty without a view and for a
@@ -307,10 +307,10 @@ def foreign_facts(model: FileModel, fn: FunctionNode) -> dict[str, object]:
         key = fn.name
     else:
         return {}
-    found: dict[str, object] = view.get("params", {}).get(key, {})
+    found: dict[str, Any] = view.get("params", {}).get(key, {})
     return found
 
 
-def foreign_fact(model: FileModel, fn: FunctionNode, param: str) -> object | None:
+def foreign_fact(model: FileModel, fn: FunctionNode, param: str) -> Any:
     """:func:`foreign_facts` for one parameter; None when the view knows nothing."""
     return foreign_facts(model, fn).get(param)
