@@ -11,7 +11,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from trainlint._record import Record
-from trainlint.analysis.arguments import argument_at
+from trainlint.analysis.arguments import arguments_at_callers
 from trainlint.analysis.arguments import parameter_names as parameters
 from trainlint.analysis.assignments import single_assignments
 from trainlint.analysis.model import call_name, dotted
@@ -124,13 +124,12 @@ def _is_parameter(fn: ast.AST, name: str) -> bool:
 def _from_callers(model: FileModel, name: ast.Name, depth: int) -> Item | None:
     """A parameter every same-file call site fills with the same kind of object."""
     fn = model.scope_of(name)
-    if not _is_parameter(fn, name.id):
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
-    sites = model.call_sites.get(id(fn), [])
+    passed = arguments_at_callers(model, fn, name.id)
     found: Item | None = None
-    for call in sites:
-        arg = argument_at(model, call, fn, name.id)  # type: ignore[arg-type]
-        item = _item(model, arg, depth + 1) if arg is not None else None
+    for arg in passed or ():
+        item = _item(model, arg, depth + 1)
         if item is None or (found is not None and item.kind != found.kind):
             return None
         found = item
