@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from trainlint.analysis.arguments import foreign_fact
+from trainlint.analysis.arguments import foreign_fact, parameter_names
 from trainlint.analysis.hooks import ANSWERS
 from trainlint.analysis.model import dotted, walk_local
 from trainlint.analysis.project_summary import (
@@ -166,8 +166,7 @@ def _root_fact(model: FileModel, name: ast.Name, view: dict, depth: int) -> Fact
     if fn is None:
         return None
     stores = _stores(model, fn).get(name.id, [])
-    a = fn.args
-    if any(x.arg == name.id for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)):
+    if name.id in parameter_names(fn):
         if stores:
             return None  # rebound in the function
         cls = model.class_of(fn)
