@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 
 from trainlint._record import Record
-from trainlint.analysis.arguments import arguments_at_callers
+from trainlint.analysis.arguments import arguments_at_callers, bind, default_of, positional_names
 from trainlint.analysis.constants import (
     NONNEG,
     POS,
@@ -198,21 +198,16 @@ class _Run(ConstantEvaluator):
         fn = self.methods[call.func.attr]  # type: ignore[attr-defined]
         if self.depth >= MAX_DEPTH or any(isinstance(a, ast.Starred) for a in call.args):
             return {}
-        a = fn.args
-        positional = [p.arg for p in (*a.posonlyargs, *a.args)][1:]
+        positional = positional_names(fn)[1:]
         local = {k: v for k, v in env.items() if k.startswith("self.")}
-        defaults = dict(
-            zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=True)
-        )
         for name in positional:
-            local[name] = self.expr(defaults[name], {}) if name in defaults else _UNKNOWN
-            if name in defaults and local[name] is None:
-                local[name] = _default_object(defaults[name])
-        for name, arg in zip(positional, call.args, strict=False):
-            local[name] = self.expr(arg, env)
-        for k in call.keywords:
-            if k.arg in positional:
-                local[k.arg] = self.expr(k.value, env)
+            default = default_of(fn, name)
+            local[name] = self.expr(default, {}) if default is not None else _UNKNOWN
+            if default is not None and local[name] is None:
+                local[name] = _default_object(default)
+        for name, arg in bind(fn, call.args, call.keywords, 1):
+            if name in positional:
+                local[name] = self.expr(arg, env)
         outer, self.taken = self.taken, {}
         self.depth += 1
         try:
