@@ -222,3 +222,21 @@ def test_parameter_for_and_inherited_init() -> None:
     call = m.tree.body[-1].value  # type: ignore[attr-defined]
     assert parameter_for(m, call, init, call.args[0]) == "loader"
     assert parameter_for(m, call, init, call.keywords[0].value) == "epochs"
+
+
+def test_a_local_of_the_same_name_is_not_the_function() -> None:
+    m = build(
+        """
+        def train(net):
+            pass
+
+        def data():
+            train = load()
+            return train
+
+        train(Net())
+        """
+    )
+    fn = fn_named(m, "train")
+    assert not escapes_as_value(m, fn)
+    assert texts(arguments_at_callers(m, fn, "net")) == ["Net()"]

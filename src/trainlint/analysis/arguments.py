@@ -209,29 +209,64 @@ def rebinds(fn: ast.AST, name: str) -> bool:
     )
 
 
-def _value_names(model: FileModel) -> tuple[frozenset[str], frozenset[str]]:
-    """Names and attribute names the file reads other than as a call's callee."""
-    names: set[str] = set()
-    attrs: set[str] = set()
-    for node in ast.walk(model.tree):
-        if not isinstance(node, (ast.Name, ast.Attribute)) or not isinstance(node.ctx, ast.Load):
-            continue
-        parent = model.parent_of(node)
-        if isinstance(parent, ast.Call) and parent.func is node:
-            continue
-        if isinstance(node, ast.Name):
-            names.add(node.id)
-        else:
-            attrs.add(node.attr)
-    return frozenset(names), frozenset(attrs)
+class _ValueReads:
+    """The names and attribute names a file reads other than as a call's callee, each
+    name with the nodes that read it (a read shadowed by a local binding of the same name
+    in a function around it is another object, not the function)."""
+
+    def __init__(self, model: FileModel) -> None:
+        self.model = model
+        self.names: dict[str, list[ast.Name]] = {}
+        self.attrs: set[str] = set()
+        self._bound: dict[int, set[str]] = {}
+        for node in ast.walk(model.tree):
+            if not isinstance(node, (ast.Name, ast.Attribute)) or not isinstance(node.ctx, ast.Load):
+                continue
+            parent = model.parent_of(node)
+            if isinstance(parent, ast.Call) and parent.func is node:
+                continue
+            if isinstance(node, ast.Name):
+                self.names.setdefault(node.id, []).append(node)
+            else:
+                self.attrs.add(node.attr)
+
+    def bound_in(self, scope: ast.AST) -> set[str]:
+        found = self._bound.get(id(scope))
+        if found is None:
+            found = set(parameter_names(scope))
+            for n in walk_local(scope):
+                if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+                    found.add(n.id)
+                elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    found.add(n.name)
+                elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                    found.update((a.asname or a.name).split(".")[0] for a in n.names)
+            self._bound[id(scope)] = found
+        return found
+
+    def reads_function(self, fn: FunctionNode) -> bool:
+        home = self.model.scope_of(fn)
+        for node in self.names.get(fn.name, ()):
+            for scope in self.model.scope_chain(node):
+                if scope is home or scope is self.model.tree:
+                    return True  # no function between binds the name: the read is `fn`
+                if isinstance(scope, ast.ClassDef):
+                    continue  # class bodies do not scope the functions inside them
+                if fn.name in self.bound_in(scope):
+                    break  # a local of the same name: another object
+        return False
 
 
 def escapes_as_value(model: FileModel, fn: FunctionNode) -> bool:
     """Is ``fn`` named anywhere in its file other than as the callee of a call (handed to
     ``map``, stored, returned, passed as a callback, a decorator)? Then calls this file
-    cannot see may fill its parameters. Judged by name: any such read counts."""
-    names, attrs = model.memo(_value_names, _value_names)
-    return fn.name in (attrs if model.class_of(fn) is not None else names)
+    cannot see may fill its parameters. A method is judged by its attribute name (any
+    ``x.name`` read counts); a function by the reads of its name that are not shadowed
+    by a local of the same name."""
+    reads = model.memo(_ValueReads, _ValueReads)
+    if model.class_of(fn) is not None:
+        return fn.name in reads.attrs
+    return reads.reads_function(fn)
 
 
 def _splat_may_hold(model: FileModel, call: ast.Call, fn: FunctionNode, param: str) -> bool:
