@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator, Sequence
 
+from trainlint.analysis.arguments import parameter_for
 from trainlint.analysis.assignments import single_value
 from trainlint.analysis.flow import CUT_METHODS, Taint, defined_from, grad_enabled_at
 from trainlint.analysis.hooks import ANSWERS
@@ -603,17 +604,14 @@ def backpropagated_by_helper(model: FileModel, value: ast.AST) -> bool:
             value.col_offset,
         ):
             continue
-        for i, arg in enumerate(call.args):
+        for arg in call.args:
             if not (isinstance(arg, ast.Name) and arg.id == value.id):
                 continue
             there = model.flow.definition(arg.id, arg)
             helper = model.resolve_call(call)
             if there is None or there[0] is not here[0] or helper is None:
                 continue
-            positional = [a.arg for a in (*helper.args.posonlyargs, *helper.args.args)]
-            if positional[:1] == ["self"] and isinstance(call.func, ast.Attribute):
-                positional = positional[1:]
-            if i < len(positional) and positional[i] in _backpropagated_names(model, helper):
+            if parameter_for(model, call, helper, arg) in _backpropagated_names(model, helper):
                 return True
     return False
 

@@ -15,10 +15,18 @@ import ast
 from collections.abc import Callable
 
 from trainlint._record import Record
+from trainlint.analysis.arguments import (
+    arguments_for,
+    parameter_names,
+    passed_at,
+    passed_for,
+    positional_names,
+    rebinds,
+)
 from trainlint.analysis.dominance import dominates
 from trainlint.analysis.flow import is_parameter, iterated_from, unpacked_from
 from trainlint.analysis.hooks import ANSWERS
-from trainlint.analysis.model import FileModel, keyword, walk_local
+from trainlint.analysis.model import FileModel, walk_local
 from trainlint.analysis.roles import Role, is_module_class
 
 # Methods that keep a tensor's values (reshaping, casting, selecting): probabilities stay
@@ -229,20 +237,9 @@ def _parameter_at_callers(model: FileModel, func: ast.expr) -> object | None:
     fn = model.function_of(func)
     if fn is None or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
-    a = fn.args
-    if func.id not in {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)}:
-        return None
-    for node in walk_local(fn):
-        if isinstance(node, ast.Name) and node.id == func.id and not isinstance(node.ctx, ast.Load):
-            return None  # rebound somewhere in the function: the callers' object may be gone
+    if func.id not in parameter_names(fn) or rebinds(fn, func.id):
+        return None  # rebound somewhere in the function: the callers' object may be gone
     return ANSWERS.foreign_binding(model, func)
-
-
-def _rebound(fn: ast.AST, name: str) -> bool:
-    return any(
-        isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)
-        for n in walk_local(fn)
-    )
 
 
 def _from_callers(
@@ -257,26 +254,12 @@ def _from_callers(
         not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
         or fn.name in ("forward", "__call__")
         or id(fn) in seen
-        or _rebound(fn, name.id)
+        or rebinds(fn, name.id)
     ):
         return []
-    a = fn.args
-    positional = [x.arg for x in (*a.posonlyargs, *a.args)]
     found: list[ast.AST] = []
-    for call in model.calls.get(fn.name, ()):
-        if model.resolve_call(call) is not fn:
-            continue
-        params = positional
-        if isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"]):
-            params = params[1:]  # `self.aux_loss(pred, y)`
-        arg: ast.AST | None = keyword(call, name.id)
-        if arg is None and name.id in params:
-            i = params.index(name.id)
-            before = call.args[: i + 1]
-            if len(call.args) > i and not any(isinstance(x, ast.Starred) for x in before):
-                arg = call.args[i]
-        if arg is not None:
-            found.extend(_sources(model, arg, layer, depth, seen | {id(fn)}))
+    for _call, arg in arguments_for(model, fn, name.id):
+        found.extend(_sources(model, arg, layer, depth, seen | {id(fn)}))
     return found
 
 
@@ -350,7 +333,7 @@ def _applied(
         elif element is None and binding.qualname == "torch.nn.Sequential":
             return _last_layer(model, binding.call, layer, d, classes)
         elif element is None and call is not None and _applies_at(model, binding) is not None:
-            passed = _argument(call, *_applies_at(model, binding))  # type: ignore[misc]
+            passed = passed_at(call, *_applies_at(model, binding))  # type: ignore[misc]
             return _applied(model, passed, None, layer, d, classes) if passed is not None else []
         else:
             ctor = binding.call
@@ -488,15 +471,6 @@ def _applies_at(model: FileModel, binding: object) -> tuple[int, str] | None:
     return (found[0], found[1]) if found else None
 
 
-def _argument(call: ast.Call, index: int, name: str) -> ast.expr | None:
-    """What ``call`` passes for the parameter ``name`` at ``index`` (after ``self``)."""
-    arg = keyword(call, name)
-    if arg is None and len(call.args) > index:
-        if not any(isinstance(x, ast.Starred) for x in call.args[: index + 1]):
-            arg = call.args[index]
-    return arg
-
-
 def _passed_module(
     model: FileModel, forward: ast.FunctionDef, value: ast.AST, call: ast.Call | None
 ) -> ast.expr | None:
@@ -526,13 +500,6 @@ def _passed_module(
         return None
     name = value.func.id
     found = model.flow.definition(name, value)
-    if found is None or not is_parameter(found[1]) or _rebound(forward, name):
+    if found is None or not is_parameter(found[1]) or rebinds(forward, name):
         return None
-    a = forward.args
-    positional = [x.arg for x in (*a.posonlyargs, *a.args)][1:]  # less `self`
-    arg = keyword(call, name)
-    if arg is None and name in positional:
-        i = positional.index(name)
-        if len(call.args) > i and not any(isinstance(x, ast.Starred) for x in call.args[: i + 1]):
-            arg = call.args[i]
-    return arg
+    return passed_for(call, positional_names(forward)[1:], name)  # (less `self`)

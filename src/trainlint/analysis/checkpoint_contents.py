@@ -11,8 +11,10 @@ import ast
 from typing import TYPE_CHECKING
 
 from trainlint._record import Record
+from trainlint.analysis.arguments import arguments_at_callers
+from trainlint.analysis.arguments import parameter_names as parameters
 from trainlint.analysis.assignments import single_assignments
-from trainlint.analysis.model import call_name, dotted, keyword
+from trainlint.analysis.model import call_name, dotted
 from trainlint.analysis.roles import Role
 
 if TYPE_CHECKING:
@@ -119,37 +121,15 @@ def _is_parameter(fn: ast.AST, name: str) -> bool:
     return name in parameters(fn)
 
 
-def parameters(fn: ast.AST) -> list[str]:
-    a = getattr(fn, "args", None)
-    if not isinstance(a, ast.arguments):
-        return []
-    return [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
-
-
-def _argument(call: ast.Call, fn: ast.AST, name: str) -> ast.expr | None:
-    """What ``call`` passes to the parameter ``name`` of ``fn``."""
-    found = keyword(call, name)
-    if found is not None:
-        return found
-    params = parameters(fn)
-    if params[:1] in (["self"], ["cls"]) and isinstance(call.func, ast.Attribute):
-        params = params[1:]
-    i = params.index(name) if name in params else -1
-    if 0 <= i < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: i + 1]):
-        return call.args[i]
-    return None
-
-
 def _from_callers(model: FileModel, name: ast.Name, depth: int) -> Item | None:
     """A parameter every same-file call site fills with the same kind of object."""
     fn = model.scope_of(name)
-    if not _is_parameter(fn, name.id):
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
-    sites = model.call_sites.get(id(fn), [])
+    passed = arguments_at_callers(model, fn, name.id)
     found: Item | None = None
-    for call in sites:
-        arg = _argument(call, fn, name.id)
-        item = _item(model, arg, depth + 1) if arg is not None else None
+    for arg in passed or ():
+        item = _item(model, arg, depth + 1)
         if item is None or (found is not None and item.kind != found.kind):
             return None
         found = item

@@ -36,6 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainlint.analysis.arguments import parameter_names as parameters
 from trainlint.analysis.checkpoint_contents import (
     MAX_DEPTH,
     MODULE_METHODS,
@@ -46,7 +47,6 @@ from trainlint.analysis.checkpoint_contents import (
     Load,
     Save,
     content,
-    parameters,
     short_text,
     value_of,
 )

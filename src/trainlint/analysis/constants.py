@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import math
 
+from trainlint.analysis.arguments import default_of, parameter_names, positional_names
 from trainlint.analysis.model import FileModel, call_name, dotted, keyword
 from trainlint.analysis.settings import POSITIVE as POSITIVE_SETTING
 
@@ -150,19 +151,8 @@ class ConstantEvaluator:
         scopes.append(self.model.tree)
         for scope in scopes:
             if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                a = scope.args
-                positional = [*a.posonlyargs, *a.args]
-                defaults: dict[str, ast.expr | None] = dict.fromkeys(
-                    x.arg for x in [*positional, *a.kwonlyargs]
-                )
-                for arg, default in zip(
-                    positional[len(positional) - len(a.defaults) :], a.defaults, strict=True
-                ):
-                    defaults[arg.arg] = default
-                for arg, kw_default in zip(a.kwonlyargs, a.kw_defaults, strict=True):
-                    defaults[arg.arg] = kw_default
-                if node.id in defaults:
-                    given = defaults[node.id]
+                if node.id in parameter_names(scope):
+                    given = default_of(scope, node.id)
                     value = self.expr(given, {}) if isinstance(given, ast.Constant) else None
                     return value if is_number(value) else NONNEG
             values = [
@@ -349,14 +339,10 @@ def literal_value(model: FileModel, node: ast.AST) -> object:
     if not isinstance(node, ast.Name):
         return None
     fn = model.function_of(node)
-    if fn is not None:
-        a = fn.args
-        positional = [*a.posonlyargs, *a.args]
-        for arg, default in zip(
-            positional[len(positional) - len(a.defaults) :], a.defaults, strict=True
-        ):
-            if arg.arg == node.id:
-                return literal_value(model, default)
+    if fn is not None and node.id in positional_names(fn):
+        default = default_of(fn, node.id)
+        if default is not None:
+            return literal_value(model, default)
     found = model.flow.definition(node.id, node)
     if found is not None and isinstance(found[1], (ast.Constant, ast.Tuple, ast.List)):
         return literal_value(model, found[1])

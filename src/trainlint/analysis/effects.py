@@ -26,6 +26,7 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
+from trainlint.analysis.arguments import parameter_names, passed_for
 from trainlint.analysis.assignments import single_assignments
 from trainlint.analysis.hooks import ANSWERS
 from trainlint.analysis.model import dotted, walk_local
@@ -66,7 +67,7 @@ def effects_of(
         return None  # (a function whose events are in same-file helpers or other files is
         # followed when its name says it may run a step: `fit`, `run_epoch`, `evaluate`)
     steps = model.steps  # (not before: most functions stop above, without the roles)
-    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
+    params = parameter_names(fn)
     method = model.class_of(fn) is not None and bool(params) and params[0] == "self"
     if method:
         params = params[1:]
@@ -432,12 +433,7 @@ def map_target(
 
 def argument(entry: dict[str, Any], call: ast.Call, name: str) -> ast.expr | None:
     """The expression ``call`` passes for the parameter ``name`` of the view's function."""
-    params = entry.get("params", [])
-    if name in params:
-        i = params.index(name)
-        if i < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: i + 1]):
-            return call.args[i]
-    return next((k.value for k in call.keywords if k.arg == name), None)
+    return passed_for(call, entry.get("params", []), name)
 
 
 def describe_call(model: FileModel, call: ast.Call) -> list[str] | None:

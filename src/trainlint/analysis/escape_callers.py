@@ -27,6 +27,7 @@ import ast
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from trainlint.analysis.arguments import argument_at, call_sites, parameter_names
 from trainlint.analysis.escapes import escapes
 from trainlint.analysis.model import dotted, walk_local
 from trainlint.analysis.project_modules import absolute
@@ -49,14 +50,9 @@ def _end(node: ast.AST) -> tuple[int, int]:
     return (getattr(node, "end_lineno", 0) or 0, getattr(node, "end_col_offset", 0) or 0)
 
 
-def _params(fn: FunctionNode) -> list[str]:
-    a = fn.args
-    return [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
-
-
 def _slots(model: FileModel, fn: FunctionNode, names: set[str]) -> list[Slot]:
     """``names`` (dotted, in ``fn``'s terms) as what a caller can see of them."""
-    params = _params(fn)
+    params = parameter_names(fn)
     method = model.class_of(fn) is not None and params[:1] == ["self"]
     out: list[Slot] = []
     for name in sorted(names):
@@ -78,41 +74,12 @@ def _value_of(model: FileModel, recv: ast.expr) -> ast.AST | None:
     return recv
 
 
-def _instance_of(model: FileModel, recv: ast.expr) -> ast.ClassDef | None:
-    """The same-file class ``recv`` (``trainer`` assigned ``Trainer(...)``, or
-    ``Trainer(...)`` itself) is an instance of."""
-    value = _value_of(model, recv)
-    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
-        return model.class_named(value.func.id)
-    return None
-
-
-def _same_file_sites(esc: Escapes, fn: FunctionNode) -> list[ast.Call]:
-    """Calls of ``fn`` in its own file: by name, as ``self.method(...)``, and as
-    ``obj.method(...)`` on an instance of its class (or a subclass defined here)."""
-    model = esc.model
-    sites = list(model.call_sites.get(id(fn), ()))
-    cls = model.class_of(fn)
-    if cls is None:
-        return sites
-    for call in model.calls.get(fn.name, ()):
-        func = call.func
-        if not isinstance(func, ast.Attribute) or any(s is call for s in sites):
-            continue
-        if isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
-            continue  # (resolved by call_sites when it is this class's method)
-        owner = _instance_of(model, func.value)
-        if owner is not None and model.method_of(owner, fn.name) is fn:
-            sites.append(call)
-    return sites
-
-
 def _caller_names(esc: Escapes, site: ast.Call, fn: FunctionNode, slots: list[Slot]) -> set[str]:
     """The caller's dotted names for ``slots`` at ``site``; empty when one cannot be told."""
     out: set[str] = set()
     for kind, param, rest in slots:
         if kind == "arg":
-            arg = esc.argument_for(site, fn, param)
+            arg = argument_at(esc.model, site, fn, param)
             name = dotted(esc.unwrap(arg)) if arg is not None else None
         else:
             func = site.func
@@ -150,7 +117,7 @@ def used_by_callers(
     if _foreign_reads(model, fn, slots):
         return True
     seen = seen | {id(fn)}
-    for site in _same_file_sites(esc, fn):
+    for site in call_sites(model, fn):
         mapped = _caller_names(esc, site, fn, slots)
         if not mapped or shares_in_scope(model, site) or esc.loaded_back(site, mapped):
             continue

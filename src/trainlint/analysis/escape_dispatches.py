@@ -13,6 +13,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from trainlint._record import Record
+from trainlint.analysis.arguments import foreign_facts
+from trainlint.analysis.arguments import parameter_names as params_of
+from trainlint.analysis.arguments import positional_names as positional_params
 from trainlint.analysis.escape_sites import (
     COMPREHENSIONS,
     GET_CONTEXT,
@@ -22,8 +25,6 @@ from trainlint.analysis.escape_sites import (
     EscapeSites,
     Via,
     literal_str,
-    params_of,
-    positional_params,
     root_name,
 )
 from trainlint.analysis.model import (
@@ -474,8 +475,7 @@ class EscapeDispatches(EscapeSites):
                 )
             if sites or init is None or m.scope_of(cls) is not m.tree:
                 continue
-            view = getattr(m, "project", None) or {}
-            facts = view.get("params", {}).get(f"{cls.name}.__init__", {})
+            facts = foreign_facts(m, init)  # what other files' constructions pass
             shared = tuple(
                 (attr, fact[0] == Role.MODEL.value)
                 for p, fact in sorted(facts.items())

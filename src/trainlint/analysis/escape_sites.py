@@ -14,9 +14,10 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from trainlint._record import Record
+from trainlint.analysis.arguments import bind, is_static
+from trainlint.analysis.arguments import parameter_names as params_of
 from trainlint.analysis.escape_targets import facts_of, foreign_worker
 from trainlint.analysis.model import (
-    FUNCTION_NODES,
     NESTED_SCOPES,
     call_name,
     keyword,
@@ -114,21 +115,6 @@ class Touch(Record, frozen=True):
     @property
     def root(self) -> str:
         return self.name.split(".", 1)[0]
-
-
-def params_of(fn: ast.AST) -> list[str]:
-    if not isinstance(fn, FUNCTION_NODES):
-        return []
-    a = fn.args
-    return [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
-
-
-def positional_params(fn: FunctionNode) -> list[str]:
-    return [x.arg for x in (*fn.args.posonlyargs, *fn.args.args)]
-
-
-def is_static(fn: FunctionNode) -> bool:
-    return any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list)
 
 
 def root_name(node: ast.AST) -> ast.Name | None:
@@ -337,23 +323,8 @@ class EscapeSites:
         return None
 
     # -- argument binding ------------------------------------------------------------------
-    @staticmethod
-    def bind(
-        fn: FunctionNode, args: list[ast.expr], keywords: list[ast.keyword], skip: int = 0
-    ) -> tuple[tuple[str, ast.expr], ...]:
-        """Parameter -> argument, for a call ``fn(*args, **keywords)`` that skips the first
-        ``skip`` positional parameters (``self``, a spawned worker's rank)."""
-        positional = positional_params(fn)[skip:]
-        out: list[tuple[str, ast.expr]] = []
-        for i, arg in enumerate(args):
-            if isinstance(arg, ast.Starred) or i >= len(positional):
-                break
-            out.append((positional[i], arg))
-        named = set(params_of(fn))
-        for kw in keywords:
-            if kw.arg is not None and kw.arg in named:
-                out.append((kw.arg, kw.value))
-        return tuple(out)
+    # (the one parameter -> argument mapping, shared with every other analysis)
+    bind = staticmethod(bind)
 
     def _callable(
         self, expr: ast.expr | None

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING, Any
 
+from trainlint.analysis.arguments import parameter_names
 from trainlint.analysis.flow import grad_enabled_at
 from trainlint.analysis.model import dotted, walk_local
 from trainlint.analysis.steps import Kind
@@ -35,14 +36,9 @@ if TYPE_CHECKING:
 _FACTS = "_trainlint_worker"
 
 
-def _params(fn: FunctionNode) -> list[str]:
-    a = fn.args
-    return [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
-
-
 def worker_facts(esc: Escapes, fn: FunctionNode) -> dict[str, Any] | None:
     """What ``fn`` does to the objects it receives, for its summary; None when nothing."""
-    params = _params(fn)
+    params = parameter_names(fn)
     out: dict[str, Any] = {}
     trained = {t.root for t in esc.trained(fn).values()} & set(params)
     if trained:

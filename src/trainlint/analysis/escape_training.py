@@ -11,6 +11,7 @@ import ast
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from trainlint.analysis.arguments import argument_at
 from trainlint.analysis.escape_dispatches import (
     Dispatch,
     EscapeDispatches,
@@ -20,7 +21,6 @@ from trainlint.analysis.escape_sites import (
     RAY_PUT,
     Touch,
     Via,
-    is_static,
     params_of,
     root_name,
 )
@@ -196,12 +196,7 @@ class EscapeTraining(EscapeDispatches):
 
     def argument_for(self, site: ast.Call, fn: FunctionNode, param: str) -> ast.expr | None:
         """The caller's expression that ``fn``'s parameter ``param`` receives at ``site``."""
-        bound_method = isinstance(site.func, ast.Attribute) and self.model.class_of(fn) is not None
-        skip = 1 if bound_method and not is_static(fn) else 0
-        for name, arg in self.bind(fn, list(site.args), site.keywords, skip):
-            if name == param:
-                return arg
-        return None
+        return argument_at(self.model, site, fn, param)
 
     def trained_params(self, d: Dispatch) -> set[str]:
         """Parameters of the dispatched function whose object the other side trains."""

@@ -18,6 +18,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from trainlint._record import Record
+from trainlint.analysis.arguments import bind, receiver_skip
 from trainlint.analysis.dominance import dominates
 from trainlint.analysis.hooks import ANSWERS
 from trainlint.analysis.model import FUNCTION_NODES, call_name, dotted, walk_local
@@ -557,9 +558,6 @@ class Flow:
             return UNKNOWN
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return UNKNOWN
-        params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
-        if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
-            params = params[1:]
         env: dict[str, Value] = {}
         a = fn.args
         positional = [*a.posonlyargs, *a.args]
@@ -568,11 +566,8 @@ class Flow:
         ):
             if isinstance(default, ast.Constant):
                 env[arg_node.arg] = DATA
-        for pname, arg in zip(params, call.args, strict=False):
+        for pname, arg in bind(fn, call.args, call.keywords, receiver_skip(self.model, call, fn)):
             env[pname] = self.value(arg, d)
-        for kw in call.keywords:
-            if kw.arg is not None:
-                env[kw.arg] = self.value(kw.value, d)
         returns = returned or [
             n.value for n in walk_local(fn) if isinstance(n, ast.Return) and n.value
         ]

@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from trainlint.analysis.arguments import argument_at, call_sites, positional_names
 from trainlint.analysis.model import FileModel, call_name, dotted, walk_tree
 from trainlint.analysis.steps import Kind
 
@@ -174,20 +175,14 @@ def divided_by_callers(
         fn, (ast.FunctionDef, ast.AsyncFunctionDef)
     ):
         return False
-    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
-    if value.id not in params:
+    if value.id not in positional_names(fn):
         return False
-    sites = model.call_sites.get(id(fn), [])
+    sites = call_sites(model, fn, instances=False)
     if not sites:
         return False
-    index = params.index(value.id)
-    if isinstance(sites[0].func, ast.Attribute) and model.class_of(fn) is not None:
-        index -= 1  # `self.backward_step(loss)`: the instance fills the first parameter
     dumps = {ast.dump(d) for d in divisors}
     for site in sites:
-        arg = next((k.value for k in site.keywords if k.arg == value.id), None)
-        if arg is None and 0 <= index < len(site.args):
-            arg = site.args[index]
+        arg = argument_at(model, site, fn, value.id)
         if arg is None or not (
             _divides(model, site, arg, dumps)
             or (depth > 0 and divided_by_callers(model, site, arg, divisors, depth - 1))

@@ -35,6 +35,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     "values": (
         "assignments",
+        "arguments",
         "call_keywords",
         "constants",
         "settings",

@@ -11,10 +11,15 @@ import ast
 import re
 from collections.abc import Iterable, Iterator
 
+from trainlint.analysis.arguments import (
+    arguments_for,
+    default_of,
+    parameter_for,
+    parameter_names,
+)
 from trainlint.analysis.data_parallel import HANDED_OVER
 from trainlint.analysis.devices import device_copy
 from trainlint.analysis.dominance import dominates
-from trainlint.analysis.escapes import escapes, params_of
 from trainlint.analysis.model import FileModel, call_name, is_true, keyword
 from trainlint.analysis.objects import Obj, objects
 from trainlint.analysis.roles import Binding, Key, Role
@@ -132,17 +137,11 @@ def _parameter(model: FileModel, site: ast.Call, arg: ast.AST) -> set[Key]:
     """The key of the parameter of a same-file function or class that ``site`` fills
     with ``arg``."""
     fn = model.resolve_call(site)
-    skip = 1 if fn is not None and isinstance(site.func, ast.Attribute) and model.class_of(fn) else 0
     if fn is None and isinstance(site.func, ast.Name):
         cls = model.class_named(site.func.id)
         fn = model.method_of(cls, "__init__") if cls is not None else None
-        skip = 1
-    if fn is None:
-        return set()
-    for name, given in escapes(model).bind(fn, list(site.args), site.keywords, skip):
-        if given is arg:
-            return {("name", id(fn), name)}
-    return set()
+    name = parameter_for(model, site, fn, arg) if fn is not None else None
+    return {("name", id(fn), name)} if name is not None else set()
 
 
 def refers(model: FileModel, expr: ast.AST, keys: set[Key], calls: list[ast.Call]) -> bool:
@@ -209,7 +208,6 @@ class _LoopIterables:
         training = steps.step_loop_ids
         if epoch_loops:
             training = training | {id(e) for e in steps.epoch_loops}
-        esc = escapes(model)
         self._key_of = model.roles.key
         self.direct: dict[object, list[tuple[int, ast.For | ast.AsyncFor]]] = {}
         self.passed: dict[object, list[tuple[int, ast.For | ast.AsyncFor, ast.Call]]] = {}
@@ -227,13 +225,11 @@ class _LoopIterables:
             fn = model.function_of(loop)
             if fn is None:
                 continue
-            params = set(params_of(fn))
+            params = set(parameter_names(fn))
             for n in refs:
                 if isinstance(n, ast.Name) and n.id in params:
-                    for site in model.call_sites.get(id(fn), ()):
-                        arg = esc.argument_for(site, fn, n.id)
-                        if arg is not None:
-                            self._add(self.passed, arg, (order, loop, site))
+                    for site, arg in arguments_for(model, fn, n.id):
+                        self._add(self.passed, arg, (order, loop, site))
 
     def _add(self, table: dict[object, list], expr: ast.AST, entry: tuple) -> None:  # type: ignore[type-arg]
         if isinstance(expr, ast.Call):
@@ -544,13 +540,7 @@ def true_by_default(model: FileModel, expr: ast.AST | None) -> bool:
         return False
     if any(stmt is not fn for stmt, _ in model.flow.definitions_before(name.id, expr)):
         return False  # rebound in the function: not the parameter's value
-    args = fn.args
-    positional = [*args.posonlyargs, *args.args]
-    defaults: dict[str, ast.expr | None] = dict(
-        zip([a.arg for a in positional[len(positional) - len(args.defaults) :]], args.defaults, strict=True)
-    )
-    defaults.update((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True))
-    default = defaults.get(name.id)
+    default = default_of(fn, name.id)
     return isinstance(default, ast.Constant) and default.value in (False, None)
 
 

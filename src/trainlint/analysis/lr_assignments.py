@@ -11,10 +11,10 @@ from __future__ import annotations
 import ast
 
 from trainlint._record import Record
+from trainlint.analysis.arguments import arguments_for
+from trainlint.analysis.arguments import parameter_names as params_of
 from trainlint.analysis.constants import ConstantEvaluator, is_number
-from trainlint.analysis.escapes import params_of
 from trainlint.analysis.model import FUNCTION_NODES, FileModel, call_name, keyword, walk_tree
-from trainlint.analysis.objects import objects
 
 _UNKNOWN = None
 
@@ -99,14 +99,8 @@ def lr_writes(model: FileModel) -> list[LrWrite]:
         if index is None:
             continue
         name = params_of(fn)[index]
-        offset = 1 if model.class_of(fn) is not None else 0
-        for site in model.call_sites.get(id(fn), ()):
-            arg = keyword(site, name)
-            pos = index - (offset if isinstance(site.func, ast.Attribute) else 0)
-            if arg is None and 0 <= pos < len(site.args):
-                arg = site.args[pos]
-            if arg is not None and not isinstance(arg, ast.Starred):
-                out.append(LrWrite(site, arg))
+        for site, arg in arguments_for(model, fn, name):
+            out.append(LrWrite(site, arg))
     return out
 
 
@@ -403,7 +397,7 @@ def _entry_inits(model: FileModel, loop: ast.AST) -> dict[str, object]:
     sites = model.call_sites.get(id(fn), ())
     out: dict[str, object] = {}
     for param in params_of(fn):
-        found = objects(model).arguments_for(fn, param)
+        found = arguments_for(model, fn, param)
         if not found or len(found) != len(sites):
             continue
         agreed: dict[str, object] | None = None

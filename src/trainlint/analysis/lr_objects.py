@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 
 from trainlint._record import Record
+from trainlint.analysis.arguments import arguments_at_callers, bind, default_of, positional_names
 from trainlint.analysis.constants import (
     NONNEG,
     POS,
@@ -112,19 +113,12 @@ def _parameters(model: FileModel, cls: ast.ClassDef, init: ast.FunctionDef) -> d
         (p.arg, d) for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None
     )
     project = ((model.project or {}).get("arguments") or {}).get(cls.name, {})
-    sites = model.calls.get(cls.name, ())
     for i, name in enumerate(names):
-        values: list[object] = []
-        for site in sites:
-            arg = next((k.value for k in site.keywords if k.arg == name), None)
-            if arg is None and i < len(positional) and i < len(site.args):
-                arg = site.args[i]
-            if arg is None and name in defaults and not _splats(site):
-                arg = defaults[name]  # this site leaves it at its default
-            if arg is None or _splats(site):
-                values.append(_UNKNOWN)
-            else:
-                values.append(ev.expr(arg, {}))
+        # what this file's constructions pass (their default where they leave it out)
+        passed = arguments_at_callers(model, init, name)
+        values: list[object] = (
+            [_UNKNOWN] if passed is None else [ev.expr(arg, {}) for arg in passed]
+        )
         given = project.get(name, project.get(str(i)) if i < len(positional) else None)
         if given is not None:
             values.append(given)
@@ -138,12 +132,6 @@ def _parameters(model: FileModel, cls: ast.ClassDef, init: ast.FunctionDef) -> d
         else:
             env[name] = NONNEG
     return env
-
-
-def _splats(call: ast.Call) -> bool:
-    return any(isinstance(a, ast.Starred) for a in call.args) or any(
-        k.arg is None for k in call.keywords
-    )
 
 
 def _default_object(node: ast.AST) -> object:
@@ -210,21 +198,16 @@ class _Run(ConstantEvaluator):
         fn = self.methods[call.func.attr]  # type: ignore[attr-defined]
         if self.depth >= MAX_DEPTH or any(isinstance(a, ast.Starred) for a in call.args):
             return {}
-        a = fn.args
-        positional = [p.arg for p in (*a.posonlyargs, *a.args)][1:]
+        positional = positional_names(fn)[1:]
         local = {k: v for k, v in env.items() if k.startswith("self.")}
-        defaults = dict(
-            zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=True)
-        )
         for name in positional:
-            local[name] = self.expr(defaults[name], {}) if name in defaults else _UNKNOWN
-            if name in defaults and local[name] is None:
-                local[name] = _default_object(defaults[name])
-        for name, arg in zip(positional, call.args, strict=False):
-            local[name] = self.expr(arg, env)
-        for k in call.keywords:
-            if k.arg in positional:
-                local[k.arg] = self.expr(k.value, env)
+            default = default_of(fn, name)
+            local[name] = self.expr(default, {}) if default is not None else _UNKNOWN
+            if default is not None and local[name] is None:
+                local[name] = _default_object(default)
+        for name, arg in bind(fn, call.args, call.keywords, 1):
+            if name in positional:
+                local[name] = self.expr(arg, env)
         outer, self.taken = self.taken, {}
         self.depth += 1
         try:

@@ -6,6 +6,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from trainlint.analysis.arguments import argument_at, call_sites, parameter_names, positional_names
 from trainlint.analysis.model import (
     NESTED_SCOPES,
     FileModel,
@@ -86,26 +87,14 @@ def resolve_through_calls(
         if fn is None:
             return target
         root, _, rest = target.partition(".")
-        params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+        params = positional_names(fn)
         if params and params[0] in ("self", "cls") and isinstance(site.func, ast.Attribute):
             if root == params[0]:
                 recv = dotted(site.func.value)
                 target = None if recv is None else recv + ("." + rest if rest else "")
                 continue
-            params = params[1:]
-        arg: ast.AST | None = None
-        if root in params:
-            idx = params.index(root)
-            if idx < len(site.args) and not any(
-                isinstance(a, ast.Starred) for a in site.args[: idx + 1]
-            ):
-                arg = site.args[idx]
-            else:
-                arg = next((k.value for k in site.keywords if k.arg == root), None)
-            if arg is None:
-                return None
-        elif root in {a.arg for a in fn.args.kwonlyargs}:
-            arg = next((k.value for k in site.keywords if k.arg == root), None)
+        if root in parameter_names(fn):
+            arg = argument_at(model, site, fn, root)
             if arg is None:
                 return None
         else:
@@ -428,26 +417,20 @@ def _through_call_sites(
     optimizer (``def make(module): return SGD(module.parameters())``) stands for every
     argument passed for it in this file; None when one cannot be told."""
     fn = model.function_of(call)
-    params: list[str] = []
-    if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
-        if params and params[0] in ("self", "cls"):
-            params = params[1:]
+    params = parameter_names(fn) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
     out: list[str] = []
     for name in found:
         if name is None:
             return None
         root, _, rest = name.partition(".")
-        if root not in params or fn is None:
+        if root not in params or root in ("self", "cls") or fn is None:
             out.append(name)
             continue
-        sites = model.call_sites.get(id(fn), [])
+        sites = call_sites(model, fn, instances=False)
         if not sites:
             return None
-        idx = params.index(root)
         for site in sites:
-            arg = site.args[idx] if idx < len(site.args) else None
-            arg = arg or next((k.value for k in site.keywords if k.arg == root), None)
+            arg = argument_at(model, site, fn, root)
             base = dotted(arg) if arg is not None else None
             if base is None:
                 return None

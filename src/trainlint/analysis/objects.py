@@ -28,6 +28,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from trainlint._record import Record
+from trainlint.analysis.arguments import arguments_for, parameter_for
 from trainlint.analysis.escapes import Escapes, escapes
 from trainlint.analysis.model import walk_local, walk_tree
 
@@ -229,14 +230,8 @@ class Objects:
     # -- passes ----------------------------------------------------------------------------
     def arguments_for(self, fn: FunctionNode, param: str) -> list[tuple[ast.Call, ast.expr]]:
         """(call site, caller expression) for each same-file call of ``fn`` that passes
-        its parameter ``param``."""
-        esc = self.escape_analysis
-        out = []
-        for site in self.model.call_sites.get(id(fn), ()):
-            arg = esc.argument_for(site, fn, param)
-            if arg is not None:
-                out.append((site, arg))
-        return out
+        its parameter ``param`` (asked of :func:`analysis.arguments.arguments_for`)."""
+        return arguments_for(self.model, fn, param)
 
     # -- where a value flows -----------------------------------------------------------------
     def fate(self, expr: ast.AST, method: str) -> Fate:
@@ -413,16 +408,7 @@ class _Flow:
         target = model.resolve_call(call)
         if target is None:
             return Fate.ESCAPES  # cross-file calls: the project index will resolve these
-        params = [a.arg for a in (*target.args.posonlyargs, *target.args.args)]
-        if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
-            params = params[1:]
-        name = None
-        for i, a in enumerate(call.args):
-            if a is arg and i < len(params):
-                name = params[i]
-        for kw in call.keywords:
-            if kw.value is arg:
-                name = kw.arg
+        name = parameter_for(model, call, target, arg)
         if name is None:
             return Fate.ESCAPES
         # closures count: ignite's `create_trainer(..., lr_scheduler)` steps it in the nested

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from trainlint.analysis.arguments import foreign_fact, parameter_names
 from trainlint.analysis.hooks import ANSWERS
 from trainlint.analysis.model import dotted, walk_local
 from trainlint.analysis.project_summary import (
@@ -125,13 +126,7 @@ def _kwargs_binding(model: FileModel, expr: ast.Subscript | ast.Call) -> Binding
     view = getattr(model, "project", None)
     if fn is None or not view or fn.args.kwarg is None or fn.args.kwarg.arg != base:
         return None
-    cls = model.class_of(fn)
-    if (cls if cls is not None else fn) is not None and model.scope_of(
-        cls if cls is not None else fn
-    ) is not model.tree:
-        return None
-    fn_key = f"{cls.name}.{fn.name}" if cls is not None else fn.name
-    fact = view["params"].get(fn_key, {}).get(f'{base}["{key}"]')
+    fact = foreign_fact(model, fn, f'{base}["{key}"]')  # the summaries key `**kwargs` entries so
     return _binding(fact, expr) if fact is not None else None
 
 
@@ -171,8 +166,7 @@ def _root_fact(model: FileModel, name: ast.Name, view: dict, depth: int) -> Fact
     if fn is None:
         return None
     stores = _stores(model, fn).get(name.id, [])
-    a = fn.args
-    if any(x.arg == name.id for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)):
+    if name.id in parameter_names(fn):
         if stores:
             return None  # rebound in the function
         cls = model.class_of(fn)
@@ -257,18 +251,9 @@ def _parameter_binding(model: FileModel, name: ast.Name) -> Binding | None:
     param = next((x for x in (*a.posonlyargs, *a.args, *a.kwonlyargs) if x.arg == name.id), None)
     if param is None:
         return None
-    view = getattr(model, "project", None)
-    if view:
-        cls = model.class_of(fn)
-        key = f"{cls.name}.{fn.name}" if cls is not None else fn.name
-        if (
-            cls is not None
-            and model.scope_of(cls) is model.tree
-            or (cls is None and model.scope_of(fn) is model.tree)
-        ):
-            fact = view["params"].get(key, {}).get(name.id)
-            if fact is not None:
-                return _binding(fact, param)
+    fact = foreign_fact(model, fn, name.id)  # what callers in other files pass
+    if fact is not None:
+        return _binding(fact, param)
     if param.annotation is not None:
         q = model.qualname(param.annotation)
         role = _ANNOTATION_ROLES.get(q or "")

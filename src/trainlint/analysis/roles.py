@@ -18,6 +18,7 @@ from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 from trainlint._record import Record
+from trainlint.analysis.arguments import argument_at, call_sites, default_of
 from trainlint.analysis.hooks import ANSWERS
 from trainlint.analysis.model import call_name, dotted, walk_local, walk_tree
 from trainlint.analysis.torch_table import (
@@ -275,11 +276,7 @@ class Roles:
         fn = self.model.function_of(name)
         if fn is None or isinstance(fn, ast.Lambda):
             return None
-        a = fn.args
-        positional = [*a.posonlyargs, *a.args]
-        pairs = list(zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=True))
-        pairs += [(x, d) for x, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None]
-        default = next((d for x, d in pairs if x.arg == name.id), None)
+        default = default_of(fn, name.id)
         if not isinstance(default, ast.Call):
             return None
         found = self.classify(default)
@@ -297,25 +294,12 @@ class Roles:
         """What the calls of ``fn`` in this file pass for ``param`` (a class's ``__init__``:
         the calls of the class), where they pass it."""
         m = self.model
-        cls = m.class_of(fn)
-        if cls is not None and fn.name == "__init__":
-            calls = [c for c in m.calls.get(cls.name, ()) if m.class_named(cls.name) is cls]
-        else:
-            calls = [c for c in m.calls.get(fn.name, ()) if m.resolve_call(c) is fn]
-        a = fn.args
-        positional = [x.arg for x in (*a.posonlyargs, *a.args)]
-        if cls is not None and positional[:1] in (["self"], ["cls"]):
-            positional = positional[1:]
         out: list[ast.expr] = []
-        for call in calls:
+        for call in call_sites(m, fn, instances=False, constructions=True):
             # `**options` may hold it: what it passes is not known (an unknown value)
             arg = next((k.value for k in call.keywords if k.arg in (param, None)), None)
-            if arg is None and param in positional:
-                i = positional.index(param)
-                if len(call.args) > i and not any(
-                    isinstance(x, ast.Starred) for x in call.args[: i + 1]
-                ):
-                    arg = call.args[i]
+            if arg is None:
+                arg = argument_at(m, call, fn, param)
             if arg is not None:
                 out.append(arg)
         return out

@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 
 from trainlint._record import Record
+from trainlint.analysis.arguments import bind, receiver_skip
 from trainlint.analysis.model import FileModel, call_name, dotted, keyword
 from trainlint.analysis.roles import LEGACY_SCHEDULE, LEGACY_TRANSFORMERS, Binding, Role
 
@@ -148,11 +149,7 @@ def lambda_closure(
                 inner = stmt, {a.arg for a in stmt.args.args}
     if inner is None:
         return None
-    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
-    if params and params[0] in ("self", "cls") and isinstance(node.func, ast.Attribute):
-        params = params[1:]
-    bound: dict[str, ast.AST] = dict(zip(params, node.args, strict=False))
-    bound.update((k.arg, k.value) for k in node.keywords if k.arg)
+    bound: dict[str, ast.AST] = dict(bind(fn, node.args, node.keywords, receiver_skip(model, node, fn)))
     return inner[0], inner[1], bound
 
 

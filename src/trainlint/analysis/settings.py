@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from trainlint.analysis.arguments import default_of, parameter_names
 from trainlint.analysis.walk import walk_tree
 
 if TYPE_CHECKING:
@@ -106,13 +107,7 @@ class _Collector:
     def init(self, owner: str, fn: ast.FunctionDef) -> None:
         """``self.x = 5`` or ``self.x = x`` (a parameter with a constant default) in a
         plain config class's ``__init__``: defaults. Any other store there changes ``x``."""
-        a = fn.args
-        positional = [*a.posonlyargs, *a.args]
-        params: dict[str, ast.expr | None] = {p.arg: None for p in [*positional, *a.kwonlyargs]}
-        for p, d in zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=True):
-            params[p.arg] = d
-        for p, kd in zip(a.kwonlyargs, a.kw_defaults, strict=True):
-            params[p.arg] = kd
+        params = {p: default_of(fn, p) for p in parameter_names(fn)}
         for stmt in fn.body:
             if (
                 isinstance(stmt, ast.Assign)
