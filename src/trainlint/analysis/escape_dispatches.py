@@ -269,15 +269,9 @@ class EscapeDispatches(EscapeSites):
         if isinstance(parent, ast.Attribute) and parent.attr == "fit":
             grand = m.parent_of(parent)
             return grand if isinstance(grand, ast.Call) else None
-        stmt = m.statement_of(call)
-        if not (
-            isinstance(stmt, ast.Assign)
-            and stmt.value is call
-            and len(stmt.targets) == 1
-            and isinstance(stmt.targets[0], ast.Name)
-        ):
+        name = _bound_to_name(m, call)
+        if name is None:
             return None
-        name = stmt.targets[0].id
         scope = self._scope(call)
         fits = [
             c
@@ -629,15 +623,9 @@ class EscapeDispatches(EscapeSites):
         parent = m.parent_of(call)
         if isinstance(parent, ast.Attribute) and parent.attr in ("result", "get", "join"):
             return True
-        stmt = m.statement_of(call)
-        if not (
-            isinstance(stmt, ast.Assign)
-            and stmt.value is call
-            and len(stmt.targets) == 1
-            and isinstance(stmt.targets[0], ast.Name)
-        ):
+        name = _bound_to_name(m, call)
+        if name is None:
             return False
-        name = stmt.targets[0].id
         loops = m.enclosing_loops(call)
         if not loops:
             return False
@@ -690,3 +678,16 @@ class EscapeDispatches(EscapeSites):
                 ):
                     return False
         return True
+
+
+def _bound_to_name(m: FileModel, call: ast.Call) -> str | None:
+    """The name ``call``'s result is bound to (``name = call``), None for any other use."""
+    stmt = m.statement_of(call)
+    if (
+        isinstance(stmt, ast.Assign)
+        and stmt.value is call
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+    ):
+        return stmt.targets[0].id
+    return None
