@@ -234,29 +234,7 @@ class EscapeSites:
     # -- definitions ---------------------------------------------------------------------
     def resolve_def(self, expr: ast.AST) -> FunctionNode | ast.ClassDef | None:
         """The same-file def or class a name (``train``, ``self.worker``) refers to."""
-        m = self.model
-        if isinstance(expr, ast.Name):
-            for scope in m.scopes_of(expr):
-                if isinstance(scope, ast.ClassDef):
-                    continue
-                fn = m.local_defs.get(id(scope), {}).get(expr.id)
-                if fn is not None:
-                    return fn
-                for klass in m.classes:
-                    if klass.name == expr.id and m.scope_of(klass) is scope:
-                        return klass
-                b = m.imports.scopes.get(id(scope))
-                if b is not None and (expr.id in b.others or expr.id in b.imports):
-                    return None
-            return None
-        if (
-            isinstance(expr, ast.Attribute)
-            and isinstance(expr.value, ast.Name)
-            and expr.value.id in ("self", "cls")
-        ):
-            cls = m.enclosing_class(expr)
-            return m.method_of(cls, expr.attr) if cls is not None else None
-        return None
+        return self.model.resolve_def(expr, classes=True)
 
     def _is_ray_remote(self, expr: ast.AST) -> bool:
         return self.model.qualname(expr) == RAY_REMOTE

@@ -515,25 +515,38 @@ class FileModel:
 
     def resolve_call(self, call: ast.Call) -> FunctionNode | None:
         """The same-file function a call invokes, when that is certain enough."""
-        func = call.func
-        if isinstance(func, ast.Name):
-            for scope in self.scope_chain(call):
+        found = self.resolve_def(call.func, at=call)
+        return None if isinstance(found, ast.ClassDef) else found
+
+    def resolve_def(
+        self, expr: ast.AST, at: ast.AST | None = None, classes: bool = False
+    ) -> FunctionNode | ast.ClassDef | None:
+        """The same-file def a name (``train``) or ``self.m``/``cls.m`` refers to, seen from
+        ``at`` (default: ``expr`` itself); with ``classes``, also a class of that name in
+        the scope. None when an import or another binding of the name comes first."""
+        where = at if at is not None else expr
+        if isinstance(expr, ast.Name):
+            for scope in self.scope_chain(where):
                 if isinstance(scope, ast.ClassDef):
                     continue
                 defs = self.local_defs.get(id(scope))
-                if defs and func.id in defs:
-                    return defs[func.id]
+                if defs and expr.id in defs:
+                    return defs[expr.id]
+                if classes:
+                    for klass in self.classes:
+                        if klass.name == expr.id and self.scope_of(klass) is scope:
+                            return klass
                 b = self.imports.scopes.get(id(scope))
-                if b is not None and (func.id in b.others or func.id in b.imports):
+                if b is not None and (expr.id in b.others or expr.id in b.imports):
                     return None
             return None
         if (
-            isinstance(func, ast.Attribute)
-            and isinstance(func.value, ast.Name)
-            and func.value.id in ("self", "cls")
+            isinstance(expr, ast.Attribute)
+            and isinstance(expr.value, ast.Name)
+            and expr.value.id in ("self", "cls")
         ):
-            cls = self.enclosing_class(call)
-            return self.method_of(cls, func.attr) if cls is not None else None
+            cls = self.enclosing_class(where)
+            return self.method_of(cls, expr.attr) if cls is not None else None
         return None
 
     def enclosing_class(self, node: ast.AST) -> ast.ClassDef | None:
