@@ -78,19 +78,7 @@ class _Group:
         """Copy the parameters into ``views`` unless ``skip`` (a 0-d float, 1.0: skip)."""
         if self.fused:
             try:
-                _fused_sgd(  # type: ignore[misc]
-                    self.scratch,
-                    self.params,
-                    self.views,
-                    weight_decay=0.0,
-                    momentum=1.0,
-                    lr=0.0,
-                    dampening=0.0,
-                    nesterov=False,
-                    maximize=False,
-                    is_first_step=True,  # the buffer becomes the "gradient": the parameter
-                    found_inf=skip,
-                )
+                _copy_unless(self.scratch, self.params, self.views, skip)
                 return
             except RuntimeError:  # a device or layout the kernel refuses: where, from now
                 self.fused, self.scratch = False, []
@@ -100,6 +88,28 @@ class _Group:
 
     def restore(self) -> None:
         torch._foreach_copy_(self.params, self.views)
+
+
+def _copy_unless(
+    scratch: list[torch.Tensor], sources: list[torch.Tensor], into: list[torch.Tensor],
+    skip: torch.Tensor,
+) -> None:
+    """``into[i] = sources[i]`` unless ``skip`` (a device flag) is nonzero: SGD's fused
+    kernel at momentum 1, lr 0, first step, with ``scratch`` as the "parameters", sets its
+    momentum buffers (``into``) to the "gradients" (``sources``) and skips on ``found_inf``."""
+    _fused_sgd(  # type: ignore[misc]
+        scratch,
+        sources,
+        into,
+        weight_decay=0.0,
+        momentum=1.0,
+        lr=0.0,
+        dampening=0.0,
+        nesterov=False,
+        maximize=False,
+        is_first_step=True,
+        found_inf=skip,
+    )
 
 
 _free_groups: KeptPool[list[_Group]] = KeptPool(4, per_key=1)
@@ -118,19 +128,7 @@ def _fused_copies(device: torch.device, dtype: torch.dtype) -> bool:
             calls = []
             for skip in (1.0, 0.0):
                 flag = torch.tensor(skip, device=device)
-                _fused_sgd(  # type: ignore[misc]
-                    [torch.zeros_like(values)],
-                    [values],
-                    [kept],
-                    weight_decay=0.0,
-                    momentum=1.0,
-                    lr=0.0,
-                    dampening=0.0,
-                    nesterov=False,
-                    maximize=False,
-                    is_first_step=True,
-                    found_inf=flag,
-                )
+                _copy_unless([torch.zeros_like(values)], [values], [kept], flag)
                 calls.append(kept.clone())
             skipped, copied = calls
             known = (
